@@ -1,0 +1,50 @@
+# Two commands from a clean clone: `make demo` and `make test`.
+# The venv sees system site-packages so a user's own CUDA torch is used when present;
+# without one we install the CPU build (a local wheel on our CI machines).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-dev
+
+.PHONY: demo test venv install-dev bench bench-registry bench-evaluator bench-rag bench-tui clean wheels
+
+$(BIN)/python:
+	$(PY) -m venv --system-site-packages $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.torch: $(BIN)/python
+	@$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q torch==2.13.0 || $(BIN)/python -m pip install -q torch
+	@touch $@
+
+$(STAMP): $(VENV)/.torch pyproject.toml
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	@touch $@
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/krl demo $(DEMO_ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile $(PYTEST_ARGS)
+
+bench-registry: $(STAMP)
+	$(BIN)/python tests/bench/bench_registry.py
+
+bench-evaluator: $(STAMP)
+	$(BIN)/python tests/bench/bench_evaluator.py
+
+bench-rag: $(STAMP)
+	$(BIN)/python tests/bench/bench_rag.py
+
+bench-tui: $(STAMP)
+	$(BIN)/python tests/bench/bench_tui.py
+
+bench: bench-registry bench-evaluator bench-rag bench-tui
+
+# Wheels for the GPU machine, which lacks these packages (see README Notes).
+wheels:
+	scripts/fetch_gpu_wheels.sh
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,5 @@
+"""`python -m app` is `krl`."""
+
+from app.cli import main
+
+main()

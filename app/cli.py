@@ -1,0 +1,69 @@
+"""The `krl` command line: a typer app whose commands live in app/commands/, one module per area.
+Command modules import only typer and the standard library at top level so `krl --help` stays fast."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional
+
+import typer
+
+from app.commands import check, demo, doctor, problems, rag, runs, train
+
+app = typer.Typer(
+    name="krl",
+    help="kernelrl: run, watch and compare RL training runs that teach LLMs to write GPU kernels.\n\n"
+    "Exit codes: 0 success, 1 internal error, 2 user error (bad input, unknown run, missing setting).",
+    no_args_is_help=False,
+    invoke_without_command=True,
+    pretty_exceptions_enable=False,
+    add_completion=True,
+)
+
+
+@app.callback()
+def _global(
+    ctx: typer.Context,
+    workspace: Optional[str] = typer.Option(
+        None, "--workspace", "-w", envvar="KRL_WORKSPACE", help="Workspace folder holding the registry and run folders [default: ./runs]."
+    ),
+    theme: Optional[str] = typer.Option(None, "--theme", help="TUI theme (remembered)."),
+) -> None:
+    if workspace:
+        os.environ["KRL_WORKSPACE"] = workspace
+    if ctx.invoked_subcommand is None:
+        from app.tui import run_tui
+
+        run_tui(theme=theme)
+
+
+for module in (problems, check, train, runs, demo, rag, doctor):
+    module.register(app)
+
+
+def main() -> None:
+    """Console-script entry: user errors print one line and exit 2, no traceback."""
+    from core.errors import KrlError
+
+    try:
+        app(standalone_mode=False)
+    except KrlError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        sys.exit(1)
+    except Exception as exc:  # click's usage errors carry their own exit code
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,2 @@
+"""kernelrl's domain layer: problems, registry, config, environments, rewards, training.
+Nothing here imports Textual or typer."""
