@@ -42,9 +42,15 @@ bench-tui: $(STAMP)
 
 bench: bench-registry bench-evaluator bench-rag bench-tui
 
-# Wheels for the GPU machine, which lacks these packages (see README Notes).
+# Wheels for an offline GPU machine (Python 3.12, x86_64) that lacks these pure-Python packages; see README Notes.
+GPU_WHEELS := textual==8.2.8 mdit-py-plugins platformdirs textual-plotext==1.0.1 plotext==5.3.2 \
+	sqlite-utils==4.2.1 sqlite-fts4 click-default-group pydantic==2.14.3 pydantic-core==2.50.4 \
+	annotated-types typing-inspection
 wheels:
-	scripts/fetch_gpu_wheels.sh
+	mkdir -p .whl
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+		--platform any -d .whl $(GPU_WHEELS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
