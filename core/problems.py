@@ -90,12 +90,14 @@ def check_problem_source(source: str, path: str) -> dict[str, Any]:
     for node in tree.body:
         if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             defined.add(node.name)
-        elif isinstance(node, ast.Assign):
-            for target in node.targets:
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
                 if isinstance(target, ast.Name):
                     defined.add(target.id)
-                    if isinstance(node.value, ast.Constant) and isinstance(node.value.value, (int, float)):
-                        constants[target.id] = node.value.value
+                    value = _number(node.value)
+                    if value is not None:
+                        constants[target.id] = value
         elif isinstance(node, ast.ImportFrom):
             defined.update(alias.asname or alias.name for alias in node.names)
     missing = [name for name in REQUIRED_NAMES if name not in defined]
@@ -104,6 +106,16 @@ def check_problem_source(source: str, path: str) -> dict[str, Any]:
             f"{path}: a KernelBench problem must define {', '.join(REQUIRED_NAMES)}; missing: {', '.join(missing)}."
         )
     return constants
+
+
+def _number(node: ast.AST | None) -> int | float | None:
+    """The value of a numeric literal (also `-3`), else None; bools are not sizes."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _number(node.operand)
+        return None if inner is None else -inner
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return node.value
+    return None
 
 
 def load_problem_file(path: Path, set_name: str, problem_id: str, level: int = 0, metadata: dict[str, Any] | None = None) -> Problem:
@@ -153,7 +165,10 @@ def _builtin_index() -> dict[str, dict[str, Any]]:
 
 def load_builtin(name: str | None = None) -> list[Problem]:
     index = _builtin_index()
-    files = sorted(builtin_dir().glob("*.py"), key=lambda p: (index.get(p.stem, {}).get("level", 9), _sort_key(p)))
+    # index.yaml's order is the curated order (simple ops first); unindexed files go last.
+    position = {stem: i for i, stem in enumerate(index)}
+    files = sorted(builtin_dir().glob("*.py"),
+                   key=lambda p: (index.get(p.stem, {}).get("level", 9), position.get(p.stem, len(position)), p.stem))
     problems = [
         load_problem_file(path, "builtin", f"builtin/{path.stem}", metadata=index.get(path.stem, {}))
         for path in files
@@ -176,6 +191,9 @@ def kernelbench_root() -> Path:
         raise KrlError(f"{KERNELBENCH_ENV} is not set. Point it at a KernelBench checkout, e.g. "
                        f"`export {KERNELBENCH_ENV}=~/KernelBench` (it must contain KernelBench/level1… or level1…).")
     base = Path(root).expanduser()
+    if not base.is_dir():
+        raise KrlError(f"{KERNELBENCH_ENV}={root} is not a folder. Set it to the root of a KernelBench checkout "
+                       "(the folder holding KernelBench/level1… or level1…).")
     for candidate in (base / "KernelBench", base):
         if (candidate / "level1").is_dir():
             return candidate
@@ -220,7 +238,8 @@ def load_path(path: Path) -> list[Problem]:
             raise KrlError(f"{path} holds no problem files (*.py).")
         return [load_problem_file(p, str(path), f"{path.name}/{p.relative_to(path).with_suffix('').as_posix()}",
                                   level=_level_of(p)) for p in files]
-    raise KrlError(f"problem set '{path}' is neither 'builtin', 'kernelbench/…', nor an existing file or folder.")
+    hint = did_you_mean(str(path).split("/", 1)[0], ["builtin", "kernelbench"])
+    raise KrlError(f"problem set '{path}' is neither 'builtin', 'kernelbench/…', nor an existing file or folder.{hint}")
 
 
 def _level_of(path: Path) -> int:

@@ -75,127 +75,216 @@ class TrajectoryRecord:
 
 # ---------------------------------------------------------------- schema and migrations
 
+_SCHEMA_V1 = """
+CREATE TABLE runs (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    kind TEXT NOT NULL DEFAULT 'train',
+    status TEXT NOT NULL DEFAULT 'queued',
+    config TEXT NOT NULL DEFAULT '{}',
+    preset TEXT,
+    model TEXT,
+    backend TEXT,
+    problem_set TEXT,
+    created_at REAL NOT NULL,
+    started_at REAL,
+    ended_at REAL,
+    pid INTEGER,
+    pid_start_time REAL,
+    host TEXT,
+    command TEXT,
+    gpus TEXT NOT NULL DEFAULT '[]',
+    gpus_requested INTEGER NOT NULL DEFAULT 0,
+    heartbeat_at REAL,
+    exit_code INTEGER,
+    error TEXT,
+    tags TEXT NOT NULL DEFAULT '[]',
+    notes TEXT NOT NULL DEFAULT '',
+    parent_run_id INTEGER REFERENCES runs(id) ON DELETE SET NULL,
+    parent_step INTEGER,
+    segments TEXT NOT NULL DEFAULT '[]',
+    total_steps INTEGER,
+    last_step INTEGER,
+    summary TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX runs_status ON runs(status);
+CREATE TABLE metrics (
+    run_id INTEGER NOT NULL,
+    key TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    value REAL,
+    wall_time REAL NOT NULL,
+    PRIMARY KEY (run_id, key, step)
+) WITHOUT ROWID;
+CREATE TABLE texts (
+    hash TEXT PRIMARY KEY,
+    text TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE trajectories (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    step INTEGER NOT NULL,
+    group_index INTEGER NOT NULL,
+    sample_index INTEGER NOT NULL,
+    problem_id TEXT NOT NULL,
+    n_turns INTEGER NOT NULL,
+    total_return REAL NOT NULL DEFAULT 0,
+    solved INTEGER NOT NULL DEFAULT 0,
+    solved_at_turn INTEGER,
+    best_speedup REAL,
+    hack INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (run_id, step, group_index, sample_index)
+);
+CREATE INDEX trajectories_run_step ON trajectories(run_id, step);
+CREATE INDEX trajectories_run_problem ON trajectories(run_id, problem_id);
+CREATE TABLE turns (
+    id INTEGER PRIMARY KEY,
+    trajectory_id INTEGER NOT NULL REFERENCES trajectories(id) ON DELETE CASCADE,
+    turn INTEGER NOT NULL,
+    prompt_hash TEXT NOT NULL REFERENCES texts(hash),
+    response TEXT NOT NULL DEFAULT '',
+    thought TEXT NOT NULL DEFAULT '',
+    kernel TEXT NOT NULL DEFAULT '',
+    verdict TEXT NOT NULL DEFAULT '',
+    eval_result TEXT,
+    feedback TEXT NOT NULL DEFAULT '',
+    step_score REAL NOT NULL DEFAULT 0,
+    return_ REAL NOT NULL DEFAULT 0,
+    advantage REAL NOT NULL DEFAULT 0,
+    reward_breakdown TEXT NOT NULL DEFAULT '{}',
+    tokens_in INTEGER NOT NULL DEFAULT 0,
+    tokens_out INTEGER NOT NULL DEFAULT 0,
+    retrieved TEXT NOT NULL DEFAULT '[]',
+    UNIQUE (trajectory_id, turn)
+);
+CREATE TABLE checkpoints (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    step INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    state_path TEXT,
+    sampler_path TEXT,
+    created_at REAL NOT NULL
+);
+CREATE INDEX checkpoints_run ON checkpoints(run_id, step);
+CREATE TABLE events (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    time REAL NOT NULL,
+    kind TEXT NOT NULL,
+    message TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX events_run ON events(run_id, id)
+"""
+
+# v2: per-block (BLOCK_STEPS consecutive steps) min and max points of each series, a cache that downsampling reads
+# instead of scanning every row (filled lazily by readers; every write to a block deletes its cached row); and an
+# index so deleting a run can find prompt texts no other turn uses.
+_SCHEMA_V2 = """
+CREATE TABLE metric_blocks (
+    run_id INTEGER NOT NULL,
+    key TEXT NOT NULL,
+    block INTEGER NOT NULL,
+    min_step INTEGER,
+    min_value REAL,
+    min_wall REAL,
+    max_step INTEGER,
+    max_value REAL,
+    max_wall REAL,
+    PRIMARY KEY (run_id, key, block)
+) WITHOUT ROWID;
+CREATE INDEX metric_blocks_run_block ON metric_blocks(run_id, block);
+CREATE INDEX turns_prompt ON turns(prompt_hash)
+"""
+
+
+def _run_statements(db: sqlite_utils.Database, script: str) -> None:
+    # Not executescript(): it COMMITs first, which would take the migration out of its transaction.
+    for statement in script.split(";"):
+        if statement.strip():
+            db.conn.execute(statement)
+
+
 def _migration_1(db: sqlite_utils.Database) -> None:
-    db.executescript(
-        """
-        CREATE TABLE runs (
-            id INTEGER PRIMARY KEY,
-            name TEXT NOT NULL UNIQUE,
-            kind TEXT NOT NULL DEFAULT 'train',
-            status TEXT NOT NULL DEFAULT 'queued',
-            config TEXT NOT NULL DEFAULT '{}',
-            preset TEXT,
-            model TEXT,
-            backend TEXT,
-            problem_set TEXT,
-            created_at REAL NOT NULL,
-            started_at REAL,
-            ended_at REAL,
-            pid INTEGER,
-            pid_start_time REAL,
-            host TEXT,
-            command TEXT,
-            gpus TEXT NOT NULL DEFAULT '[]',
-            gpus_requested INTEGER NOT NULL DEFAULT 0,
-            heartbeat_at REAL,
-            exit_code INTEGER,
-            error TEXT,
-            tags TEXT NOT NULL DEFAULT '[]',
-            notes TEXT NOT NULL DEFAULT '',
-            parent_run_id INTEGER REFERENCES runs(id) ON DELETE SET NULL,
-            parent_step INTEGER,
-            segments TEXT NOT NULL DEFAULT '[]',
-            total_steps INTEGER,
-            last_step INTEGER,
-            summary TEXT NOT NULL DEFAULT '{}'
-        );
-        CREATE INDEX runs_status ON runs(status);
-        CREATE TABLE metrics (
-            run_id INTEGER NOT NULL,
-            key TEXT NOT NULL,
-            step INTEGER NOT NULL,
-            value REAL,
-            wall_time REAL NOT NULL,
-            PRIMARY KEY (run_id, key, step)
-        ) WITHOUT ROWID;
-        CREATE TABLE texts (
-            hash TEXT PRIMARY KEY,
-            text TEXT NOT NULL
-        ) WITHOUT ROWID;
-        CREATE TABLE trajectories (
-            id INTEGER PRIMARY KEY,
-            run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-            step INTEGER NOT NULL,
-            group_index INTEGER NOT NULL,
-            sample_index INTEGER NOT NULL,
-            problem_id TEXT NOT NULL,
-            n_turns INTEGER NOT NULL,
-            total_return REAL NOT NULL DEFAULT 0,
-            solved INTEGER NOT NULL DEFAULT 0,
-            solved_at_turn INTEGER,
-            best_speedup REAL,
-            hack INTEGER NOT NULL DEFAULT 0,
-            UNIQUE (run_id, step, group_index, sample_index)
-        );
-        CREATE INDEX trajectories_run_step ON trajectories(run_id, step);
-        CREATE INDEX trajectories_run_problem ON trajectories(run_id, problem_id);
-        CREATE TABLE turns (
-            id INTEGER PRIMARY KEY,
-            trajectory_id INTEGER NOT NULL REFERENCES trajectories(id) ON DELETE CASCADE,
-            turn INTEGER NOT NULL,
-            prompt_hash TEXT NOT NULL REFERENCES texts(hash),
-            response TEXT NOT NULL DEFAULT '',
-            thought TEXT NOT NULL DEFAULT '',
-            kernel TEXT NOT NULL DEFAULT '',
-            verdict TEXT NOT NULL DEFAULT '',
-            eval_result TEXT,
-            feedback TEXT NOT NULL DEFAULT '',
-            step_score REAL NOT NULL DEFAULT 0,
-            return_ REAL NOT NULL DEFAULT 0,
-            advantage REAL NOT NULL DEFAULT 0,
-            reward_breakdown TEXT NOT NULL DEFAULT '{}',
-            tokens_in INTEGER NOT NULL DEFAULT 0,
-            tokens_out INTEGER NOT NULL DEFAULT 0,
-            retrieved TEXT NOT NULL DEFAULT '[]',
-            UNIQUE (trajectory_id, turn)
-        );
-        CREATE TABLE checkpoints (
-            id INTEGER PRIMARY KEY,
-            run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-            step INTEGER NOT NULL,
-            name TEXT NOT NULL,
-            state_path TEXT,
-            sampler_path TEXT,
-            created_at REAL NOT NULL
-        );
-        CREATE INDEX checkpoints_run ON checkpoints(run_id, step);
-        CREATE TABLE events (
-            id INTEGER PRIMARY KEY,
-            run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-            time REAL NOT NULL,
-            kind TEXT NOT NULL,
-            message TEXT NOT NULL DEFAULT ''
-        );
-        CREATE INDEX events_run ON events(run_id, id);
-        """
-    )
+    _run_statements(db, _SCHEMA_V1)
 
 
-# Forward migrations: MIGRATIONS[i] brings a database from version i to i + 1.
-MIGRATIONS = [_migration_1]
+def _migration_2(db: sqlite_utils.Database) -> None:
+    _run_statements(db, _SCHEMA_V2)
+
+
+# Forward migrations: MIGRATIONS[i] brings a database from version i to i + 1 (all inside one transaction).
+MIGRATIONS = [_migration_1, _migration_2]
 SCHEMA_VERSION = len(MIGRATIONS)
+
+BLOCK_STEPS = 64  # steps per metric_blocks row
+_MAX_BLOCKS = 100_000  # beyond this many blocks in a range (very sparse steps), downsample from rows directly
+_INSERT_CHUNK_ROWS = 200  # rows per multi-row INSERT (5 params each, well under SQLite's 32766)
+_MIN_STEP = -(2**63)
+
+# Two scalar subqueries per bucket: SQLite's bare-column rule makes `SELECT step, MIN(value)` return the step of the
+# minimum, and each subquery is an index range scan, so nothing is sorted.
+_BUCKET_PICKS = """
+(SELECT step FROM (SELECT step, MIN(value) FROM metrics WHERE run_id = :run AND key = :key
+                   AND step BETWEEN s0 AND s1 AND value IS NOT NULL)) AS smin,
+(SELECT step FROM (SELECT step, MAX(value) FROM metrics WHERE run_id = :run AND key = :key
+                   AND step BETWEEN s0 AND s1 AND value IS NOT NULL)) AS smax
+"""
+
+# Min and max point of `:n` equal step buckets spanning [:lo, :lo + :span).
+_DOWNSAMPLE_ROWS_SQL = f"""
+WITH RECURSIVE b(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM b WHERE i + 1 < :n),
+e AS (SELECT :lo + (i * :span) / :n AS s0, :lo + ((i + 1) * :span) / :n - 1 AS s1 FROM b),
+p AS (SELECT {_BUCKET_PICKS} FROM e WHERE s1 >= s0)
+SELECT step, value, wall_time FROM metrics
+WHERE run_id = :run AND key = :key AND step IN (SELECT smin FROM p UNION SELECT smax FROM p)
+ORDER BY step
+"""
+
+# Min and max point of each block in [:b0, :b1], restricted to steps [:slo, :shi].
+_BLOCKS_SQL = f"""
+WITH RECURSIVE b(i) AS (SELECT :b0 UNION ALL SELECT i + 1 FROM b WHERE i < :b1),
+e AS (SELECT i, MAX(i * {BLOCK_STEPS}, :slo) AS s0, MIN(i * {BLOCK_STEPS} + {BLOCK_STEPS - 1}, :shi) AS s1 FROM b),
+p AS (SELECT i, {_BUCKET_PICKS} FROM e)
+SELECT p.i, mn.step, mn.value, mn.wall_time, mx.step, mx.value, mx.wall_time FROM p
+LEFT JOIN metrics mn ON mn.run_id = :run AND mn.key = :key AND mn.step = p.smin
+LEFT JOIN metrics mx ON mx.run_id = :run AND mx.key = :key AND mx.step = p.smax
+ORDER BY p.i
+"""
 
 
 def _text_hash(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()
 
 
+def _loads(value: str) -> Any:
+    # Most JSON columns hold an empty list or object; skipping the parser for those halves listing time.
+    if value == "[]":
+        return []
+    if value == "{}":
+        return {}
+    return json.loads(value)
+
+
 def _decode(row: dict[str, Any], columns: Sequence[str]) -> dict[str, Any]:
     for column in columns:
         value = row.get(column)
         if isinstance(value, str) and value[:1] in "{[":
-            row[column] = json.loads(value)
+            row[column] = _loads(value)
     return row
+
+
+def _missing_ranges(wanted: range, have: set[int]) -> list[tuple[int, int]]:
+    """Inclusive (first, last) runs of numbers in `wanted` that are not in `have`."""
+    ranges: list[tuple[int, int]] = []
+    for number in wanted:
+        if number in have:
+            continue
+        if ranges and ranges[-1][1] == number - 1:
+            ranges[-1] = (ranges[-1][0], number)
+        else:
+            ranges.append((number, number))
+    return ranges
 
 
 class Registry:
@@ -211,18 +300,30 @@ class Registry:
         self._depth = 0
         conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                                check_same_thread=False)
-        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         try:
+            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            # Refuse foreign or newer databases before anything (WAL switch, migration) writes to the file.
+            self._check_schema(conn)
             conn.execute("PRAGMA journal_mode=WAL")
-        except sqlite3.DatabaseError:
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute("PRAGMA cache_size=-32768")  # 32 MiB: series scans and listings stay in memory
+            conn.execute("PRAGMA temp_store=MEMORY")
+        except sqlite3.DatabaseError as exc:
             conn.close()
-            raise KrlError(f"{self.path} is not a kernelrl registry (not an SQLite database). "
-                           "Pass --workspace to point at a workspace folder.") from None
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA foreign_keys=ON")
+            raise KrlError(f"{self.path} is not a usable kernelrl registry ({exc}). "
+                           "Pass --workspace to point at another workspace folder.") from None
+        except BaseException:
+            conn.close()
+            raise
         self.conn = conn
         self.db = sqlite_utils.Database(conn)
-        self._migrate()
+        try:
+            self._migrate()
+        except BaseException:
+            conn.close()
+            raise
+        self._run_columns = [row[1] for row in conn.execute("PRAGMA table_info(runs)")]
 
     @classmethod
     def for_workspace(cls, workspace: str | os.PathLike | None = None, create: bool = True) -> "Registry":
@@ -253,26 +354,44 @@ class Registry:
                     raise KrlError(f"{self.path} is not a kernelrl registry (not an SQLite database). "
                                    "Move it away or pass --workspace to use another folder.")
 
+    def _check_schema(self, conn: sqlite3.Connection) -> None:
+        """Read-only look at an existing database: KrlError if it is foreign or from a newer kernelrl."""
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not tables:
+            return
+        if "schema_version" not in tables:
+            raise KrlError(f"{self.path} is an SQLite database but not a kernelrl registry "
+                           f"(tables: {', '.join(sorted(tables)[:5])}). Use another --workspace.")
+        row = conn.execute("SELECT app, version FROM schema_version").fetchone()
+        if row is None or row[0] != APP_ID:
+            raise KrlError(f"{self.path} is not a kernelrl registry (its schema_version names "
+                           f"{row[0] if row else 'nothing'}). Use another --workspace.")
+        if row[1] > len(MIGRATIONS):
+            raise KrlError(f"{self.path} was written by a newer kernelrl (schema v{row[1]}, this one knows "
+                           f"v{len(MIGRATIONS)}). Upgrade kernelrl: `pip install -U kernelrl`.")
+
     def _migrate(self) -> None:
+        known = len(MIGRATIONS)
+        if self._schema_version_or_none() == known:
+            return  # the common case: no write lock needed to open
         with self.transaction():
-            tables = set(self.db.table_names())
-            if "schema_version" not in tables:
-                if tables:
-                    raise KrlError(f"{self.path} is an SQLite database but not a kernelrl registry "
-                                   f"(tables: {', '.join(sorted(tables)[:5])}). Use another --workspace.")
+            # Again under the write lock: another process may have created or migrated it meanwhile.
+            self._check_schema(self.conn)
+            if "schema_version" not in set(self.db.table_names()):
                 self.conn.execute("CREATE TABLE schema_version (app TEXT NOT NULL, version INTEGER NOT NULL)")
                 self.conn.execute("INSERT INTO schema_version VALUES (?, 0)", (APP_ID,))
-            row = self.conn.execute("SELECT app, version FROM schema_version").fetchone()
-            if row is None or row[0] != APP_ID:
-                raise KrlError(f"{self.path} is not a kernelrl registry. Use another --workspace.")
-            version = row[1]
-            if version > SCHEMA_VERSION:
-                raise KrlError(f"{self.path} was written by a newer kernelrl (schema v{version}, this one knows "
-                               f"v{SCHEMA_VERSION}). Upgrade kernelrl: `pip install -U kernelrl`.")
-            for index in range(version, SCHEMA_VERSION):
+            version = self.conn.execute("SELECT version FROM schema_version").fetchone()[0]
+            for index in range(version, known):
                 MIGRATIONS[index](self.db)
-            if version != SCHEMA_VERSION:
-                self.conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
+            if version != known:
+                self.conn.execute("UPDATE schema_version SET version = ?", (known,))
+
+    def _schema_version_or_none(self) -> Optional[int]:
+        try:
+            row = self.conn.execute("SELECT version FROM schema_version").fetchone()
+        except sqlite3.OperationalError:
+            return None
+        return row[0] if row else None
 
     @property
     def schema_version(self) -> int:
@@ -300,7 +419,22 @@ class Registry:
             self._depth = 0
             self.conn.execute("COMMIT")
 
-    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+    @contextmanager
+    def _snapshot(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: several queries see one consistent state (joins an open transaction)."""
+        with self._lock:
+            if self._depth:
+                yield self.conn
+                return
+            self.conn.execute("BEGIN")
+            self._depth = 1
+            try:
+                yield self.conn
+            finally:
+                self._depth = 0
+                self.conn.execute("COMMIT")
+
+    def _query(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
         with self._lock:
             cursor = self.conn.execute(sql, params)
             columns = [d[0] for d in cursor.description]
@@ -352,8 +486,9 @@ class Registry:
             return None
 
     def list_runs(self, status: str | Sequence[str] | None = None, tag: str | None = None,
-                  kind: str | None = None) -> list[dict[str, Any]]:
-        """All runs, newest first, with `summary` (last metric values, best speedup) and `last_step`."""
+                  kind: str | None = None, include_config: bool = True) -> list[dict[str, Any]]:
+        """All runs, newest first, with `summary` (last metric values, best speedup) and `last_step`.
+        include_config=False leaves out the (large) config column: a run table does not need it."""
         clauses, params = [], []
         if status:
             statuses = [status] if isinstance(status, str) else list(status)
@@ -366,12 +501,17 @@ class Registry:
             clauses.append("EXISTS (SELECT 1 FROM json_each(runs.tags) WHERE json_each.value = ?)")
             params.append(tag)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        rows = self._query(f"SELECT * FROM runs {where} ORDER BY id DESC", params)
-        return [_decode(row, _RUN_JSON_COLUMNS) for row in rows]
+        columns = self._run_columns if include_config else [c for c in self._run_columns if c != "config"]
+        json_columns = [c for c in _RUN_JSON_COLUMNS if c in columns]
+        rows = self._query(f"SELECT {', '.join(columns)} FROM runs {where} ORDER BY id DESC", params)
+        return [_decode(row, json_columns) for row in rows]
 
     def update_run(self, run_id: int, **fields: Any) -> None:
         if not fields:
             return
+        unknown = sorted(set(fields) - set(self._run_columns))
+        if unknown:
+            raise ValueError(f"runs has no column(s) {', '.join(unknown)}")
         for key in _RUN_JSON_COLUMNS:
             if key in fields and not isinstance(fields[key], str):
                 fields[key] = json.dumps(fields[key])
@@ -426,10 +566,16 @@ class Registry:
         self.update_run(run_id, notes=notes)
 
     def delete_run(self, run_id: int) -> None:
+        """The run and everything it wrote; prompt texts no other run shares go too."""
         with self.transaction():
+            hashes = [row[0] for row in self.conn.execute(
+                "SELECT DISTINCT prompt_hash FROM turns WHERE trajectory_id IN "
+                "(SELECT id FROM trajectories WHERE run_id = ?)", (run_id,))]
             self.conn.execute("DELETE FROM turns WHERE trajectory_id IN (SELECT id FROM trajectories WHERE run_id = ?)",
                               (run_id,))
-            for table in ("trajectories", "checkpoints", "events", "metrics"):
+            self.conn.executemany("DELETE FROM texts WHERE hash = ? AND NOT EXISTS "
+                                  "(SELECT 1 FROM turns WHERE prompt_hash = ?)", [(h, h) for h in hashes])
+            for table in ("trajectories", "checkpoints", "events", "metrics", "metric_blocks"):
                 self.conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
             self.conn.execute("UPDATE runs SET parent_run_id = NULL WHERE parent_run_id = ?", (run_id,))
             self.conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
@@ -440,9 +586,12 @@ class Registry:
                    trajectories: Sequence[TrajectoryRecord] = (), events: Sequence[tuple[str, str]] = (),
                    wall_time: float | None = None) -> None:
         """Everything a training step produced, in one transaction (a crash loses at most this step).
-        Rewriting a step (after a resume) replaces its earlier rows."""
+        Rewriting a step (after a resume) replaces its earlier rows: metrics, trajectories and turns."""
         now = wall_time if wall_time is not None else time.time()
         with self.transaction():
+            summary, last_step = self._run_progress(run_id)
+            if last_step is not None and step <= last_step:
+                self._delete_step_metrics(run_id, step)
             self._insert_metrics(run_id, step, metrics, now)
             self.conn.execute("DELETE FROM turns WHERE trajectory_id IN "
                               "(SELECT id FROM trajectories WHERE run_id = ? AND step = ?)", (run_id, step))
@@ -454,38 +603,76 @@ class Registry:
                     best = max(best or 0.0, trajectory.best_speedup)
             for kind, message in events:
                 self._event(run_id, kind, message, now)
-            self._update_summary(run_id, step, metrics, best)
+            self._update_summary(run_id, step, metrics, best, summary, last_step)
 
     def log_metrics(self, run_id: int, step: int, metrics: dict[str, float], wall_time: float | None = None) -> None:
+        """Metrics alone (evaluation runs, late additions to a step); existing keys at that step are replaced."""
         with self.transaction():
+            summary, last_step = self._run_progress(run_id)
             self._insert_metrics(run_id, step, metrics, wall_time if wall_time is not None else time.time())
-            self._update_summary(run_id, step, metrics, None)
+            self._update_summary(run_id, step, metrics, None, summary, last_step)
 
-    def insert_metric_rows(self, run_id: int, rows: Iterable[tuple[str, int, float, float]]) -> None:
-        """Bulk load (key, step, value, wall_time) rows in one transaction (imports, benchmarks)."""
+    def insert_metric_rows(self, run_id: int, rows: Iterable[tuple[str, int, float, float]]) -> int:
+        """Bulk load (key, step, value, wall_time) rows in one transaction (imports, benchmarks); returns the count.
+        Multi-row INSERTs: binding is per value either way, but one statement per 200 rows saves the per-row
+        statement overhead, which dominates executemany."""
+        rows = rows if isinstance(rows, list) else list(rows)
+        if not rows:
+            return 0
+        run_id = int(run_id)
+        steps = [row[1] for row in rows]
+        full = len(rows) - len(rows) % _INSERT_CHUNK_ROWS
+        chunk_sql = ("INSERT OR REPLACE INTO metrics (run_id, key, step, value, wall_time) VALUES "
+                     + ", ".join([f"({run_id}, ?, ?, ?, ?)"] * _INSERT_CHUNK_ROWS))
         with self.transaction():
-            self.conn.executemany("INSERT OR REPLACE INTO metrics (run_id, key, step, value, wall_time) "
-                                  "VALUES (?, ?, ?, ?, ?)", ((run_id, k, s, v, w) for k, s, v, w in rows))
+            self._run_progress(run_id)  # KrlError for an unknown run
+            if full:
+                self.conn.executemany(chunk_sql, (
+                    [value for row in rows[start:start + _INSERT_CHUNK_ROWS] for value in row]
+                    for start in range(0, full, _INSERT_CHUNK_ROWS)))
+            if full < len(rows):
+                self.conn.executemany("INSERT OR REPLACE INTO metrics (run_id, key, step, value, wall_time) "
+                                      f"VALUES ({run_id}, ?, ?, ?, ?)", rows[full:])
+            self.conn.execute("DELETE FROM metric_blocks WHERE run_id = ? AND block BETWEEN ? AND ?",
+                              (run_id, min(steps) // BLOCK_STEPS, max(steps) // BLOCK_STEPS))
+        return len(rows)
 
-    def _insert_metrics(self, run_id: int, step: int, metrics: dict[str, float], now: float) -> None:
-        self.conn.executemany(
-            "INSERT OR REPLACE INTO metrics (run_id, key, step, value, wall_time) VALUES (?, ?, ?, ?, ?)",
-            [(run_id, key, step, None if value is None else float(value), now) for key, value in metrics.items()],
-        )
-
-    def _update_summary(self, run_id: int, step: int, metrics: dict[str, float], best_speedup: float | None) -> None:
+    def _run_progress(self, run_id: int) -> tuple[dict[str, Any], Optional[int]]:
         row = self.conn.execute("SELECT summary, last_step FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:
             raise KrlError(f"run id {run_id} does not exist in {self.path}.")
-        summary = json.loads(row[0] or "{}")
+        return json.loads(row[0] or "{}"), row[1]
+
+    def _delete_step_metrics(self, run_id: int, step: int) -> None:
+        # One probe per key: the (run_id, key, step) key cannot find "every key at this step" directly.
+        self.conn.executemany("DELETE FROM metrics WHERE run_id = ? AND key = ? AND step = ?",
+                              [(run_id, key, step) for key in self.metric_keys(run_id)])
+        self.conn.execute("DELETE FROM metric_blocks WHERE run_id = ? AND block = ?", (run_id, step // BLOCK_STEPS))
+
+    def _insert_metrics(self, run_id: int, step: int, metrics: dict[str, float], now: float) -> None:
+        items = list(metrics.items())
+        if not items:
+            return
+        for start in range(0, len(items), _INSERT_CHUNK_ROWS):
+            chunk = items[start:start + _INSERT_CHUNK_ROWS]
+            values: list[Any] = []
+            for key, value in chunk:
+                values += (run_id, key, step, None if value is None else float(value), now)
+            self.conn.execute("INSERT OR REPLACE INTO metrics (run_id, key, step, value, wall_time) VALUES "
+                              + ", ".join(["(?, ?, ?, ?, ?)"] * len(chunk)), values)
+        # A cached min/max for this step's block is stale now.
+        self.conn.execute("DELETE FROM metric_blocks WHERE run_id = ? AND block = ?", (run_id, step // BLOCK_STEPS))
+
+    def _update_summary(self, run_id: int, step: int, metrics: dict[str, float], best_speedup: float | None,
+                        summary: dict[str, Any], last_step: Optional[int]) -> None:
         last = summary.get("last", {})
-        last.update({k: v for k, v in metrics.items() if v is not None})
+        last.update({k: float(v) for k, v in metrics.items() if v is not None and v == v})
         summary["last"] = last
         if best_speedup is not None:
             summary["best_speedup"] = max(summary.get("best_speedup") or 0.0, best_speedup)
-        last_step = max(step, row[1] if row[1] is not None else step)
+        new_last_step = max(step, last_step if last_step is not None else step)
         self.conn.execute("UPDATE runs SET summary = ?, last_step = ?, heartbeat_at = ? WHERE id = ?",
-                          (json.dumps(summary), last_step, time.time(), run_id))
+                          (json.dumps(summary), new_last_step, time.time(), run_id))
 
     def _insert_trajectory(self, run_id: int, step: int, trajectory: TrajectoryRecord) -> int:
         cursor = self.conn.execute(
@@ -496,18 +683,18 @@ class Registry:
              int(trajectory.hack)),
         )
         trajectory_id = cursor.lastrowid
+        rows = []
         for turn in trajectory.turns:
             prompt_hash = _text_hash(turn.prompt)
             self.conn.execute("INSERT OR IGNORE INTO texts (hash, text) VALUES (?, ?)", (prompt_hash, turn.prompt))
-            self.conn.execute(
-                "INSERT INTO turns (trajectory_id, turn, prompt_hash, response, thought, kernel, verdict, eval_result, "
-                "feedback, step_score, return_, advantage, reward_breakdown, tokens_in, tokens_out, retrieved) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (trajectory_id, turn.turn, prompt_hash, turn.response, turn.thought, turn.kernel, turn.verdict,
-                 json.dumps(turn.eval_result) if turn.eval_result is not None else None, turn.feedback,
-                 turn.step_score, turn.return_, turn.advantage, json.dumps(turn.reward_breakdown), turn.tokens_in,
-                 turn.tokens_out, json.dumps(turn.retrieved)),
-            )
+            rows.append((trajectory_id, turn.turn, prompt_hash, turn.response, turn.thought, turn.kernel, turn.verdict,
+                         json.dumps(turn.eval_result) if turn.eval_result is not None else None, turn.feedback,
+                         turn.step_score, turn.return_, turn.advantage, json.dumps(turn.reward_breakdown),
+                         turn.tokens_in, turn.tokens_out, json.dumps(turn.retrieved)))
+        self.conn.executemany(
+            "INSERT INTO turns (trajectory_id, turn, prompt_hash, response, thought, kernel, verdict, eval_result, "
+            "feedback, step_score, return_, advantage, reward_breakdown, tokens_in, tokens_out, retrieved) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
         return trajectory_id
 
     # ------------------------------------------------------------ events and checkpoints
@@ -553,45 +740,160 @@ class Registry:
                 last = row[0]
 
     def metric_count(self, run_id: int, key: str) -> int:
-        return self.conn.execute("SELECT COUNT(*) FROM metrics WHERE run_id = ? AND key = ?", (run_id, key)).fetchone()[0]
+        with self._lock:
+            return self.conn.execute("SELECT COUNT(*) FROM metrics WHERE run_id = ? AND key = ?",
+                                     (run_id, key)).fetchone()[0]
 
     def metric_series(self, run_id: int, key: str, max_points: int | None = None,
-                      step_min: int | None = None, step_max: int | None = None) -> dict[str, list[float]]:
+                      step_min: int | None = None, step_max: int | None = None) -> dict[str, list[Any]]:
         """{'step': [...], 'value': [...], 'wall_time': [...]} ordered by step.
-        With max_points, the series is cut into max_points // 2 step buckets and each keeps its min and max
-        point, so spikes survive downsampling (done inside SQLite, not in Python)."""
-        bounds = "run_id = ? AND key = ?"
-        params: list[Any] = [run_id, key]
-        if step_min is not None:
-            bounds += " AND step >= ?"
-            params.append(step_min)
-        if step_max is not None:
-            bounds += " AND step <= ?"
-            params.append(step_max)
+        With max_points, at most max_points points: the step range is cut into (max_points - 1) // 2 buckets,
+        each keeps its min and max point (spikes survive), plus the last point; done inside SQLite. Long series
+        read per-block min/max rows (metric_blocks) instead of every row, so the cost follows max_points."""
+        if max_points is not None and max_points < 1:
+            raise ValueError("max_points must be at least 1")
         with self._lock:
-            count, lo, hi = self.conn.execute(f"SELECT COUNT(*), MIN(step), MAX(step) FROM metrics WHERE {bounds}",
-                                              params).fetchone()
-            if not count:
+            lo, hi = self._step_bounds(run_id, key, step_min, step_max)
+            if lo is None:
                 return {"step": [], "value": [], "wall_time": []}
-            if max_points is None or count <= max_points:
-                rows = self.conn.execute(f"SELECT step, value, wall_time FROM metrics WHERE {bounds} ORDER BY step",
-                                         params).fetchall()
+            if max_points is None or self._count_upto(run_id, key, lo, hi, max_points + 1) <= max_points:
+                rows = self.conn.execute("SELECT step, value, wall_time FROM metrics WHERE run_id = ? AND key = ? "
+                                         "AND step BETWEEN ? AND ? ORDER BY step", (run_id, key, lo, hi)).fetchall()
+                return _columns(rows)
+            if max_points == 1:
+                return _columns(self._points_at(run_id, key, [hi]))
+            buckets = max(1, (max_points - 1) // 2) if max_points >= 3 else 1
+            span_blocks = hi // BLOCK_STEPS - lo // BLOCK_STEPS + 1
+            if span_blocks >= 2 * buckets and span_blocks <= _MAX_BLOCKS:
+                points = self._downsample_blocks(run_id, key, lo, hi, buckets)
             else:
-                buckets = max(1, max_points // 2)
-                width = (hi - lo + 1) / buckets
-                # SQLite's bare-column rule: with a single MIN()/MAX() aggregate, step and wall_time come from
-                # the row holding that extreme.
-                rows = []
-                for aggregate in ("MIN", "MAX"):
-                    rows += self.conn.execute(
-                        f"SELECT step, {aggregate}(value), wall_time FROM metrics WHERE {bounds} AND value IS NOT NULL "
-                        f"GROUP BY CAST((step - ?) / ? AS INTEGER)", (*params, lo, width)).fetchall()
-                rows = sorted(set(rows))
-        return {"step": [r[0] for r in rows], "value": [r[1] for r in rows], "wall_time": [r[2] for r in rows]}
+                points = self.conn.execute(_DOWNSAMPLE_ROWS_SQL, {"run": run_id, "key": key, "lo": lo,
+                                                                  "span": hi - lo + 1, "n": buckets}).fetchall()
+            if max_points >= 3 and (not points or points[-1][0] != hi):
+                points += self._points_at(run_id, key, [hi])
+        return _columns(points)
+
+    def metric_series_many(self, run_id: int, keys: Sequence[str], max_points: int | None = None,
+                           step_min: int | None = None, step_max: int | None = None) -> dict[str, dict[str, list]]:
+        """metric_series for several keys of one run: {key: series}."""
+        return {key: self.metric_series(run_id, key, max_points, step_min, step_max) for key in keys}
+
+    def metric_series_runs(self, run_ids: Sequence[int], key: str,
+                           max_points: int | None = None) -> dict[int, dict[str, list]]:
+        """metric_series of one key for several runs (compare view): {run_id: series}."""
+        return {run_id: self.metric_series(run_id, key, max_points) for run_id in run_ids}
+
+    def metric_tail(self, run_ids: Sequence[int], key: str, n: int) -> dict[int, list[float]]:
+        """The last n non-null values of `key` for each run, oldest first, in one query (sparklines):
+        {run_id: [values]}; runs without the metric map to []."""
+        out: dict[int, list[float]] = {int(run_id): [] for run_id in run_ids}
+        if not out or n < 1:
+            return out
+        # Per run: an index seek finds the n-th newest step, then a short range scan reads the tail.
+        rows = self._rows(
+            "SELECT r.value, m.value FROM json_each(?) AS r JOIN metrics AS m "
+            "ON m.run_id = r.value AND m.key = ? AND m.value IS NOT NULL AND m.step >= COALESCE("
+            "(SELECT step FROM metrics WHERE run_id = r.value AND key = ? AND value IS NOT NULL "
+            "ORDER BY step DESC LIMIT 1 OFFSET ?), ?) ORDER BY r.value, m.step",
+            (json.dumps(list(out)), key, key, n - 1, _MIN_STEP))
+        for run_id, value in rows:
+            out[run_id].append(value)
+        return out
 
     def last_metrics(self, run_id: int, keys: Sequence[str] | None = None) -> dict[str, float]:
         last = self.get_run(run_id)["summary"].get("last", {})
         return {k: v for k, v in last.items() if keys is None or k in keys}
+
+    # Downsampling internals --------------------------------------------------
+
+    def _rows(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple]:
+        with self._lock:
+            return self.conn.execute(sql, params).fetchall()
+
+    def _step_bounds(self, run_id: int, key: str, step_min: int | None,
+                     step_max: int | None) -> tuple[Optional[int], Optional[int]]:
+        # Two index seeks; COUNT(*) or MIN/MAX with a range would scan the whole series.
+        bounds = "run_id = ? AND key = ? AND step BETWEEN ? AND ?"
+        params = (run_id, key, _MIN_STEP if step_min is None else step_min, 2**63 - 1 if step_max is None else step_max)
+        lo = self.conn.execute(f"SELECT step FROM metrics WHERE {bounds} ORDER BY step LIMIT 1", params).fetchone()
+        if lo is None:
+            return None, None
+        hi = self.conn.execute(f"SELECT step FROM metrics WHERE {bounds} ORDER BY step DESC LIMIT 1", params).fetchone()
+        return lo[0], hi[0]
+
+    def _count_upto(self, run_id: int, key: str, lo: int, hi: int, limit: int) -> int:
+        return self.conn.execute("SELECT COUNT(*) FROM (SELECT 1 FROM metrics WHERE run_id = ? AND key = ? "
+                                 "AND step BETWEEN ? AND ? LIMIT ?)", (run_id, key, lo, hi, limit)).fetchone()[0]
+
+    def _points_at(self, run_id: int, key: str, steps: Sequence[int]) -> list[tuple]:
+        return [row for step in steps for row in self.conn.execute(
+            "SELECT step, value, wall_time FROM metrics WHERE run_id = ? AND key = ? AND step = ?",
+            (run_id, key, step)).fetchall()]
+
+    def _downsample_blocks(self, run_id: int, key: str, lo: int, hi: int, buckets: int) -> list[tuple]:
+        """Buckets made of whole blocks: interior blocks come from metric_blocks (filled here when missing) and are
+        reduced per bucket inside SQLite; the two edge blocks (and any block invalidated meanwhile) are computed
+        from rows and merged in."""
+        first, last = lo // BLOCK_STEPS, hi // BLOCK_STEPS
+        interior = range(first + 1, last)  # never the series' last block: it is still being written
+        width = -(-(last - first + 1) // buckets)  # blocks per bucket, rounded up: at most `buckets` buckets
+        if len(interior):
+            self._fill_blocks(run_id, key, interior)
+        params = {"run": run_id, "key": key, "b0": interior.start, "b1": interior.stop - 1, "first": first,
+                  "width": width}
+        lows: dict[int, tuple] = {}
+        highs: dict[int, tuple] = {}
+        with self._snapshot():
+            for extreme, target in (("MIN", lows), ("MAX", highs)):
+                prefix = extreme.lower()
+                for bucket, step, value, wall in self.conn.execute(
+                        f"SELECT (block - :first) / :width AS bucket, {prefix}_step, {extreme}({prefix}_value), "
+                        f"{prefix}_wall FROM metric_blocks WHERE run_id = :run AND key = :key "
+                        f"AND block BETWEEN :b0 AND :b1 AND {prefix}_step IS NOT NULL GROUP BY bucket", params):
+                    target[bucket] = (step, value, wall)
+            have = self.conn.execute("SELECT COUNT(*) FROM metric_blocks WHERE run_id = :run AND key = :key "
+                                     "AND block BETWEEN :b0 AND :b1", params).fetchone()[0]
+            missing = []
+            if have < len(interior):
+                cached = {row[0] for row in self.conn.execute(
+                    "SELECT block FROM metric_blocks WHERE run_id = :run AND key = :key AND block BETWEEN :b0 AND :b1",
+                    params)}
+                missing = _missing_ranges(interior, cached)
+            extra = []
+            for start, end in [(first, first), *missing, (last, last)]:
+                extra += self.conn.execute(_BLOCKS_SQL, {"run": run_id, "key": key, "b0": start, "b1": end,
+                                                         "slo": lo, "shi": hi}).fetchall()
+        for block, min_step, min_value, min_wall, max_step, max_value, max_wall in extra:
+            if min_step is None:
+                continue
+            bucket = (block - first) // width
+            low = lows.get(bucket)
+            if low is None or min_value < low[1]:
+                lows[bucket] = (min_step, min_value, min_wall)
+            high = highs.get(bucket)
+            if high is None or max_value > high[1]:
+                highs[bucket] = (max_step, max_value, max_wall)
+        return sorted(set(lows.values()) | set(highs.values()))
+
+    def _fill_blocks(self, run_id: int, key: str, interior: range) -> None:
+        count = self.conn.execute("SELECT COUNT(*) FROM metric_blocks WHERE run_id = ? AND key = ? AND block "
+                                  "BETWEEN ? AND ?", (run_id, key, interior.start, interior.stop - 1)).fetchone()[0]
+        if count >= len(interior):
+            return
+        try:
+            with self.transaction():
+                have = {row[0] for row in self.conn.execute(
+                    "SELECT block FROM metric_blocks WHERE run_id = ? AND key = ? AND block BETWEEN ? AND ?",
+                    (run_id, key, interior.start, interior.stop - 1))}
+                for start, end in _missing_ranges(interior, have):
+                    self.conn.execute(
+                        "INSERT OR REPLACE INTO metric_blocks (block, min_step, min_value, min_wall, max_step, "
+                        f"max_value, max_wall, run_id, key) SELECT *, :run, :key FROM ({_BLOCKS_SQL})",
+                        {"run": run_id, "key": key, "b0": start, "b1": end, "slo": _MIN_STEP, "shi": 2**63 - 1})
+        except sqlite3.OperationalError as exc:
+            # A read-only file or a lock we could not get: the query computes what it needs from rows.
+            if "readonly" not in str(exc) and "locked" not in str(exc):
+                raise
 
     # ------------------------------------------------------------ trajectories
 
@@ -665,3 +967,7 @@ class Registry:
 def _check_run_name(name: str) -> None:
     if not name or "/" in name or name.startswith(".") or len(name) > 120 or any(c.isspace() for c in name):
         raise KrlError(f"invalid run name '{name}': use letters, digits, '-', '_' and '.', no spaces or '/'.")
+
+
+def _columns(rows: Sequence[tuple]) -> dict[str, list[Any]]:
+    return {"step": [r[0] for r in rows], "value": [r[1] for r in rows], "wall_time": [r[2] for r in rows]}

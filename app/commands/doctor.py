@@ -1,10 +1,159 @@
-"""CLI commands: doctor (placeholder until its issue lands).
-Top-level imports stay light: heavy modules are imported inside the commands."""
+"""CLI command: `krl doctor` reports what this machine offers kernelrl (GPUs, CUDA/nvcc, torch/triton, Tinker key)
+and the workspace's health (registry, schema version, runs whose heartbeat went stale). Never prints secrets."""
 
 from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from typing import Any
 
 import typer
 
 
+def _run(argv: list[str], timeout_s: float = 10.0) -> str | None:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _gpus() -> dict[str, Any]:
+    info: dict[str, Any] = {"nvidia_smi": None, "devices": [], "driver": None}
+    if shutil.which("nvidia-smi"):
+        out = _run(["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version", "--format=csv,noheader"])
+        info["nvidia_smi"] = out is not None
+        for line in (out or "").strip().splitlines():
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) >= 4:
+                info["devices"].append({"index": int(parts[0]), "name": parts[1], "memory": parts[2]})
+                info["driver"] = parts[3]
+    return info
+
+
+def _nvcc() -> str | None:
+    path = shutil.which("nvcc") or (os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc")
+                                    if os.environ.get("CUDA_HOME") else None)
+    if not path or not os.path.exists(path):
+        return None
+    out = _run([path, "--version"]) or ""
+    for line in out.splitlines():
+        if "release" in line:
+            return line.split("release", 1)[1].split(",")[0].strip()
+    return "present"
+
+
+def _versions() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    try:
+        import torch
+
+        out["torch"] = torch.__version__
+        out["torch_cuda"] = torch.version.cuda
+        out["cuda_available"] = torch.cuda.is_available()
+        out["torch_devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
+            if out["cuda_available"] else []
+    except Exception as exc:  # a broken torch install is exactly what doctor should report
+        out["torch"] = None
+        out["torch_error"] = str(exc)[:200]
+    try:
+        import triton
+
+        out["triton"] = triton.__version__
+    except Exception:
+        out["triton"] = None
+    return out
+
+
+def _workspace() -> dict[str, Any]:
+    from core import procman
+    from core.registry import REGISTRY_FILENAME, Registry, workspace_path
+
+    path = workspace_path()
+    info: dict[str, Any] = {"path": str(path), "registry": str(path / REGISTRY_FILENAME), "exists": False}
+    if not (path / REGISTRY_FILENAME).exists():
+        return info
+    info["exists"] = True
+    try:
+        reg = Registry.for_workspace(path, create=False)
+    except Exception as exc:
+        info["error"] = str(exc)
+        return info
+    try:
+        info["schema_version"] = reg.schema_version
+        limit_s = procman.heartbeat_limit_s()
+        now = time.time()
+        stale = [r["name"] for r in reg.list_runs(status=("running", "stopping"))
+                 if now - max(r.get("heartbeat_at") or 0, r.get("started_at") or 0) > limit_s
+                 or not procman.run_process_alive(r)]
+        info["stale_runs"] = stale
+        info["reconciled"] = procman.reconcile(reg)
+        counts: dict[str, int] = {}
+        for row in reg.list_runs():
+            counts[row["status"]] = counts.get(row["status"], 0) + 1
+        info["runs"] = counts
+        usage = procman.gpu_usage(reg)
+        info["gpus"] = {"detected": usage["detected"], "held": {str(k): v for k, v in usage["held"].items()},
+                        "free": usage["free"]}
+    finally:
+        reg.close()
+    return info
+
+
+def doctor(as_json: bool = typer.Option(False, "--json", help="Print the report as JSON to stdout.")) -> None:
+    """What this machine has: GPUs, CUDA/nvcc, torch/triton versions, Tinker key present, workspace health."""
+    from core.registry import SCHEMA_VERSION
+
+    report = {
+        "gpus": _gpus(),
+        "nvcc": _nvcc(),
+        **_versions(),
+        "tinker_api_key": bool(os.environ.get("TINKER_API_KEY")),
+        "workspace": _workspace(),
+        "schema_version_supported": SCHEMA_VERSION,
+    }
+    if as_json:
+        typer.echo(json.dumps(report, indent=2, default=str))
+        return
+    from rich.console import Console
+
+    console = Console(stderr=True, highlight=False)
+    ok, warn, bad = "[green]ok[/]", "[yellow]--[/]", "[red]!![/]"
+    devices = report["gpus"]["devices"]
+    console.print(f"{ok if devices else warn} GPUs (nvidia-smi): " + (", ".join(
+        f"{d['index']}: {d['name']} {d['memory']}" for d in devices) + f" (driver {report['gpus']['driver']})"
+        if devices else "none (CPU mode: torch kernels, Triton under the interpreter)"))
+    console.print(f"{ok if report['nvcc'] else warn} nvcc: {report['nvcc'] or 'not found (CUDA kernels need it)'}")
+    if report.get("torch"):
+        console.print(f"{ok} torch {report['torch']} (CUDA {report.get('torch_cuda') or 'none'}, "
+                      f"available: {report.get('cuda_available')})")
+    else:
+        console.print(f"{bad} torch: {report.get('torch_error', 'not installed')}")
+    console.print(f"{ok if report.get('triton') else warn} triton: {report.get('triton') or 'not installed'}")
+    console.print(f"{ok if report['tinker_api_key'] else warn} TINKER_API_KEY: "
+                  f"{'set' if report['tinker_api_key'] else 'not set (needed for backend tinker)'}")
+    ws = report["workspace"]
+    if not ws["exists"]:
+        console.print(f"{warn} workspace {ws['path']}: no registry yet (created by the first run)")
+    elif ws.get("error"):
+        console.print(f"{bad} workspace {ws['path']}: {ws['error']}")
+    else:
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(ws["runs"].items())) or "no runs"
+        console.print(f"{ok} workspace {ws['path']}: registry schema v{ws['schema_version']} "
+                      f"(this kernelrl: v{report['schema_version_supported']}), {counts}")
+        gpus = ws["gpus"]
+        console.print(f"{ok} GPU slots: detected {gpus['detected'] or 'none'}, free {gpus['free'] or 'none'}"
+                      + (f", held {gpus['held']}" if gpus["held"] else ""))
+        for change in ws["reconciled"]:
+            console.print(f"{bad if change['to'] in ('crashed', 'failed') else ok} {change['name']}: "
+                          f"{change['from']} → {change['to']} ({change['message']})")
+        if ws["stale_runs"] and not ws["reconciled"]:
+            console.print(f"{warn} runs with stale heartbeats: {', '.join(ws['stale_runs'])}")
+
+
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the `krl` app."""
+    """Add `krl doctor` to the `krl` app."""
+    app.command("doctor")(doctor)

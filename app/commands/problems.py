@@ -1,10 +1,9 @@
-"""CLI commands: `krl problems ls` lists a problem set.
+"""CLI commands: `krl problems ls` lists a problem set, `krl problems show` prints one problem.
 Top-level imports stay light: heavy modules are imported inside the commands."""
 
 from __future__ import annotations
 
 import json
-from typing import Optional
 
 import typer
 
@@ -14,12 +13,15 @@ problems_app = typer.Typer(help="Problem sets: builtin, kernelbench/levelN (need
 @problems_app.command("ls")
 def list_problems(
     problem_set: str = typer.Option("builtin", "--set", "-s", help="builtin | kernelbench/level1 | PATH (comma-separated for several)."),
+    level: int = typer.Option(0, "--level", "-l", help="Only problems of this level (0: all)."),
+    tag: str = typer.Option("", "--tag", "-t", help="Only problems with this op tag (activation, matmul, conv, …)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON to stdout."),
 ) -> None:
     """List the problems of a set with id, level, tags and hash."""
     from core.problems import load_problem_set
 
-    problems = load_problem_set(problem_set)
+    problems = [p for p in load_problem_set(problem_set)
+                if (not level or p.level == level) and (not tag or tag in p.tags)]
     if as_json:
         typer.echo(json.dumps([p.summary() for p in problems], indent=2))
         return
@@ -27,11 +29,33 @@ def list_problems(
     from rich.table import Table
 
     table = Table(title=f"{problem_set}: {len(problems)} problems")
-    for column in ("id", "level", "tags", "hash"):
+    for column in ("id", "level", "name", "tags", "hash"):
         table.add_column(column)
     for p in problems:
-        table.add_row(p.id, str(p.level), ",".join(p.tags), p.hash)
-    Console().print(table)
+        table.add_row(p.id, str(p.level), p.name, ",".join(p.tags), p.hash)
+    Console(stderr=True).print(table)
+
+
+@problems_app.command("show")
+def show_problem(
+    problem: str = typer.Argument(..., help="A problem id (builtin/relu, kernelbench/level1/19) or a file path."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (summary plus source) to stdout."),
+) -> None:
+    """Print one problem's metadata and reference source."""
+    from core.problems import resolve_problem
+
+    found = resolve_problem(problem)
+    if as_json:
+        typer.echo(json.dumps({**found.summary(), "source": found.source}, indent=2))
+        return
+    from rich.console import Console
+    from rich.syntax import Syntax
+
+    console = Console(stderr=True)
+    console.print(f"[bold]{found.id}[/]  level {found.level}  tags {','.join(found.tags) or '-'}  hash {found.hash}")
+    if found.gpu_sizes:
+        console.print(f"gpu sizes: {found.gpu_sizes}")
+    console.print(Syntax(found.source, "python"))
 
 
 def register(app: typer.Typer) -> None:

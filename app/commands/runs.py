@@ -1,10 +1,549 @@
-"""CLI commands: runs (placeholder until its issue lands).
-Top-level imports stay light: heavy modules are imported inside the commands."""
+"""CLI commands: the `krl runs …` group (ls, show, stop, resume, fork, rm, tag, note, rename, export) and the
+top-level `krl logs NAME [-f]` and `krl watch NAME`. Top-level imports stay typer/stdlib; core is imported inside.
+
+JSON schema (stable; `runs ls --json` prints a list of these objects, `runs show --json` one object with three more
+keys): name, id, status, kind, pid, step (last step written or null), total_steps, backend, model, preset,
+problem_set, created_at, started_at, ended_at, heartbeat_at (epoch seconds or null), host, gpus (list of GPU ids),
+gpus_requested, exit_code, error, tags (list), notes, parent (parent run name or null), parent_step, segments (list,
+see core/procman.py), summary ({"last": {metric: value}, "best_speedup": x}), command ({"argv", "cwd"} or null),
+config (the fully resolved run config). `runs show --json` adds checkpoints ([{step, name, state_path, sampler_path,
+created_at}]), events (last 50: [{time, kind, message}]) and log_path.
+
+Exit codes: 0 success; 1 internal error; 2 user error (unknown run — with "did you mean" —, bad option, a run in the
+wrong state); 3 a run this command waited on (`runs resume` without --detach) ended failed or crashed.
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+import time
+from typing import Any, List, Optional
+
 import typer
+
+EXIT_RUN_FAILED = 3
+
+runs_app = typer.Typer(help="List, inspect and control runs (all read and reconcile the registry).",
+                       no_args_is_help=True)
+
+
+# ---------------------------------------------------------------- helpers
+
+def complete_run_name(ctx: typer.Context, incomplete: str) -> List[str]:
+    """Shell completion: run names from the registry of the workspace given on the command line (or the default)."""
+    try:
+        import os
+
+        from core.registry import Registry
+
+        workspace = None
+        root = ctx.find_root() if ctx is not None else None
+        if root is not None:
+            workspace = root.params.get("workspace")
+        reg = Registry.for_workspace(workspace or os.environ.get("KRL_WORKSPACE"), create=False)
+        try:
+            names = [row["name"] for row in reg.list_runs()]
+        finally:
+            reg.close()
+        return [name for name in names if name.startswith(incomplete)]
+    except Exception:  # completion must never print a traceback into the user's shell
+        return []
+
+
+def _err():
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def _registry(create: bool = False):
+    from core.registry import Registry
+
+    return Registry.for_workspace(create=create)
+
+
+def _registry_or_none():
+    from core.registry import REGISTRY_FILENAME, workspace_path
+
+    if not (workspace_path() / REGISTRY_FILENAME).exists():
+        return None
+    return _registry()
+
+
+def _age(seconds_ago: Optional[float]) -> str:
+    if seconds_ago is None:
+        return "-"
+    s = max(0, int(seconds_ago))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d"
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+STATUS_STYLES = {"queued": "yellow", "running": "green", "stopping": "yellow", "stopped": "blue",
+                 "finished": "bold green", "failed": "red", "crashed": "bold red"}
+
+
+def _status_text(status: str) -> str:
+    return f"[{STATUS_STYLES.get(status, 'white')}]{status}[/]"
+
+
+def pick_metric(keys: List[str], *words: str) -> Optional[str]:
+    """The metric key that best matches words (exact names first, then keys containing the first word)."""
+    preferred = {"reward": ("reward/mean", "env/reward/mean", "reward_mean", "reward/total", "reward"),
+                 "correct": ("correct_rate", "env/correct_rate", "eval/correct_rate", "correct/rate")}
+    for word in words:
+        for exact in preferred.get(word, (word,)):
+            if exact in keys:
+                return exact
+        matching = [k for k in keys if word in k]
+        for key in matching:
+            if "mean" in key or "rate" in key:
+                return key
+        if matching:
+            return matching[0]
+    return None
+
+
+SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: List[float], width: int = 40) -> str:
+    values = [v for v in values if v is not None][-width:]
+    if not values:
+        return ""
+    lo, hi = min(values), max(values)
+    if hi - lo < 1e-12:
+        return SPARK_BLOCKS[3] * len(values)
+    return "".join(SPARK_BLOCKS[int((v - lo) / (hi - lo) * (len(SPARK_BLOCKS) - 1))] for v in values)
+
+
+# ---------------------------------------------------------------- runs ls / show
+
+@runs_app.command("ls")
+def list_runs(
+    status: Optional[str] = typer.Option(None, "--status", "-s", help="Only runs with this status (comma-separated for several)."),
+    tag: Optional[str] = typer.Option(None, "--tag", "-t", help="Only runs carrying this tag."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list to stdout (schema: `krl runs --help`)."),
+) -> None:
+    """List runs, newest first."""
+    from core import procman
+    from core.errors import KrlError
+    from core.registry import RUN_STATUSES
+
+    statuses = [s.strip() for s in status.split(",")] if status else None
+    for s in statuses or []:
+        if s not in RUN_STATUSES:
+            from core.errors import did_you_mean
+
+            raise KrlError(f"unknown status '{s}'.{did_you_mean(s, RUN_STATUSES)} Statuses: {', '.join(RUN_STATUSES)}.")
+    reg = _registry_or_none()
+    rows = []
+    if reg is not None:
+        procman.reconcile(reg)
+        rows = reg.list_runs(status=statuses, tag=tag)
+    if as_json:
+        typer.echo(json.dumps([procman.run_json(reg, row) for row in rows], indent=2))
+        return
+    console = _err()
+    if not rows:
+        console.print("no runs yet. Start one with `krl train demo --detach`.")
+        return
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold")
+    for column in ("name", "status", "step", "backend", "model", "gpus", "reward", "correct", "best×", "age", "tags"):
+        table.add_column(column, justify="right" if column in ("step", "reward", "correct", "best×") else "left")
+    now = time.time()
+    for row in rows:
+        last = (row.get("summary") or {}).get("last", {})
+        keys = list(last)
+        reward_key, correct_key = pick_metric(keys, "reward"), pick_metric(keys, "correct")
+        step = "-" if row.get("last_step") is None else str(row["last_step"])
+        if row.get("total_steps"):
+            step += f"/{row['total_steps']}"
+        gpus = ",".join(map(str, row.get("gpus") or [])) if row["status"] in ("running", "stopping") else \
+            f"({row.get('gpus_requested') or 0})"
+        table.add_row(row["name"], _status_text(row["status"]), step, row.get("backend") or "-",
+                      (row.get("model") or "-")[-28:], gpus,
+                      _fmt(last.get(reward_key)) if reward_key else "-",
+                      _fmt(last.get(correct_key)) if correct_key else "-",
+                      _fmt((row.get("summary") or {}).get("best_speedup")), _age(now - row["created_at"]),
+                      ",".join(row.get("tags") or []))
+    console.print(table)
+
+
+@runs_app.command("show")
+def show_run(
+    name: str = typer.Argument(..., help="Run name.", autocompletion=complete_run_name),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object to stdout (schema: `krl runs --help`)."),
+) -> None:
+    """Everything about one run: status, process, segments, checkpoints, last metrics, error, log tail."""
+    from core import procman
+
+    reg = _registry()
+    procman.reconcile(reg)
+    row = reg.get_run(name)
+    data = procman.run_json(reg, row, detail=True)
+    if as_json:
+        typer.echo(json.dumps(data, indent=2))
+        return
+    console = _err()
+    now = time.time()
+    alive = procman.run_process_alive(row)
+    console.print(f"[bold]{row['name']}[/]  {_status_text(row['status'])}  kind {row['kind']}  id {row['id']}")
+    lines = [
+        ("model", row.get("model")), ("backend", row.get("backend")), ("preset", row.get("preset")),
+        ("problems", row.get("problem_set")),
+        ("step", f"{_fmt(row.get('last_step'))} / {_fmt(row.get('total_steps'))}"),
+        ("process", f"pid {row.get('pid')} on {row.get('host')} ({'alive' if alive else 'not running'})"
+         if row.get("pid") else "-"),
+        ("gpus", f"{row.get('gpus') or []} (requested {row.get('gpus_requested') or 0})"),
+        ("created", f"{_age(now - row['created_at'])} ago"),
+        ("heartbeat", f"{_age(now - row['heartbeat_at'])} ago" if row.get("heartbeat_at") else "-"),
+        ("parent", f"{data['parent']} at step {row.get('parent_step')}" if data["parent"] else "-"),
+        ("tags", ", ".join(row.get("tags") or []) or "-"), ("notes", row.get("notes") or "-"),
+        ("log", data["log_path"]),
+    ]
+    for key, value in lines:
+        console.print(f"  [dim]{key:<10}[/] {value if value is not None else '-'}")
+    last = (row.get("summary") or {}).get("last", {})
+    if last:
+        console.print("  [dim]metrics[/]    " + "  ".join(f"{k}={_fmt(v)}" for k, v in sorted(last.items())[:12]))
+    for segment in data["segments"]:
+        ended = segment.get("end_status") or ("running" if row["status"] in ("running", "stopping") else "?")
+        console.print(f"  [dim]segment {segment.get('index')}[/] from step {segment.get('start_step')}, pid "
+                      f"{segment.get('pid')}, gpus {segment.get('gpus')}: {ended} {segment.get('note') or ''}")
+    if data["checkpoints"]:
+        shown = data["checkpoints"][-5:]
+        console.print("  [dim]checkpoints[/] " + ", ".join(f"{c['name']}@{c['step']}" for c in shown)
+                      + (f" (+{len(data['checkpoints']) - 5} earlier)" if len(data["checkpoints"]) > 5 else ""))
+    if row.get("error"):
+        console.print("  [red]error[/]")
+        for line in str(row["error"]).splitlines()[-12:]:
+            console.print(f"    {line}", markup=False, soft_wrap=True)
+    tail = procman.tail_log(reg, row["name"], 8)
+    if tail:
+        console.print("  [dim]log tail[/]")
+        for line in tail:
+            console.print(f"    {line}", markup=False, soft_wrap=True)
+
+
+# ---------------------------------------------------------------- control
+
+@runs_app.command("stop")
+def stop(
+    name: str = typer.Argument(..., help="Run name.", autocompletion=complete_run_name),
+    force: bool = typer.Option(False, "--force", help="SIGKILL at once (no final checkpoint)."),
+    grace_s: Optional[float] = typer.Option(None, "--grace", help="Seconds to wait for the checkpoint before SIGKILL [default: $KRL_STOP_GRACE_S or 30]."),
+    no_wait: bool = typer.Option(False, "--no-wait", help="Return after signalling; later reads escalate to SIGKILL."),
+) -> None:
+    """Stop a run: SIGTERM → the job checkpoints → stopped. A queued run leaves the queue."""
+    from core import procman
+
+    reg = _registry()
+    console = _err()
+    row = reg.get_run(name)
+    if row["status"] == "running" and not force and not no_wait:
+        console.print(f"stopping {row['name']} (waiting for its checkpoint)…")
+    final = procman.stop_run(reg, name, force=force, grace_s=grace_s, wait=not no_wait)
+    note = procman._last_segment(final).get("note") or ""
+    console.print(f"{final['name']}: {_status_text(final['status'])}" + (f" — {note}" if note else ""))
+
+
+@runs_app.command("resume")
+def resume(
+    name: str = typer.Argument(..., help="Run name.", autocompletion=complete_run_name),
+    detach: bool = typer.Option(False, "--detach", "-d", help="Return at once; the run goes on in the background."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs for the new segment [default: as before]."),
+) -> None:
+    """Resume a stopped, failed or crashed run from its last checkpoint (a new segment of the same run).
+    Without --detach, follows its log until it ends (Ctrl-C stops it with a checkpoint); exit 3 if it fails."""
+    from core import procman
+
+    reg = _registry()
+    console = _err()
+    row = procman.resume_run(reg, name, detach=True, gpus=gpus)
+    console.print(f"{row['name']}: {_status_text(row['status'])} (segment {len(row.get('segments') or [])}). "
+                  f"Follow with `krl logs -f {row['name']}`.")
+    if detach:
+        return
+    _wait_in_foreground(reg, row["name"])
+
+
+def _wait_in_foreground(reg, name: str) -> None:
+    from core import procman
+
+    console = _err()
+    try:
+        final = procman.wait_run(reg, name, on_line=lambda line: print(line, file=sys.stderr, flush=True))
+    except KeyboardInterrupt:
+        console.print(f"\n{name}: {_status_text(reg.get_run(name)['status'])} (interrupted; resume with "
+                      f"`krl runs resume {name}`)")
+        raise typer.Exit(130)
+    console.print(f"{name}: {_status_text(final['status'])}")
+    if final["status"] in ("failed", "crashed"):
+        raise typer.Exit(EXIT_RUN_FAILED)
+
+
+@runs_app.command("fork")
+def fork(
+    name: str = typer.Argument(..., help="Run to fork from.", autocompletion=complete_run_name),
+    overrides: List[str] = typer.Argument(None, help="Config changes, e.g. optim.lr=1e-5 max_steps=200."),
+    new_name: str = typer.Option(..., "--name", "-n", help="Name of the new run."),
+    step: Optional[int] = typer.Option(None, "--step", help="Fork from the last checkpoint at or before this step [default: the last]."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs for the new run [default: from the config]."),
+    as_json: bool = typer.Option(False, "--json", help="Print the new run as JSON to stdout."),
+) -> None:
+    """Start a new run from another run's checkpoint with a changed config (runs detached)."""
+    from core import procman
+
+    reg = _registry()
+    row = procman.fork_run(reg, name, new_name, overrides or [], step=step, gpus=gpus)
+    if as_json:
+        typer.echo(json.dumps(procman.run_json(reg, row), indent=2))
+    _err().print(f"{row['name']}: {_status_text(row['status'])}, forked from {name} at step {row['parent_step']}. "
+                 f"Follow with `krl logs -f {row['name']}`.")
+
+
+@runs_app.command("rm")
+def remove(
+    name: str = typer.Argument(..., help="Run name.", autocompletion=complete_run_name),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    keep_files: bool = typer.Option(False, "--keep-files", help="Keep the run folder (logs, config, checkpoints)."),
+) -> None:
+    """Delete a run from the registry and its folder (refuses a running run)."""
+    from core import procman
+    from core.errors import KrlError
+
+    reg = _registry()
+    row = reg.get_run(name)
+    if row["status"] in ("running", "stopping"):
+        raise KrlError(f"run '{row['name']}' is {row['status']}; stop it first with `krl runs stop {row['name']}`.")
+    if not yes:
+        if not sys.stdin.isatty():
+            raise KrlError(f"deleting '{row['name']}' needs confirmation: pass --yes.")
+        typer.confirm(f"delete run {row['name']} ({row['status']}, step {row.get('last_step')}) and its folder?",
+                      abort=True, err=True)
+    procman.delete_run(reg, name, remove_files=not keep_files)
+    _err().print(f"deleted {row['name']}")
+
+
+@runs_app.command("tag")
+def tag(
+    name: str = typer.Argument(..., help="Run name.", autocompletion=complete_run_name),
+    tags: List[str] = typer.Argument(..., help="Tags to add."),
+    remove_: bool = typer.Option(False, "--remove", "-r", help="Remove these tags instead."),
+) -> None:
+    """Add (or --remove) tags."""
+    from core import procman
+
+    reg = _registry()
+    current = procman.tag_run(reg, name, tags, remove=remove_)
+    _err().print(f"{name}: tags {', '.join(current) or '(none)'}")
+
+
+@runs_app.command("note")
+def note(
+    name: str = typer.Argument(..., help="Run name.", autocompletion=complete_run_name),
+    text: str = typer.Argument(..., help="The note (replaces the previous one)."),
+) -> None:
+    """Set a run's note."""
+    from core import procman
+
+    procman.note_run(_registry(), name, text)
+    _err().print(f"{name}: note saved")
+
+
+@runs_app.command("rename")
+def rename(
+    name: str = typer.Argument(..., help="Run name.", autocompletion=complete_run_name),
+    new_name: str = typer.Argument(..., help="New name."),
+) -> None:
+    """Rename a run and its folder (not while it runs)."""
+    from core import procman
+
+    procman.rename_run(_registry(), name, new_name)
+    _err().print(f"renamed {name} → {new_name}")
+
+
+@runs_app.command("export")
+def export(
+    name: str = typer.Argument(..., help="Run name.", autocompletion=complete_run_name),
+    fmt: str = typer.Option("jsonl", "--format", "-f", help="csv | jsonl"),
+    what: str = typer.Option("metrics", "--what", help="metrics (one row per step) | trajectories (jsonl: with turns)"),
+) -> None:
+    """Write a run's metrics or trajectories to stdout."""
+    from core.errors import KrlError
+
+    if fmt not in ("csv", "jsonl"):
+        raise KrlError(f"--format must be csv or jsonl, not '{fmt}'.")
+    if what not in ("metrics", "trajectories"):
+        raise KrlError(f"--what must be metrics or trajectories, not '{what}'.")
+    reg = _registry()
+    row = reg.get_run(name)
+    records = _metric_records(reg, row["id"]) if what == "metrics" else \
+        _trajectory_records(reg, row["id"], with_turns=fmt == "jsonl")
+    out = sys.stdout
+    if fmt == "jsonl":
+        for record in records:
+            out.write(json.dumps(record) + "\n")
+        return
+    import csv
+
+    records = list(records)
+    columns: list[str] = []
+    for record in records:
+        columns += [k for k in record if k not in columns]
+    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for record in records:
+        writer.writerow({k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in record.items()})
+
+
+def _metric_records(reg, run_id: int):
+    """One record per step: {"step", "wall_time", metric: value …}."""
+    by_step: dict[int, dict[str, Any]] = {}
+    for key in reg.metric_keys(run_id):
+        series = reg.metric_series(run_id, key)
+        for step, value, wall in zip(series["step"], series["value"], series["wall_time"]):
+            record = by_step.setdefault(step, {"step": step, "wall_time": wall})
+            record["wall_time"] = max(record["wall_time"], wall)
+            record[key] = value
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def _trajectory_records(reg, run_id: int, with_turns: bool):
+    page, offset = 500, 0
+    while True:
+        rows = reg.trajectories(run_id, order="step", limit=page, offset=offset)
+        for row in rows:
+            row = dict(row)
+            row["solved"], row["hack"] = bool(row["solved"]), bool(row["hack"])
+            if with_turns:
+                row["turns"] = reg.trajectory_turns(row["id"])
+            yield row
+        if len(rows) < page:
+            return
+        offset += page
+
+
+# ---------------------------------------------------------------- logs and watch
+
+def logs(
+    name: str = typer.Argument(..., help="Run name.", autocompletion=complete_run_name),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines until the run ends (Ctrl-C to leave)."),
+    lines: int = typer.Option(0, "--lines", "-n", help="Only the last N lines [default: all]."),
+) -> None:
+    """Print a run's log (stdout and stderr of its job)."""
+    from core import procman
+
+    reg = _registry()
+    procman.reconcile(reg)
+    row = reg.get_run(name)
+    path = procman.log_path(reg, row["name"])
+    if lines > 0:
+        for line in procman.tail_log(reg, row["name"], lines):
+            print(line)
+    elif path.exists():
+        with open(path, "r", errors="replace") as handle:
+            shutil_copy(handle, sys.stdout)
+    sys.stdout.flush()
+    if not follow:
+        return
+    try:
+        for line in procman.follow_log(reg, row["name"], from_start=False):
+            print(line, flush=True)
+    except KeyboardInterrupt:
+        return
+    final = reg.get_run(row["id"])
+    _err().print(f"{final['name']}: {_status_text(final['status'])}")
+
+
+def shutil_copy(source, target) -> None:
+    import shutil
+
+    shutil.copyfileobj(source, target)
+
+
+def watch(
+    name: str = typer.Argument(..., help="Run name.", autocompletion=complete_run_name),
+    interval_s: float = typer.Option(1.0, "--interval", help="Seconds between refreshes."),
+) -> None:
+    """A live terminal view of one run: status, step, reward and correct-rate sparklines, last verdicts.
+    Ends when the run ends, or on Ctrl-C."""
+    from rich.live import Live
+
+    from core import procman
+
+    reg = _registry()
+    procman.reconcile(reg)
+    run_id = reg.get_run(name)["id"]
+    console = _err()
+    try:
+        with Live(render_watch(reg, run_id), console=console, refresh_per_second=4, transient=False) as live:
+            while True:
+                procman.reconcile(reg)
+                live.update(render_watch(reg, run_id))
+                if reg.get_run(run_id)["status"] not in ("queued", "running", "stopping"):
+                    break
+                time.sleep(interval_s)
+    except KeyboardInterrupt:
+        pass
+
+
+def render_watch(reg, run_id: int):
+    """The watch view of a run as a rich renderable (also used by tests)."""
+    from rich.console import Group
+    from rich.panel import Panel
+    from rich.table import Table
+
+    row = reg.get_run(run_id)
+    now = time.time()
+    keys = reg.metric_keys(run_id)
+    head = Table.grid(padding=(0, 2))
+    head.add_row(f"[bold]{row['name']}[/]", _status_text(row["status"]),
+                 f"step {_fmt(row.get('last_step'))}/{_fmt(row.get('total_steps'))}",
+                 f"{row.get('backend') or '-'} · {row.get('model') or '-'}",
+                 f"heartbeat {_age(now - row['heartbeat_at']) if row.get('heartbeat_at') else '-'}",
+                 f"gpus {row.get('gpus') or []}")
+    curves = Table.grid(padding=(0, 2))
+    for label, word in (("reward", "reward"), ("correct", "correct")):
+        key = pick_metric(keys, word)
+        if key is None:
+            curves.add_row(label, "[dim]no data yet[/]", "")
+            continue
+        series = reg.metric_series(run_id, key, max_points=120)
+        values = series["value"]
+        curves.add_row(f"{label} [dim]({key})[/]", f"[cyan]{sparkline(values, 60)}[/]",
+                       _fmt(values[-1] if values else None))
+    verdicts = Table(box=None, header_style="dim", show_edge=False)
+    for column in ("step", "problem", "turn", "verdict", "score"):
+        verdicts.add_column(column)
+    for v in reg.recent_turn_verdicts(run_id, 8):
+        style = "green" if v["verdict"] == "correct" else "red" if v["verdict"] else "white"
+        verdicts.add_row(str(v["step"]), v["problem_id"], str(v["turn"]), f"[{style}]{v['verdict'] or '-'}[/]",
+                         _fmt(v["step_score"]))
+    parts = [head, curves, verdicts]
+    if row.get("error") and row["status"] in ("failed", "crashed"):
+        parts.append(f"[red]{str(row['error']).splitlines()[-1] if row['error'] else ''}[/]")
+    return Panel(Group(*parts), title="krl watch", border_style=STATUS_STYLES.get(row["status"], "white"))
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the `krl` app."""
+    """Add `krl runs …`, `krl logs` and `krl watch` to the `krl` app."""
+    app.add_typer(runs_app, name="runs")
+    app.command("logs")(logs)
+    app.command("watch")(watch)

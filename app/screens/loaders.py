@@ -1,0 +1,205 @@
+"""Plain functions that read the registry and return what a screen shows (dataclasses and dicts).
+Only screen workers call these, off the UI thread; widgets receive their results through messages."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from core.registry import Registry
+
+# Preferred metric keys for the runs table's reward / correct-rate columns, then regexes as fallbacks, so the
+# table works whatever naming the training loop settles on.
+REWARD_KEYS = ("reward/total", "reward/mean", "env/reward/mean", "reward")
+CORRECT_KEYS = ("rate/correct", "correct_rate", "env/correct_rate", "eval/correct_rate")
+DEFAULT_CURVE_PATTERNS = (r"^reward(/|$)", r"correct", r"compile", r"format", r"hack", r"speedup", r"eval.*time")
+
+
+def pick_key(keys: Sequence[str], preferred: Sequence[str], pattern: str) -> Optional[str]:
+    for key in preferred:
+        if key in keys:
+            return key
+    regex = re.compile(pattern)
+    matches = sorted((k for k in keys if regex.search(k)), key=len)
+    return matches[0] if matches else None
+
+
+def reward_key(keys: Sequence[str]) -> Optional[str]:
+    return pick_key(keys, REWARD_KEYS, r"reward")
+
+
+def correct_key(keys: Sequence[str]) -> Optional[str]:
+    return pick_key(keys, CORRECT_KEYS, r"correct")
+
+
+def default_curve_keys(keys: Sequence[str], limit: int = 6) -> list[str]:
+    """The curves a run opens with: reward, then rates, speedup, eval time (whatever exists)."""
+    first = reward_key(keys)
+    chosen: list[str] = [first] if first else []
+    for pattern in DEFAULT_CURVE_PATTERNS:
+        regex = re.compile(pattern)
+        for key in sorted(keys, key=len):
+            if regex.search(key) and key not in chosen:
+                chosen.append(key)
+                break
+    return chosen[:limit] or list(keys[:limit])
+
+
+@dataclass
+class RunRow:
+    """One line of the runs table."""
+
+    id: int
+    name: str
+    status: str
+    kind: str
+    model: str
+    backend: str
+    preset: str
+    step: Optional[int]
+    total_steps: Optional[int]
+    reward: Optional[float]
+    correct: Optional[float]
+    reward_key: Optional[str]
+    correct_key: Optional[str]
+    best_speedup: Optional[float]
+    created_at: float
+    started_at: Optional[float]
+    ended_at: Optional[float]
+    heartbeat_at: Optional[float]
+    gpus: list[int]
+    gpus_requested: int
+    tags: list[str]
+    error: str = ""
+
+
+def run_row(run: dict[str, Any]) -> RunRow:
+    last = (run.get("summary") or {}).get("last", {}) or {}
+    keys = list(last)
+    rkey, ckey = reward_key(keys), correct_key(keys)
+    return RunRow(
+        id=run["id"], name=run["name"], status=run["status"], kind=run.get("kind") or "",
+        model=run.get("model") or "", backend=run.get("backend") or "", preset=run.get("preset") or "",
+        step=run.get("last_step"), total_steps=run.get("total_steps"),
+        reward=last.get(rkey) if rkey else None, correct=last.get(ckey) if ckey else None,
+        reward_key=rkey, correct_key=ckey, best_speedup=(run.get("summary") or {}).get("best_speedup"),
+        created_at=run.get("created_at") or 0.0, started_at=run.get("started_at"), ended_at=run.get("ended_at"),
+        heartbeat_at=run.get("heartbeat_at"), gpus=list(run.get("gpus") or []),
+        gpus_requested=run.get("gpus_requested") or 0, tags=list(run.get("tags") or []), error=run.get("error") or "")
+
+
+def load_runs(reg: Registry) -> list[RunRow]:
+    return [run_row(run) for run in reg.list_runs()]
+
+
+def load_sparklines(reg: Registry, rows: Sequence[RunRow], points: int = 16) -> dict[int, tuple[list[float], list[float]]]:
+    """Recent reward and correct-rate values per run, downsampled in SQLite to a few points."""
+    out = {}
+    for row in rows:
+        reward = reg.metric_series(row.id, row.reward_key, max_points=points)["value"] if row.reward_key else []
+        correct = reg.metric_series(row.id, row.correct_key, max_points=points)["value"] if row.correct_key else []
+        out[row.id] = ([v for v in reward if v is not None], [v for v in correct if v is not None])
+    return out
+
+
+@dataclass
+class Series:
+    key: str
+    steps: list[int]
+    values: list[float]
+    wall_times: list[float]
+
+
+def load_series(reg: Registry, run_id: int, keys: Sequence[str], max_points: int) -> dict[str, Series]:
+    out = {}
+    for key in keys:
+        data = reg.metric_series(run_id, key, max_points=max_points)
+        pairs = [(s, v, w) for s, v, w in zip(data["step"], data["value"], data["wall_time"]) if v is not None]
+        out[key] = Series(key, [p[0] for p in pairs], [p[1] for p in pairs], [p[2] for p in pairs])
+    return out
+
+
+@dataclass
+class TrajectoryFilter:
+    problem_id: Optional[str] = None
+    outcome: Optional[str] = None  # solved | unsolved | hack | "turn:<k>"
+    step_min: Optional[int] = None
+    step_max: Optional[int] = None
+    order: str = "return"
+
+
+def load_trajectories(reg: Registry, run_id: int, flt: TrajectoryFilter, limit: int = 500) -> list[dict[str, Any]]:
+    outcome, solved_at = flt.outcome, None
+    if outcome and outcome.startswith("turn:"):
+        outcome, solved_at = "solved", int(outcome.split(":", 1)[1])
+    return reg.trajectories(run_id, problem_id=flt.problem_id, outcome=outcome, solved_at_turn=solved_at,
+                            step_min=flt.step_min, step_max=flt.step_max, order=flt.order, limit=limit)
+
+
+@dataclass
+class TrajectoryDetail:
+    trajectory: dict[str, Any]
+    turns: list[dict[str, Any]]
+    run_name: str
+    backend: str
+    kernel_language: str  # cuda | triton | torch: the run's kernel.backend
+
+
+def load_trajectory(reg: Registry, trajectory_id: int) -> TrajectoryDetail:
+    trajectory = reg.trajectory(trajectory_id)
+    run = reg.get_run(int(trajectory["run_id"]))
+    language = ((run.get("config") or {}).get("kernel") or {}).get("backend") or "cuda"
+    return TrajectoryDetail(trajectory, reg.trajectory_turns(trajectory_id), run["name"], run.get("backend") or "",
+                            language)
+
+
+def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}; lists stay values."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, dotted + "."))
+        else:
+            out[dotted] = value
+    return out
+
+
+def config_overrides(run: dict[str, Any]) -> dict[str, Any]:
+    """Dotted keys where the run's config differs from its preset (empty when that cannot be known)."""
+    config, preset = run.get("config") or {}, run.get("preset")
+    try:
+        from core import config as core_config
+    except ImportError:
+        return {}
+    try:
+        if hasattr(core_config, "overrides_of"):
+            result = core_config.overrides_of(config) if preset is None else _call_overrides(core_config, config, preset)
+            return dict(result) if result else {}
+        if preset:
+            base = core_config.load_config(preset).model_dump(mode="json")
+            return {k: v[1] for k, v in core_config.config_diff(base, config).items()}
+    except Exception:  # an unreadable preset must not break the config tab
+        return {}
+    return {}
+
+
+def _call_overrides(core_config: Any, config: dict[str, Any], preset: str) -> Any:
+    try:
+        return core_config.overrides_of(config, preset)
+    except TypeError:
+        return core_config.overrides_of(config)
+
+
+@dataclass
+class RunDetail:
+    run: dict[str, Any]
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+def compare_configs(configs: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Dotted key -> values per run, only for keys whose values differ between the runs."""
+    flat = [flatten(c or {}) for c in configs]
+    keys = sorted(set().union(*flat)) if flat else []
+    return {k: [f.get(k) for f in flat] for k in keys if len({repr(f.get(k)) for f in flat}) > 1}

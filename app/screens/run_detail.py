@@ -1,0 +1,377 @@
+"""One run in depth, as tabs: Curves, Trajectories, Problems, Config, Checkpoints, Logs.
+Each tab loads on first view in a thread worker; a 1 s tick re-reads the run and refreshes what is on screen."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, Select, Static, TabbedContent, TabPane
+
+from app.screens.loaders import (TrajectoryFilter, config_overrides, default_curve_keys, load_series,
+                                 load_trajectories)
+from app.screens.messages import (ActionDone, ConfigLoaded, LogLines, RunHeaderLoaded, SeriesLoaded, TableLoaded)
+from app.widgets.config_view import ConfigView
+from app.widgets.curves_panel import SMOOTHING_STEP, CurvesPanel
+from app.widgets.format import STATUS_COLOUR, fmt_float, fmt_speedup, status_glyph, theme_colour
+from app.widgets.log_tail import LogTail
+
+TABS = ("curves", "trajectories", "problems", "config", "checkpoints", "logs")
+OUTCOMES = [("all outcomes", "all"), ("solved", "solved"), ("never solved", "unsolved"), ("hack", "hack")] + \
+    [(f"solved at turn {k}", f"turn:{k}") for k in range(8)]
+ORDERS = [("by return", "return"), ("by step", "step"), ("by speedup", "speedup")]
+LOG_TAIL_BYTES = 256 * 1024
+
+
+def parse_step_range(text: str) -> tuple[Optional[int], Optional[int]]:
+    """'10-20' → (10, 20); '10-' → (10, None); '-20' → (None, 20); '15' → (15, 15); '' → (None, None)."""
+    text = text.strip()
+    if not text:
+        return None, None
+    if "-" not in text:
+        value = int(text)
+        return value, value
+    low, high = text.split("-", 1)
+    return (int(low) if low.strip() else None), (int(high) if high.strip() else None)
+
+
+class RunDetailScreen(Screen):
+    BINDINGS = [
+        Binding("escape", "back", "Back", id="run.back"),
+        Binding("1", "tab('curves')", "Curves", id="run.tab_curves"),
+        Binding("2", "tab('trajectories')", "Trajectories", id="run.tab_trajectories"),
+        Binding("3", "tab('problems')", "Problems", id="run.tab_problems"),
+        Binding("4", "tab('config')", "Config", id="run.tab_config"),
+        Binding("5", "tab('checkpoints')", "Checkpoints", id="run.tab_checkpoints"),
+        Binding("6", "tab('logs')", "Logs", id="run.tab_logs"),
+        Binding("x", "toggle_x", "x: step/time", id="run.x_axis"),
+        Binding("right_square_bracket", "smoothing(1)", "Smoother", id="run.smooth_more"),
+        Binding("left_square_bracket", "smoothing(-1)", "Rougher", id="run.smooth_less"),
+        Binding("slash", "search", "Search/filter", id="run.search"),
+        Binding("s", "stop", "Stop run", show=False, id="run.stop"),
+        Binding("r", "resume", "Resume run", show=False, id="run.resume"),
+    ]
+
+    def __init__(self, run: int | str, tab: str = "curves") -> None:
+        super().__init__()
+        self.run_ref = run
+        self.initial_tab = tab if tab in TABS else "curves"
+        self.run: Optional[dict[str, Any]] = None
+        self.metric_keys: list[str] = []
+        self._loaded_tabs: set[str] = set()
+        self._last_step: Any = object()
+        self._log_offset = 0
+        self.traj_filter = TrajectoryFilter()
+
+    @property
+    def run_id(self) -> Optional[int]:
+        return self.run["id"] if self.run else None
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="run-header")
+        with TabbedContent(initial=self.initial_tab, id="run-tabs"):
+            with TabPane("Curves", id="curves"):
+                yield CurvesPanel(id="curves-panel")
+            with TabPane("Trajectories", id="trajectories"):
+                with Horizontal(id="traj-filters", classes="filter-bar"):
+                    yield Select([], prompt="all problems", id="traj-problem", allow_blank=True)
+                    yield Select(OUTCOMES, value="all", id="traj-outcome", allow_blank=False)
+                    yield Input(placeholder="steps e.g. 10-20", id="traj-steps")
+                    yield Select(ORDERS, value="return", id="traj-order", allow_blank=False)
+                yield DataTable(id="traj-table", cursor_type="row", zebra_stripes=True)
+            with TabPane("Problems", id="problems"):
+                yield DataTable(id="problems-table", cursor_type="row", zebra_stripes=True)
+            with TabPane("Config", id="config"):
+                with VerticalScroll():
+                    yield ConfigView(id="config-view")
+            with TabPane("Checkpoints", id="checkpoints"):
+                yield DataTable(id="checkpoints-table", cursor_type="row", zebra_stripes=True)
+            with TabPane("Logs", id="logs"):
+                yield Input(placeholder="search the log", id="log-search")
+                yield LogTail(id="log-tail")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#traj-table", DataTable).add_columns(
+            "id", "step", "group", "sample", "problem", "turns", "return", "solved", "at turn", "speedup", "hack")
+        self.query_one("#problems-table", DataTable).add_columns(
+            "problem", "attempts", "solved", "solve rate", "best speedup", "hacks", "mean return", "mean solve turn")
+        self.query_one("#checkpoints-table", DataTable).add_columns("step", "name", "state path", "sampler path")
+        self.load_header()
+        if self.app.live and self.app.refresh_s:
+            self.set_interval(self.app.refresh_s, self.load_header)
+
+    # ---------------------------------------------------------------- workers
+
+    @work(thread=True, exclusive=True, group="detail-header", exit_on_error=False)
+    def load_header(self) -> None:
+        from core.errors import KrlError
+
+        reg = self.app.registry("detail")
+        try:
+            run = reg.get_run(self.run_ref if self.run is None else self.run["id"])
+        except KrlError as exc:
+            self.post_message(ActionDone(str(exc), error=True))
+            return
+        keys = reg.metric_keys(run["id"]) if run.get("last_step") != self._last_step else self.metric_keys
+        self.post_message(RunHeaderLoaded(run, keys))
+
+    @work(thread=True, group="detail-series", exit_on_error=False)
+    def load_curves(self, keys: list[str], max_points: int) -> None:
+        if self.run_id is None:
+            return
+        self.post_message(SeriesLoaded(load_series(self.app.registry("series"), self.run_id, keys, max_points)))
+
+    @work(thread=True, exclusive=True, group="detail-trajectories", exit_on_error=False)
+    def load_trajectory_rows(self) -> None:
+        reg = self.app.registry("detail")
+        rows = load_trajectories(reg, self.run_id, self.traj_filter)
+        problems = [p["problem_id"] for p in reg.problem_summary(self.run_id)]
+        self.post_message(TableLoaded("trajectories", rows, {"problems": sorted(problems)}))
+
+    @work(thread=True, exclusive=True, group="detail-problems", exit_on_error=False)
+    def load_problems(self) -> None:
+        self.post_message(TableLoaded("problems", self.app.registry("detail").problem_summary(self.run_id)))
+
+    @work(thread=True, exclusive=True, group="detail-checkpoints", exit_on_error=False)
+    def load_checkpoints(self) -> None:
+        self.post_message(TableLoaded("checkpoints", self.app.registry("detail").checkpoints(self.run_id)))
+
+    @work(thread=True, exclusive=True, group="detail-config", exit_on_error=False)
+    def load_config(self) -> None:
+        self.post_message(ConfigLoaded(self.run.get("config") or {}, config_overrides(self.run)))
+
+    @work(thread=True, exclusive=True, group="detail-logs", exit_on_error=False)
+    def tail_logs(self) -> None:
+        """Read what the log gained since last time (the last LOG_TAIL_BYTES on first read)."""
+        path = self.app.registry("detail").run_dir(self.run["name"]) / "logs.log"
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            if self._log_offset == 0:
+                self.post_message(LogLines([f"(no log yet at {path})"], reset=True))
+                self._log_offset = -1
+            return
+        reset = self._log_offset <= 0 or size < self._log_offset
+        start = max(0, size - LOG_TAIL_BYTES) if reset else self._log_offset
+        if size == start:
+            return
+        with open(path, "rb") as handle:
+            handle.seek(start)
+            data = handle.read(size - start)
+        # Keep a partial last line for the next read.
+        cut = data.rfind(b"\n") + 1
+        if cut == 0 and not reset:
+            return
+        chunk = data[:cut] if cut else data
+        self._log_offset = start + len(chunk)
+        lines = chunk.decode("utf-8", "replace").splitlines()
+        if reset and start > 0:
+            lines = lines[1:]
+        self.post_message(LogLines(lines, reset=reset))
+
+    @work(thread=True, group="control", exit_on_error=False)
+    def control(self, verb: str, **kwargs) -> None:
+        from core.errors import KrlError
+
+        try:
+            from core import procman
+
+            getattr(procman, f"{verb}_run")(self.app.registry("control"), self.run["name"], **kwargs)
+            self.post_message(ActionDone(f"{self.run['name']}: {verb} requested"))
+        except (KrlError, ImportError) as exc:
+            self.post_message(ActionDone(str(exc), error=True))
+
+    # ---------------------------------------------------------------- messages
+
+    def on_run_header_loaded(self, message: RunHeaderLoaded) -> None:
+        first = self.run is None
+        self.run = message.run
+        self.metric_keys = message.metric_keys
+        self._render_header()
+        step_moved = message.run.get("last_step") != self._last_step
+        self._last_step = message.run.get("last_step")
+        panel = self.query_one(CurvesPanel)
+        if first:
+            panel.set_keys(self.metric_keys, default_curve_keys(self.metric_keys))
+            self._load_tab(self.query_one(TabbedContent).active or self.initial_tab)
+            return
+        if step_moved:
+            panel.set_keys(self.metric_keys, [])
+            panel.refresh_data()
+            active = self.query_one(TabbedContent).active
+            if active in ("trajectories", "problems", "checkpoints"):
+                self._load_tab(active, force=True)
+        if self.query_one(TabbedContent).active == "logs":
+            self.tail_logs()
+
+    def _render_header(self) -> None:
+        run = self.run
+        colour = theme_colour(self.app, STATUS_COLOUR.get(run["status"], "foreground"))
+        step = "–" if run.get("last_step") is None else run["last_step"] + 1
+        text = Text.assemble((run["name"], "bold"), "  ",
+                             (f"{status_glyph(run['status'], 0)} {run['status']}", colour),
+                             f"  step {step}/{run.get('total_steps') or '?'}",
+                             f"  · {run.get('backend') or '?'} · {run.get('model') or '?'}",
+                             f" · preset {run.get('preset') or '–'}",
+                             f" · best {fmt_speedup((run.get('summary') or {}).get('best_speedup'))}")
+        if run.get("backend") == "replay":
+            text.append("  RECORDED REPLAY DATA (no live model)", style=f"bold reverse {theme_colour(self.app, 'warning')}")
+        if run.get("error") and run["status"] in ("failed", "crashed"):
+            text.append(f"\n{run['error'].strip().splitlines()[-1][:200]}", style=theme_colour(self.app, "error"))
+        self.query_one("#run-header", Static).update(text)
+
+    def on_series_loaded(self, message: SeriesLoaded) -> None:
+        self.query_one(CurvesPanel).show_series(message.series)
+
+    @on(CurvesPanel.Wanted)
+    def _curves_wanted(self, message: CurvesPanel.Wanted) -> None:
+        self.load_curves(message.keys, message.max_points)
+
+    def on_table_loaded(self, message: TableLoaded) -> None:
+        if message.table == "trajectories":
+            self._fill_trajectories(message.rows, message.extra.get("problems", []))
+        elif message.table == "problems":
+            table = self.query_one("#problems-table", DataTable)
+            table.clear()
+            for row in message.rows:
+                table.add_row(row["problem_id"], row["attempts"], row["solved"], f"{(row['solve_rate'] or 0):.0%}",
+                              fmt_speedup(row["best_speedup"]), row["hacks"], fmt_float(row["mean_return"], 3),
+                              fmt_float(row["mean_solved_turn"], 1), key=row["problem_id"])
+        elif message.table == "checkpoints":
+            table = self.query_one("#checkpoints-table", DataTable)
+            table.clear()
+            for row in message.rows:
+                table.add_row(row["step"], row["name"], row.get("state_path") or "–", row.get("sampler_path") or "–")
+
+    def _fill_trajectories(self, rows: list[dict[str, Any]], problems: list[str]) -> None:
+        select = self.query_one("#traj-problem", Select)
+        options = [(p, p) for p in problems]
+        with select.prevent(Select.Changed):
+            if getattr(self, "_problem_options", None) != options:
+                self._problem_options = options
+                select.set_options(options)
+            wanted = self.traj_filter.problem_id if self.traj_filter.problem_id in problems else Select.NULL
+            if select.value != wanted:
+                select.value = wanted
+        table = self.query_one("#traj-table", DataTable)
+        table.clear()
+        yes = theme_colour(self.app, "success")
+        bad = theme_colour(self.app, "error")
+        for row in rows:
+            table.add_row(row["id"], row["step"], row["group_index"], row["sample_index"], row["problem_id"],
+                          row["n_turns"], fmt_float(row["total_return"], 3),
+                          Text("yes", style=yes) if row["solved"] else "no",
+                          "–" if row["solved_at_turn"] is None else row["solved_at_turn"],
+                          fmt_speedup(row["best_speedup"]), Text("HACK", style=bad) if row["hack"] else "",
+                          key=str(row["id"]))
+
+    def on_config_loaded(self, message: ConfigLoaded) -> None:
+        self.query_one(ConfigView).show(message.config, message.overrides)
+
+    def on_log_lines(self, message: LogLines) -> None:
+        tail = self.query_one(LogTail)
+        if message.reset:
+            tail.clear()
+            tail._all.clear()
+        tail.append_lines(message.lines)
+
+    def on_action_done(self, message: ActionDone) -> None:
+        self.notify(message.text, severity="error" if message.error else "information")
+        self.load_header()
+
+    # ---------------------------------------------------------------- tabs and filters
+
+    @on(TabbedContent.TabActivated)
+    def _tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        if self.run is not None:
+            self._load_tab(event.pane.id)
+
+    def _load_tab(self, tab: str, force: bool = False) -> None:
+        if tab in self._loaded_tabs and not force and tab not in ("logs",):
+            return
+        self._loaded_tabs.add(tab)
+        if tab == "trajectories":
+            self.load_trajectory_rows()
+        elif tab == "problems":
+            self.load_problems()
+        elif tab == "checkpoints":
+            self.load_checkpoints()
+        elif tab == "config":
+            self.load_config()
+        elif tab == "logs":
+            self.tail_logs()
+
+    @on(Select.Changed, "#traj-problem")
+    @on(Select.Changed, "#traj-outcome")
+    @on(Select.Changed, "#traj-order")
+    def _traj_select_changed(self, event: Select.Changed) -> None:
+        value = None if event.value is Select.NULL else event.value
+        if event.select.id == "traj-problem":
+            self.traj_filter.problem_id = value
+        elif event.select.id == "traj-outcome":
+            self.traj_filter.outcome = None if value in (None, "all") else value
+        else:
+            self.traj_filter.order = value or "return"
+        if self.run is not None:
+            self.load_trajectory_rows()
+
+    @on(Input.Changed, "#traj-steps")
+    def _steps_changed(self, event: Input.Changed) -> None:
+        try:
+            self.traj_filter.step_min, self.traj_filter.step_max = parse_step_range(event.value)
+            event.input.remove_class("-invalid")
+        except ValueError:
+            event.input.add_class("-invalid")
+            return
+        if self.run is not None:
+            self.load_trajectory_rows()
+
+    @on(Input.Changed, "#log-search")
+    def _log_search(self, event: Input.Changed) -> None:
+        self.query_one(LogTail).set_search(event.value)
+
+    @on(DataTable.RowSelected, "#traj-table")
+    def _open_trajectory(self, event: DataTable.RowSelected) -> None:
+        self.app.open_trajectory(int(event.row_key.value))
+
+    @on(DataTable.RowSelected, "#problems-table")
+    def _problem_chosen(self, event: DataTable.RowSelected) -> None:
+        self.traj_filter.problem_id = str(event.row_key.value)
+        self.query_one(TabbedContent).active = "trajectories"
+        self._loaded_tabs.add("trajectories")
+        self.load_trajectory_rows()
+
+    # ---------------------------------------------------------------- actions
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    def action_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
+
+    def action_toggle_x(self) -> None:
+        self.query_one(CurvesPanel).toggle_x_axis()
+
+    def action_smoothing(self, direction: int) -> None:
+        self.query_one(CurvesPanel).adjust_smoothing(direction * SMOOTHING_STEP)
+
+    def action_search(self) -> None:
+        active = self.query_one(TabbedContent).active
+        target = {"logs": "#log-search", "curves": "#metric-filter", "trajectories": "#traj-steps"}.get(active)
+        if target:
+            self.query_one(target).focus()
+
+    def action_stop(self) -> None:
+        if self.run and self.run["status"] in ("queued", "running", "stopping"):
+            self.control("stop", wait=False)
+
+    def action_resume(self) -> None:
+        if self.run and self.run["status"] in ("stopped", "failed", "crashed"):
+            self.control("resume", detach=True)

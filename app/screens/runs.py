@@ -1,0 +1,336 @@
+"""The runs screen: every run in the workspace, live. Filter as you type, sort, select runs to compare,
+and start/stop/resume/fork/delete/tag runs through core.procman, all from the keyboard."""
+
+from __future__ import annotations
+
+import shlex
+import threading
+from typing import Optional
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, Static
+
+from app.screens.dialogs import ConfirmScreen, PromptScreen
+from app.screens.loaders import RunRow, load_runs, load_sparklines
+from app.screens.messages import ActionDone, RunsLoaded, SparksLoaded
+from app.widgets.run_table import SORT_KEYS, RunTable, elapsed_s
+
+SPARK_ROWS = 60  # sparklines are read for the first rows on screen only
+ACTIVE = ("queued", "running", "stopping")
+
+
+def row_matches(row: RunRow, terms: list[str]) -> bool:
+    haystack = " ".join([row.name, row.status, row.kind, row.model, row.backend, row.preset, *row.tags]).lower()
+    return all(term in haystack for term in terms)
+
+
+def sort_rows(rows: list[RunRow], key: str, reverse: bool, now: float) -> list[RunRow]:
+    def value(row: RunRow):
+        v = {"created": row.created_at, "name": row.name, "status": row.status, "step": row.step,
+             "reward": row.reward, "correct": row.correct, "best": row.best_speedup,
+             "elapsed": elapsed_s(row, now)}[key]
+        return (v is None, v if v is not None else 0)
+
+    # Missing values go last in both directions.
+    present = [r for r in rows if not value(r)[0]]
+    missing = [r for r in rows if value(r)[0]]
+    default_desc = key in ("created", "reward", "correct", "best", "step", "elapsed")
+    return sorted(present, key=lambda r: value(r)[1], reverse=default_desc != reverse) + missing
+
+
+class RunsScreen(Screen):
+    BINDINGS = [
+        Binding("enter", "open", "Open", id="runs.open"),
+        Binding("n", "new", "New", id="runs.new"),
+        Binding("s", "stop", "Stop", id="runs.stop"),
+        Binding("r", "resume", "Resume", id="runs.resume"),
+        Binding("f", "fork", "Fork", id="runs.fork"),
+        Binding("d", "delete", "Delete", id="runs.delete"),
+        Binding("space", "toggle_select", "Select", id="runs.select"),
+        Binding("c", "compare", "Compare", id="runs.compare"),
+        Binding("l", "logs", "Logs", id="runs.logs"),
+        Binding("t", "tag", "Tag", id="runs.tag"),
+        Binding("slash", "filter", "Filter", id="runs.filter"),
+        Binding("o", "sort", "Sort", id="runs.sort"),
+        Binding("O", "reverse_sort", "Reverse sort", show=False, id="runs.sort_reverse"),
+        Binding("escape", "clear_filter", "Clear filter", show=False, id="runs.clear_filter"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[RunRow] = []
+        self.sparks: dict[int, tuple[list[float], list[float]]] = {}
+        self._spark_versions: dict[int, Optional[int]] = {}
+        self.selected: set[int] = set()
+        self.ticks: dict[int, int] = {}
+        self._beats: dict[int, tuple] = {}
+        self.sort_key, self.sort_reverse = "created", False
+        self.filter_text = ""
+        self._data_version: Optional[int] = None
+        self._tick_lock = threading.Lock()
+        self.loaded = threading.Event()  # set after the first rows arrive (tests, benchmarks)
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="runs-title")
+        yield Input(placeholder="filter runs: name, status, model, backend, tag…", id="runs-filter")
+        yield RunTable(id="runs-table")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(RunTable).focus()
+        self.refresh_runs(force=True)
+        if self.app.live and self.app.refresh_s:
+            self.set_interval(self.app.refresh_s, self.refresh_runs)
+
+    # ---------------------------------------------------------------- workers
+
+    @work(thread=True, exclusive=True, group="runs-refresh", exit_on_error=False)
+    def refresh_runs(self, force: bool = False) -> None:
+        if not self._tick_lock.acquire(blocking=False):
+            return  # the previous tick is still reading; skip rather than pile up
+        try:
+            if self.app.reconcile_runs and (force or any(r.status in ACTIVE for r in self.rows)):
+                _reconcile(self.app.registry("reconcile"))
+            reg = self.app.registry("runs")
+            # PRAGMA data_version moves only when another connection commits: an idle workspace costs one probe.
+            version = reg.conn.execute("PRAGMA data_version").fetchone()[0]
+            if force or version != self._data_version:
+                self._data_version = version
+                self.post_message(RunsLoaded(load_runs(reg), changed=True))
+            elif any(r.status in ("running", "stopping") for r in self.rows):
+                self.post_message(RunsLoaded(self.rows, changed=False))  # elapsed clocks move
+        finally:
+            self._tick_lock.release()
+
+    @work(thread=True, exclusive=True, group="runs-sparks", exit_on_error=False)
+    def load_sparks(self, rows: list[RunRow]) -> None:
+        self.post_message(SparksLoaded(load_sparklines(self.app.registry("sparks"), rows)))
+
+    @work(thread=True, group="control", exit_on_error=False)
+    def control(self, verb: str, name: str, **kwargs) -> None:
+        from core.errors import KrlError
+
+        try:
+            from core import procman
+
+            getattr(procman, f"{verb}_run")(self.app.registry("control"), name, **kwargs)
+            past = {"stop": "stopping", "resume": "resumed", "fork": "forked", "delete": "deleted"}.get(verb, verb)
+            self.post_message(ActionDone(f"{name}: {past}"))
+        except KrlError as exc:
+            self.post_message(ActionDone(str(exc), error=True))
+        except ImportError as exc:
+            self.post_message(ActionDone(f"process manager unavailable: {exc}", error=True))
+
+    @work(thread=True, group="control", exit_on_error=False)
+    def change_tags(self, run_id: int, add: list[str], remove: list[str]) -> None:
+        reg = self.app.registry("control")
+        if add:
+            reg.add_tags(run_id, add)
+        if remove:
+            reg.remove_tags(run_id, remove)
+        self.post_message(ActionDone(f"tags: {' '.join(reg.get_run(run_id)['tags']) or '(none)'}"))
+
+    # ---------------------------------------------------------------- messages
+
+    def on_runs_loaded(self, message: RunsLoaded) -> None:
+        if message.changed:
+            for row in message.rows:
+                beat = (row.heartbeat_at, row.step, row.status)
+                if row.id in self._beats and self._beats[row.id] != beat:
+                    self.ticks[row.id] = self.ticks.get(row.id, 0) + 1
+                self._beats[row.id] = beat
+            self.rows = message.rows
+            self.selected &= {r.id for r in self.rows}
+            self.app.known_runs = [r.name for r in self.rows]
+        self._render_table()
+        self.loaded.set()
+
+    def on_sparks_loaded(self, message: SparksLoaded) -> None:
+        self.sparks.update(message.sparks)
+        self._render_table()
+
+    def on_action_done(self, message: ActionDone) -> None:
+        self.notify(message.text, severity="error" if message.error else "information",
+                    timeout=8 if message.error else 3)
+        self.refresh_runs(force=True)
+
+    # ---------------------------------------------------------------- rendering
+
+    def visible_rows(self) -> list[RunRow]:
+        terms = self.filter_text.lower().split()
+        rows = [r for r in self.rows if row_matches(r, terms)] if terms else self.rows
+        return sort_rows(rows, self.sort_key, self.sort_reverse, self.app.clock())
+
+    def _render_table(self) -> None:
+        rows = self.visible_rows()
+        table = self.query_one(RunTable)
+        table.show(rows, self.sparks, self.selected, self.ticks, self.app.clock())
+        stale = [r for r in rows[:SPARK_ROWS] if self._spark_versions.get(r.id, -2) != r.step]
+        if stale:
+            for r in stale:
+                self._spark_versions[r.id] = r.step
+            self.load_sparks(stale)
+        running = sum(r.status == "running" for r in self.rows)
+        queued = sum(r.status == "queued" for r in self.rows)
+        arrow = "↑" if self.sort_reverse else "↓"
+        parts = [f"{self.app.workspace}", f"{len(self.rows)} runs",
+                 f"{running} running", f"{queued} queued", f"sort: {self.sort_key} {arrow}"]
+        if self.filter_text:
+            parts.append(f"filter: {self.filter_text!r} ({len(rows)} shown)")
+        if self.selected:
+            parts.append(f"{len(self.selected)} selected")
+        self.query_one("#runs-title", Static).update(Text.assemble(("kernelrl  ", "bold"), "  ·  ".join(parts)))
+
+    # ---------------------------------------------------------------- filter / sort / select
+
+    def action_filter(self) -> None:
+        box = self.query_one("#runs-filter", Input)
+        box.display = True
+        # Focus after this key is fully handled, so the "/" itself is not typed into the box.
+        self.call_after_refresh(box.focus)
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#runs-filter", Input)
+        box.value = ""
+        box.display = False
+        self.query_one(RunTable).focus()
+
+    @on(Input.Changed, "#runs-filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value
+        self._render_table()
+
+    @on(Input.Submitted, "#runs-filter")
+    def _filter_submitted(self) -> None:
+        self.query_one(RunTable).focus()
+        if not self.filter_text:
+            self.query_one("#runs-filter").display = False
+
+    def action_sort(self) -> None:
+        self.sort_key = SORT_KEYS[(SORT_KEYS.index(self.sort_key) + 1) % len(SORT_KEYS)]
+        self._render_table()
+
+    def action_reverse_sort(self) -> None:
+        self.sort_reverse = not self.sort_reverse
+        self._render_table()
+
+    @on(DataTable.HeaderSelected)
+    def _header_clicked(self, event: DataTable.HeaderSelected) -> None:
+        key = str(event.column_key.value)
+        if key in SORT_KEYS:
+            self.sort_reverse = not self.sort_reverse if key == self.sort_key else False
+            self.sort_key = key
+            self._render_table()
+
+    def action_toggle_select(self) -> None:
+        run_id = self.current_run_id()
+        if run_id is None:
+            return
+        self.selected ^= {run_id}
+        self._render_table()
+
+    # ---------------------------------------------------------------- actions
+
+    def current_run_id(self) -> Optional[int]:
+        return self.query_one(RunTable).current_run_id
+
+    def current_row(self) -> Optional[RunRow]:
+        run_id = self.current_run_id()
+        return next((r for r in self.rows if r.id == run_id), None)
+
+    @on(DataTable.RowSelected, "#runs-table")
+    def _row_selected(self) -> None:
+        self.action_open()
+
+    def action_open(self) -> None:
+        row = self.current_row()
+        if row:
+            self.app.open_run_detail(row.id)
+
+    def action_logs(self) -> None:
+        row = self.current_row()
+        if row:
+            self.app.open_run_detail(row.id, tab="logs")
+
+    def action_new(self) -> None:
+        self.app.open_new_run()
+
+    def action_compare(self) -> None:
+        chosen = [r.id for r in self.rows if r.id in self.selected]
+        if not 2 <= len(chosen) <= 8:
+            self.notify("select 2–8 runs with space, then press c", severity="warning")
+            return
+        self.app.open_compare(chosen)
+
+    def action_stop(self) -> None:
+        row = self.current_row()
+        if row is None:
+            return
+        if row.status not in ACTIVE:
+            self.notify(f"{row.name} is {row.status}; nothing to stop", severity="warning")
+            return
+        self.notify(f"stopping {row.name}…")
+        # wait=False: signal and return; reconcile() escalates to SIGKILL after the grace period.
+        self.control("stop", row.name, wait=False)
+
+    def action_resume(self) -> None:
+        row = self.current_row()
+        if row is None:
+            return
+        if row.status not in ("stopped", "failed", "crashed"):
+            self.notify(f"{row.name} is {row.status}; only stopped, failed or crashed runs resume",
+                        severity="warning")
+            return
+        self.control("resume", row.name, detach=True)
+
+    def action_fork(self) -> None:
+        row = self.current_row()
+        if row is None:
+            return
+
+        def answered(text: Optional[str]) -> None:
+            if not text:
+                return
+            words = shlex.split(text)
+            self.control("fork", row.name, new_name=words[0], overrides=words[1:])
+
+        self.app.push_screen(PromptScreen(f"Fork {row.name}: new name, then overrides (key=value …)",
+                                          placeholder=f"{row.name}-fork optim.lr=1e-5"), answered)
+
+    def action_delete(self) -> None:
+        row = self.current_row()
+        if row is None:
+            return
+
+        def answered(yes: Optional[bool]) -> None:
+            if yes:
+                self.control("delete", row.name)
+
+        self.app.push_screen(ConfirmScreen(f"Delete run {row.name} and all its data?"), answered)
+
+    def action_tag(self) -> None:
+        row = self.current_row()
+        if row is None:
+            return
+
+        def answered(text: Optional[str]) -> None:
+            if text is None:
+                return
+            words = text.split()
+            self.change_tags(row.id, [w for w in words if not w.startswith("-")],
+                             [w[1:] for w in words if w.startswith("-") and len(w) > 1])
+
+        self.app.push_screen(PromptScreen(f"Tags for {row.name} (word adds, -word removes)",
+                                          value=" ".join(row.tags)), answered)
+
+
+def _reconcile(reg) -> None:
+    try:
+        from core import procman
+    except ImportError:
+        return
+    procman.reconcile(reg)

@@ -1,0 +1,158 @@
+"""The kernelrl Textual app: screen routing, global bindings, theme choice, command palette.
+Screens do the work; this module wires them together and owns the per-thread registry handles."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+
+from core.registry import Registry, workspace_path
+from themes.palettes import ALIASES, DEFAULT_THEME, THEMES, VARIABLE_DEFAULTS
+from themes.settings import load_settings, save_setting
+
+THEME_DIR = Path(__file__).resolve().parent.parent / "themes"
+
+
+class KrlApp(App):
+    """kernelrl's TUI. `clock` and `live` exist so tests and snapshots can freeze time and refreshes."""
+
+    TITLE = "kernelrl"
+    CSS_PATH = [str(THEME_DIR / "app.tcss")]
+    BINDINGS = [
+        Binding("question_mark", "help", "Help", id="app.help"),
+        Binding("q", "quit", "Quit", id="app.quit"),
+        Binding("ctrl+t", "cycle_theme", "Theme", show=False, id="app.theme"),
+    ]
+
+    def __init__(self, workspace: str | Path | None = None, theme: Optional[str] = None,
+                 clock: Callable[[], float] = time.time, live: bool = True, refresh_s: float = 1.0,
+                 reconcile: bool = True, open_run: Optional[str] = None, remember_theme: bool = True) -> None:
+        super().__init__()
+        self.workspace = workspace_path(workspace)
+        self.clock = clock
+        self.live = live
+        self.refresh_s = refresh_s
+        self.reconcile_runs = reconcile
+        self.open_run = open_run
+        self.remember_theme = remember_theme
+        self._registries: dict[str, Registry] = {}
+        self._registry_lock = threading.Lock()
+        for theme_obj in THEMES:
+            self.register_theme(theme_obj)
+        self.theme = resolve_theme(theme or load_settings().get("theme"))
+        self.known_runs: list[str] = []  # names, for the command palette (filled by the runs screen)
+
+    # ---------------------------------------------------------------- registry handles
+
+    def registry(self, group: str) -> Registry:
+        """One Registry per worker group, so a slow query in one group never queues another group's reads."""
+        with self._registry_lock:
+            reg = self._registries.get(group)
+            if reg is None:
+                reg = self._registries[group] = Registry.for_workspace(self.workspace)
+            return reg
+
+    def on_unmount(self) -> None:
+        for reg in self._registries.values():
+            try:
+                reg.close()
+            except Exception:
+                pass
+
+    # ---------------------------------------------------------------- screens
+
+    def get_default_screen(self) -> Screen:
+        from app.screens.runs import RunsScreen
+
+        return RunsScreen()
+
+    def on_mount(self) -> None:
+        if self.open_run:
+            self.open_run_detail(self.open_run)
+
+    def open_run_detail(self, run: int | str, tab: str = "curves") -> None:
+        from app.screens.run_detail import RunDetailScreen
+
+        self.push_screen(RunDetailScreen(run, tab=tab))
+
+    def open_trajectory(self, trajectory_id: int) -> None:
+        from app.screens.trajectory import TrajectoryScreen
+
+        self.push_screen(TrajectoryScreen(trajectory_id))
+
+    def open_compare(self, run_ids: list[int]) -> None:
+        from app.screens.compare import CompareScreen
+
+        self.push_screen(CompareScreen(run_ids))
+
+    def open_new_run(self) -> None:
+        from app.screens.new_run import NewRunScreen
+
+        self.push_screen(NewRunScreen())
+
+    def action_help(self) -> None:
+        from app.screens.help import HelpScreen
+
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.screen))
+
+    # ---------------------------------------------------------------- theme
+
+    def watch_theme(self, theme: str) -> None:
+        if self.remember_theme and self.is_running:
+            save_setting("theme", theme)
+
+    def action_cycle_theme(self) -> None:
+        names = [t.name for t in THEMES]
+        self.theme = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
+        self.notify(f"theme: {self.theme}")
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        return dict(VARIABLE_DEFAULTS)
+
+    # ---------------------------------------------------------------- command palette
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("New run", "Open the new-run form", self.open_new_run)
+        yield SystemCommand("Help: keys", "List every key binding", self.action_help)
+        for theme_obj in THEMES:
+            yield SystemCommand(f"Theme: {theme_obj.name}", "Switch theme (remembered)",
+                                lambda name=theme_obj.name: setattr(self, "theme", name))
+        # Screen actions (stop, resume, fork, compare, …) appear under their binding descriptions.
+        for binding in screen.BINDINGS:
+            if isinstance(binding, Binding) and binding.description and binding.id:
+                yield SystemCommand(binding.description, f"key: {binding.key}",
+                                    lambda action=binding.action, s=screen: self.call_next(s.run_action, action),
+                                    discover=False)
+        for name in self.known_runs[:200]:
+            yield SystemCommand(f"Open run: {name}", "Run detail", lambda n=name: self.open_run_detail(n),
+                                discover=False)
+
+
+def resolve_theme(name: Optional[str]) -> str:
+    if not name:
+        return DEFAULT_THEME
+    return ALIASES.get(name, name)
+
+
+def run_tui(theme: Optional[str] = None, workspace: str | Path | None = None, open_run: Optional[str] = None) -> None:
+    """Open the TUI on the workspace ($KRL_WORKSPACE or ./runs); an unknown --theme is a user error."""
+    from core.errors import KrlError
+
+    names = [t.name for t in THEMES]
+    if theme and resolve_theme(theme) not in names:
+        from textual.theme import BUILTIN_THEMES
+
+        if theme not in BUILTIN_THEMES:
+            raise KrlError(f"unknown theme '{theme}'. Choose one of: {', '.join(list(ALIASES) + names)}.")
+    app = KrlApp(workspace=workspace, theme=theme, open_run=open_run)
+    if theme:
+        save_setting("theme", app.theme)
+    app.run()

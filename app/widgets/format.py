@@ -1,0 +1,50 @@
+"""Small formatting helpers shared by the widgets: numbers, durations, status glyphs and colours.
+Colours are theme variable names, resolved against the running app's theme by the caller."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+# Theme variable per run status; `text-muted` for the settled ones.
+STATUS_COLOUR = {"queued": "secondary", "running": "success", "stopping": "warning", "stopped": "foreground-muted",
+                 "finished": "primary", "failed": "error", "crashed": "error"}
+STATUS_GLYPH = {"queued": "◌", "stopping": "◍", "stopped": "■", "finished": "✔", "failed": "✖", "crashed": "✖"}
+# A running run's glyph turns a quarter each time its heartbeat or step moves: liveness without a timer.
+LIVE_GLYPHS = ("◐", "◓", "◑", "◒")
+
+
+def status_glyph(status: str, tick: int = 0) -> str:
+    return LIVE_GLYPHS[tick % 4] if status == "running" else STATUS_GLYPH.get(status, "?")
+
+
+def fmt_float(value: Optional[float], digits: int = 2) -> str:
+    if value is None:
+        return "–"
+    if abs(value) >= 1000 or (value and abs(value) < 10 ** -digits):
+        return f"{value:.{digits}g}"
+    return f"{value:.{digits}f}"
+
+
+def fmt_duration(seconds: Optional[float]) -> str:
+    if seconds is None or seconds < 0:
+        return "–"
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
+
+
+def fmt_speedup(value: Optional[float]) -> str:
+    return "–" if value is None else f"{value:.2f}x"
+
+
+def theme_colour(app, variable: str, fallback: str = "white") -> str:
+    """A theme variable's colour ('$success' → '#2ecc71') for Rich styles built in code."""
+    variables = app.theme_variables
+    if variable == "foreground-muted":
+        return variables.get("foreground-muted") or variables.get("text-muted") or variables.get("foreground", fallback)
+    return variables.get(variable) or fallback

@@ -1,0 +1,756 @@
+"""The training loop a run executes: sample groups → evaluate → per-turn rewards/advantages → update → registry.
+`python -m core.train <run-id> --workspace W` runs a registered run (procman spawns it); run_foreground() runs in-process."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+import signal
+import sys
+import threading
+import time
+import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+from core.backends.base import (AdamParams, Datum, Prompt, SampleContext, SampledSequence, SamplingParams,
+                                TrainingBackend, open_backend)
+from core.checkpoint import (append_checkpoint_record, capture_rng, checkpoint_dir, checkpoint_name,
+                             load_trainer_state, restore_rng, save_trainer_state)
+from core.config import RunConfig, config_from_dict
+from core.env import KernelEnv, make_retriever, messages_to_text
+from core.errors import KrlError
+from core.problems import Problem, load_problem_set
+from core.registry import Registry, TrajectoryRecord
+from core.reward import BatchAdvantages, StageSchedule, per_turn_advantages
+from evaluator.api import EvalResult, Verdict
+
+log = logging.getLogger("krl.train")
+
+HEARTBEAT_INTERVAL_S = 2.0  # contract: at least every 5 s
+WAIT_POLL_S = 0.25  # how often waiting threads look at the stop flag
+MAX_ROLLOUT_THREADS = 64
+FAST_THRESHOLDS = (1.0, 1.2)
+
+
+class StopRequested(Exception):
+    """SIGTERM/SIGINT arrived: abandon the current step, checkpoint, exit cleanly."""
+
+
+# ---------------------------------------------------------------- determinism helpers
+
+def derive_seed(*parts: Any) -> int:
+    """A stable 31-bit seed from the parts (independent of thread order and Python's hash randomisation)."""
+    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def epoch_order(n_problems: int, epoch: int, seed: int, shuffle: bool) -> list[int]:
+    order = list(range(n_problems))
+    if shuffle:
+        random.Random(derive_seed("data-order", seed, epoch)).shuffle(order)
+    return order
+
+
+def batch_for_step(n_problems: int, step: int, batch_size: int, seed: int, shuffle: bool = True) -> list[tuple[int, int]]:
+    """(problem index, epoch) for each group of a step: a pure function of the seed, so a resume sees the same order."""
+    batch = []
+    for position in range(step * batch_size, (step + 1) * batch_size):
+        epoch, offset = divmod(position, n_problems)
+        batch.append((epoch_order(n_problems, epoch, seed, shuffle)[offset], epoch))
+    return batch
+
+
+def lr_at(step: int, config: RunConfig) -> float:
+    """Learning rate for a 0-based step: linear warmup over optim.warmup_steps, then constant/linear/cosine decay."""
+    optim = config.optim
+    if optim.warmup_steps and step < optim.warmup_steps:
+        return optim.lr * (step + 1) / optim.warmup_steps
+    decay_steps = max(1, config.max_steps - optim.warmup_steps)
+    progress = min(1.0, max(0.0, (step - optim.warmup_steps) / decay_steps))
+    if optim.schedule == "linear":
+        return optim.lr * (1.0 - progress)
+    if optim.schedule == "cosine":
+        return optim.lr * 0.5 * (1.0 + math.cos(math.pi * progress))
+    return optim.lr
+
+
+def split_even(items: Sequence[Any], parts: int) -> list[list[Any]]:
+    parts = max(1, min(parts, len(items))) if items else 1
+    size, extra = divmod(len(items), parts)
+    out, start = [], 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        out.append(list(items[start:end]))
+        start = end
+    return out
+
+
+# ---------------------------------------------------------------- rollouts
+
+@dataclass
+class TurnSample:
+    prompt: Prompt
+    sequence: SampledSequence
+
+
+@dataclass
+class Rollout:
+    group: int
+    sample: int
+    problem: Problem
+    env: KernelEnv
+    samples: list[TurnSample] = field(default_factory=list)
+
+
+class _SharedFirstTurn:
+    """The group's first prompt is the same for every sample: sample it once with n = group size."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._result: Optional[list[SampledSequence]] = None
+
+    def get(self, produce: Callable[[], list[SampledSequence]]) -> list[SampledSequence]:
+        with self._lock:
+            if self._result is None:
+                self._result = produce()
+            return self._result
+
+
+# ---------------------------------------------------------------- metrics
+
+def _mean(values: Sequence[float]) -> Optional[float]:
+    return sum(values) / len(values) if values else None
+
+
+def rollout_metrics(rollouts: Sequence[Rollout], config: RunConfig) -> dict[str, float]:
+    """Kernel and reward metrics of one step (tinker-cookbook names where they exist)."""
+    trajectories = [r.env.trajectory for r in rollouts]
+    transitions = [t for traj in trajectories for t in traj.transitions]
+    metrics: dict[str, Optional[float]] = {}
+    n_turns = len(transitions)
+    verdicts = [t.eval_result.verdict for t in transitions]
+    metrics["env/all/reward/total"] = _mean([discounted_total(traj.scores, config.reward.gamma) for traj in trajectories])
+    metrics["env/all/reward/score_sum"] = _mean([sum(traj.scores) for traj in trajectories])
+    metrics["env/all/reward/turn_mean"] = _mean([t.score for t in transitions])
+    for component in ("format", "compile", "correctness", "speed", "thinking", "length", "hack"):
+        metrics[f"env/all/reward/{component}"] = _mean([t.breakdown.get(component, 0.0) for t in transitions])
+    if n_turns:
+        metrics["env/all/format_rate"] = sum(t.parsed.format_ok for t in transitions) / n_turns
+        metrics["env/all/kernel_found_rate"] = sum(t.parsed.kernel is not None for t in transitions) / n_turns
+        metrics["env/all/compile_rate"] = sum(bool(t.eval_result.compiled) for t in transitions) / n_turns
+        metrics["env/all/correct_rate"] = sum(v == Verdict.CORRECT for v in verdicts) / n_turns
+        metrics["env/all/hack_rate"] = sum(v == Verdict.HACK_DETECTED for v in verdicts) / n_turns
+        metrics["env/all/truncation_rate"] = sum(t.parsed.truncated for t in transitions) / n_turns
+        metrics["env/all/thinking_rate"] = sum(t.parsed.has_thinking for t in transitions) / n_turns
+        for verdict in Verdict:
+            metrics[f"env/all/verdict/{verdict.value}"] = sum(v == verdict for v in verdicts) / n_turns
+    if trajectories:
+        metrics["env/all/solved_rate"] = sum(traj.solved for traj in trajectories) / len(trajectories)
+        metrics["env/all/turns_per_episode"] = n_turns / len(trajectories)
+        for threshold in FAST_THRESHOLDS:
+            fast = sum(1 for traj in trajectories if traj.best_speedup is not None and traj.best_speedup > threshold)
+            metrics[f"env/all/fast_{threshold:g}"] = fast / len(trajectories)
+    for turn in range(config.max_turns):
+        reached = [traj.transitions[turn] for traj in trajectories if len(traj.transitions) > turn]
+        if reached:
+            metrics[f"env/all/turn{turn}/correct_rate"] = (
+                sum(t.eval_result.verdict == Verdict.CORRECT for t in reached) / len(reached))
+    speedups = [traj.best_speedup for traj in trajectories if traj.best_speedup is not None]
+    metrics["env/all/speedup/mean"] = _mean(speedups)
+    metrics["env/all/speedup/max"] = max(speedups) if speedups else None
+    metrics["env/all/ac_tokens_per_turn"] = _mean([t.tokens_out for t in transitions])
+    metrics["env/all/ob_tokens_per_turn"] = _mean([t.tokens_in for t in transitions])
+    metrics["env/all/total_ac_tokens"] = float(sum(t.tokens_out for t in transitions))
+    eval_times = [t.eval_result.phase_times_s.get("total") for t in transitions if t.eval_result.request_id]
+    eval_times = [x for x in eval_times if isinstance(x, (int, float))]
+    metrics["time/eval_mean"] = _mean(eval_times)
+    metrics["time/eval_sum"] = float(sum(eval_times))
+    metrics["env/all/evaluated"] = float(sum(1 for t in transitions if t.eval_result.request_id))
+    return {k: float(v) for k, v in metrics.items() if v is not None}
+
+
+def discounted_total(scores: Sequence[float], gamma: float) -> float:
+    total = 0.0
+    for score in reversed(scores):
+        total = score + gamma * total
+    return total
+
+
+# ---------------------------------------------------------------- the trainer
+
+class Trainer:
+    """Runs one registered run from its start (or last checkpoint) to max_steps, writing everything to the registry."""
+
+    def __init__(self, registry: Registry, run_id: int) -> None:
+        self.registry = registry
+        self.run_id = run_id
+        row = registry.get_run(run_id)
+        self.name = row["name"]
+        self.row = row
+        self.config: RunConfig = config_from_dict(row["config"] or {}, f"config of run '{self.name}'")
+        self.run_dir = registry.run_dir(self.name)
+        self.stop_event = threading.Event()
+        self.stop_reason = ""
+        self.backend: Optional[TrainingBackend] = None
+        self.evaluator: Any = None
+        self.schedule = StageSchedule.from_config(self.config)
+        self.retriever: Any = None
+        self.problems: list[Problem] = []
+        self.last_completed_step: Optional[int] = None
+        self.last_checkpoint_step: Optional[int] = None
+        self.start_step = 0
+        self._heartbeat_stop = threading.Event()
+        self._heartbeat_thread: Optional[threading.Thread] = None
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self._tb: Any = None
+
+    # ------------------------------------------------------------ control
+
+    def request_stop(self, reason: str) -> None:
+        if not self.stop_event.is_set():
+            self.stop_reason = reason
+            self.stop_event.set()
+            log.info("%s received: stopping after a checkpoint", reason)
+
+    def _check_stop(self) -> None:
+        if self.stop_event.is_set():
+            raise StopRequested(self.stop_reason)
+
+    def _start_heartbeat(self) -> None:
+        def beat() -> None:
+            while not self._heartbeat_stop.wait(HEARTBEAT_INTERVAL_S):
+                try:
+                    self.registry.heartbeat(self.run_id)
+                except Exception as exc:  # a busy database must not kill the job; the next beat retries
+                    log.warning("heartbeat failed: %s", exc)
+
+        self.registry.heartbeat(self.run_id)
+        self._heartbeat_thread = threading.Thread(target=beat, name="krl-heartbeat", daemon=True)
+        self._heartbeat_thread.start()
+
+    # ------------------------------------------------------------ setup
+
+    def _mark_running(self) -> None:
+        row = self.registry.get_run(self.run_id)
+        if row["status"] == "stopping":
+            self.request_stop("stop requested before start")
+        fields: dict[str, Any] = {"ended_at": None, "exit_code": None, "error": None}
+        if not row.get("started_at"):
+            fields["started_at"] = time.time()
+        if row["status"] != "running":
+            self.registry.compare_and_set_status(
+                self.run_id, ("queued", "stopped", "failed", "crashed", "finished"), "running", "job started", **fields)
+        else:
+            self.registry.update_run(self.run_id, **{k: v for k, v in fields.items() if k == "started_at"})
+
+    def _write_config(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.run_dir / "config.yaml.tmp"
+        tmp.write_text(self.config.to_yaml())
+        os.replace(tmp, self.run_dir / "config.yaml")
+
+    def _load_problems(self, saved_ids: Optional[list[str]]) -> None:
+        problems = load_problem_set(self.config.problems)
+        recorded = getattr(self.backend, "problem_ids", None)
+        if callable(recorded):
+            have = set(recorded())
+            skipped = [p.id for p in problems if p.id not in have]
+            problems = [p for p in problems if p.id in have]
+            if skipped:
+                message = f"replay: {len(skipped)} problem(s) have no recordings and are skipped: {', '.join(skipped[:6])}"
+                log.info(message)
+                self.registry.add_event(self.run_id, "warning", message)
+            if not problems:
+                raise KrlError(f"none of the problems in '{self.config.problems}' has recordings in "
+                               f"{getattr(self.backend, 'path', 'the replay file')}.")
+        if saved_ids:
+            by_id = {p.id: p for p in problems}
+            missing = [pid for pid in saved_ids if pid not in by_id]
+            if missing:
+                raise KrlError(f"cannot resume run '{self.name}': its problems changed since the checkpoint "
+                               f"(missing: {', '.join(missing[:5])}). Fork it with a new problems= instead.")
+            problems = [by_id[pid] for pid in saved_ids]
+        self.problems = problems
+
+    def _resume_point(self) -> tuple[Optional[dict[str, Any]], Optional[Path], bool]:
+        """(checkpoint row, its trainer-state folder, same_run) to restore from, or (None, None, False)."""
+        checkpoint = self.registry.last_checkpoint(self.run_id)
+        if checkpoint is not None:
+            return checkpoint, checkpoint_dir(self.run_dir, checkpoint["name"]), True
+        parent_id = self.row.get("parent_run_id")
+        if parent_id is None:
+            return None, None, False
+        parent = self.registry.get_run(int(parent_id))
+        candidates = self.registry.checkpoints(parent["id"])
+        wanted = self.row.get("parent_step")
+        if wanted is not None:
+            candidates = [c for c in candidates if c["step"] <= int(wanted)]
+        if not candidates:
+            raise KrlError(f"fork '{self.name}': parent run '{parent['name']}' has no checkpoint at or before step "
+                           f"{wanted}. Fork from a step that has one (`krl runs show {parent['name']}`).")
+        checkpoint = candidates[-1]
+        if wanted is not None and checkpoint["step"] != int(wanted):
+            self.registry.add_event(self.run_id, "warning", f"parent has no checkpoint at step {wanted}; "
+                                                            f"starting from step {checkpoint['step']}")
+        return checkpoint, checkpoint_dir(self.registry.run_dir(parent["name"]), checkpoint["name"]), False
+
+    def setup(self) -> None:
+        self._mark_running()
+        self._write_config()
+        self._start_heartbeat()
+        checkpoint, folder, same_run = self._resume_point()
+        state: dict[str, Any] = {}
+        if checkpoint is not None and folder is not None:
+            state = load_trainer_state(folder)
+            self.start_step = int(state["step"]) + 1
+            self.last_completed_step = int(state["step"])
+            if same_run:
+                self.last_checkpoint_step = int(state["step"])
+            restore_rng(state.get("rng"))
+            log.info("resuming from checkpoint %s (step %d) at step %d", checkpoint["name"], state["step"],
+                     self.start_step)
+        backend_state = state.get("backend_state_path") if state.get("backend_can_train") else None
+        self.backend = open_backend(self.config, state_path=backend_state or None)
+        if backend_state and not self.backend.can_train:
+            log.info("backend %s cannot train; checkpoint weights not loaded", self.config.backend)
+        self._load_problems(state.get("problem_ids") if same_run else None)
+        self.retriever = make_retriever(self.config)
+        from evaluator.api import Evaluator, EvaluatorError
+
+        try:
+            self.evaluator = Evaluator(devices=self.config.eval.devices,
+                                       workers_per_device=self.config.eval.workers_per_device,
+                                       cpu_workers=self.config.eval.cpu_workers)
+        except EvaluatorError as exc:
+            raise KrlError(f"cannot start the evaluator: {exc}") from None
+        width = min(MAX_ROLLOUT_THREADS, self.config.dataset.batch_size * self.config.dataset.group_size)
+        self._pool = ThreadPoolExecutor(max_workers=max(1, width), thread_name_prefix="krl-rollout")
+        self._tb = _tensorboard_writer(self.run_dir)
+        log.info("run %s: backend %s, model %s, %d problems, steps %d..%d, batch %d x group %d, %d turns, "
+                 "evaluator on %s", self.name, self.config.backend, self.config.model, len(self.problems),
+                 self.start_step, self.config.max_steps - 1, self.config.dataset.batch_size,
+                 self.config.dataset.group_size, self.config.max_turns, ",".join(self.evaluator.devices))
+
+    # ------------------------------------------------------------ sampling and episodes
+
+    def _sample(self, prompt: Prompt, n: int, step: int, group: int, turn: int, problem: Problem,
+                samples: list[int], sample_key: Any) -> list[SampledSequence]:
+        self._check_stop()
+        params = SamplingParams(max_tokens=self.config.sampling.max_tokens,
+                                temperature=self.config.sampling.temperature, top_p=self.config.sampling.top_p,
+                                seed=derive_seed("sample", self.config.seed, step, group, sample_key, turn))
+        context = SampleContext(problem_id=problem.id, turn=turn, samples=samples)
+        return self.backend.sample(prompt, n, params, context)
+
+    def _evaluate(self, request) -> EvalResult:
+        future: Future = self.evaluator.submit(request)
+        while True:
+            try:
+                return future.result(timeout=WAIT_POLL_S)
+            except TimeoutError:
+                if self.stop_event.is_set():
+                    future.cancel()
+                    raise StopRequested(self.stop_reason) from None
+
+    def _rollout(self, step: int, group: int, sample: int, problem: Problem, epoch: int,
+                 first_turn: _SharedFirstTurn) -> Rollout:
+        cfg = self.config
+        group_size = cfg.dataset.group_size
+        env = KernelEnv(problem, cfg, self.retriever, train_step=step, schedule=self.schedule)
+        messages = env.initial_prompt()
+        prompt = self.backend.render(messages)
+        env.prefilled_think = prompt.prefilled_think
+        # Replay/recorded samples rotate with the epoch, so a problem seen again gets other recordings.
+        sample_index = epoch * group_size + sample
+        sequences = first_turn.get(lambda: self._sample(
+            prompt, group_size, step, group, 0, problem,
+            [epoch * group_size + s for s in range(group_size)], "group"))
+        sequence = sequences[sample]
+        rollout = Rollout(group, sample, problem, env)
+        while True:
+            self._check_stop()
+            parsed = env.parse(sequence.text, sequence.truncated)
+            request = env.eval_request(parsed)
+            result = self._evaluate(request) if request is not None else None
+            tokens_out = len(sequence.tokens) or self.backend.count_tokens(sequence.text)
+            tokens_in = len(prompt.tokens) or self.backend.count_tokens(messages_to_text(messages))
+            outcome = env.step(sequence.text, sequence.truncated, result, parsed=parsed, response_tokens=tokens_out,
+                               prompt_tokens=tokens_in)
+            rollout.samples.append(TurnSample(prompt, sequence))
+            if outcome.done:
+                return rollout
+            messages = outcome.next_prompt
+            prompt = self.backend.render(messages)
+            sequence = self._sample(prompt, 1, step, group, env.turn, problem, [sample_index], sample)[0]
+
+    def _rollouts(self, step: int) -> list[Rollout]:
+        cfg = self.config
+        batch = batch_for_step(len(self.problems), step, cfg.dataset.batch_size, cfg.seed, cfg.dataset.shuffle)
+        futures = []
+        for group, (problem_index, epoch) in enumerate(batch):
+            shared = _SharedFirstTurn()
+            for sample in range(cfg.dataset.group_size):
+                futures.append(self._pool.submit(self._rollout, step, group, sample, self.problems[problem_index],
+                                                 epoch, shared))
+        rollouts, first_error = [], None
+        for future in futures:  # wait for all, so no thread still uses the backend when we stop or fail
+            try:
+                rollouts.append(future.result())
+            except BaseException as exc:  # noqa: BLE001 - re-raised below
+                if first_error is None or (isinstance(first_error, StopRequested)
+                                           and not isinstance(exc, StopRequested)):
+                    first_error = exc
+        if first_error is not None:
+            raise first_error
+        return sorted(rollouts, key=lambda r: (r.group, r.sample))
+
+    # ------------------------------------------------------------ one step
+
+    def _datums(self, rollouts: list[Rollout], advantages: BatchAdvantages) -> list[Datum]:
+        by_group: dict[int, list[Rollout]] = {}
+        for rollout in rollouts:
+            by_group.setdefault(rollout.group, []).append(rollout)
+        datums = []
+        for group_index, group in sorted(by_group.items()):
+            adv = advantages.groups[group_index]
+            if adv.dropped:
+                continue
+            for rollout in group:
+                for turn, turn_sample in enumerate(rollout.samples):
+                    value = adv.advantages[rollout.sample][turn]
+                    seq = turn_sample.sequence
+                    # A zero advantage carries no gradient; skipping it saves a forward pass (and Tinker time).
+                    if value == 0.0 or not seq.tokens or not turn_sample.prompt.tokens:
+                        continue
+                    datums.append(Datum.from_sample(turn_sample.prompt.tokens, seq.tokens, seq.logprobs, value))
+        return datums
+
+    def _train(self, step: int, datums: list[Datum]) -> dict[str, float]:
+        cfg = self.config
+        lr = lr_at(step, cfg)
+        metrics: dict[str, float] = {"optim/lr": lr, "optim/num_datums": float(len(datums))}
+        if not self.backend.can_train or not datums:
+            return metrics
+        loss_config = None
+        if cfg.loss.kind == "ppo":
+            loss_config = {"clip_low_threshold": 1.0 - cfg.loss.clip_epsilon,
+                           "clip_high_threshold": 1.0 + cfg.loss.clip_epsilon}
+        adam = AdamParams(learning_rate=lr, beta1=cfg.optim.beta1, beta2=cfg.optim.beta2, eps=cfg.optim.eps,
+                          weight_decay=cfg.optim.weight_decay, grad_clip_norm=cfg.optim.grad_clip or 0.0)
+        loss_sum, tokens, grad_norms, kls = 0.0, 0.0, [], []
+        for chunk in split_even(datums, cfg.loss.substeps):
+            fb = self.backend.forward_backward(chunk, cfg.loss.kind, loss_config)
+            opt = self.backend.optim_step(adam)
+            loss_sum += fb.get("loss:sum", 0.0)
+            tokens += fb.get("tokens", 0.0)
+            if "kl_sample_train" in fb:
+                kls.append(fb["kl_sample_train"])
+            if "grad_norm" in opt:
+                grad_norms.append(opt["grad_norm"])
+        metrics["optim/loss"] = loss_sum
+        metrics["optim/tokens"] = tokens
+        if grad_norms:
+            metrics["optim/grad_norm"] = sum(grad_norms) / len(grad_norms)
+        if kls:
+            metrics["optim/kl_sample_train"] = sum(kls) / len(kls)
+        return metrics
+
+    def run_step(self, step: int) -> dict[str, float]:
+        cfg = self.config
+        t_start = time.monotonic()
+        events: list[tuple[str, str]] = []
+        switched = self.schedule.switched_at(step)
+        if switched is not None:
+            events.append(("stage", f"stage {switched.index} ({switched.name}) starts at step {step}"))
+        rollouts = self._rollouts(step)
+        t_rollout = time.monotonic()
+        groups: dict[int, list[Rollout]] = {}
+        for rollout in rollouts:
+            groups.setdefault(rollout.group, []).append(rollout)
+        group_advs = []
+        for group_index in sorted(groups):
+            scores = [r.env.trajectory.scores for r in sorted(groups[group_index], key=lambda r: r.sample)]
+            group_advs.append(per_turn_advantages(scores, cfg.reward.gamma, cfg.reward.normalise_std,
+                                                  cfg.reward.leave_one_out))
+        advantages = BatchAdvantages(group_advs)
+        train_metrics = self._train(step, self._datums(rollouts, advantages))
+        t_train = time.monotonic()
+        records: list[TrajectoryRecord] = []
+        for rollout in rollouts:
+            adv = advantages.groups[rollout.group]
+            records.append(rollout.env.trajectory.to_record(rollout.group, rollout.sample, adv.returns[rollout.sample],
+                                                            adv.advantages[rollout.sample], cfg.reward.gamma))
+        metrics = rollout_metrics(rollouts, cfg)
+        metrics.update(advantages.metrics())
+        metrics.update(self.schedule.metrics(step))
+        metrics.update(train_metrics)
+        metrics["progress/step"] = float(step)
+        metrics["progress/done_frac"] = (step + 1) / cfg.max_steps
+        metrics["time/rollout"] = t_rollout - t_start
+        metrics["time/train"] = t_train - t_rollout
+        metrics["time/total"] = time.monotonic() - t_start
+        if advantages.n_dropped == len(advantages.groups) and self.backend.can_train:
+            events.append(("warning", f"step {step}: every group had equal rewards; no update"))
+        self.registry.write_step(self.run_id, step, metrics, records, events)
+        self._append_metrics_jsonl(step, metrics)
+        if self._tb is not None:
+            for key, value in metrics.items():
+                self._tb.add_scalar(key, value, step)
+            self._tb.flush()
+        self.last_completed_step = step
+        log.info("step %d/%d  reward %.3f  correct %.0f%%  solved %.0f%%  fast_1 %.0f%%  dropped %d/%d  %.1fs",
+                 step, cfg.max_steps - 1, metrics.get("env/all/reward/total", 0.0),
+                 100 * metrics.get("env/all/correct_rate", 0.0), 100 * metrics.get("env/all/solved_rate", 0.0),
+                 100 * metrics.get("env/all/fast_1", 0.0), advantages.n_dropped, len(advantages.groups),
+                 metrics["time/total"])
+        return metrics
+
+    def _append_metrics_jsonl(self, step: int, metrics: dict[str, float]) -> None:
+        with open(self.run_dir / "metrics.jsonl", "a") as handle:
+            handle.write(json.dumps({"step": step, **metrics}) + "\n")
+
+    # ------------------------------------------------------------ checkpoints
+
+    def checkpoint(self, step: int) -> None:
+        name = checkpoint_name(step)
+        folder = checkpoint_dir(self.run_dir, name)
+        folder.mkdir(parents=True, exist_ok=True)
+        paths = self.backend.save_state(name, str(folder.parent))
+        trainer_path = save_trainer_state(folder, {
+            "step": step, "run": self.name, "seed": self.config.seed,
+            "problem_ids": [p.id for p in self.problems], "batch_size": self.config.dataset.batch_size,
+            "backend": self.config.backend, "backend_can_train": bool(self.backend.can_train),
+            "backend_state_path": paths.state_path or None, "sampler_path": paths.sampler_path,
+            "rng": capture_rng(), "time": time.time()})
+        state_path = paths.state_path or str(trainer_path)
+        self.registry.add_checkpoint(self.run_id, step, name, state_path, paths.sampler_path)
+        append_checkpoint_record(self.run_dir, {"name": name, "batch": step, "step": step, "state_path": state_path,
+                                                "sampler_path": paths.sampler_path,
+                                                "trainer_state_path": str(trainer_path)})
+        self.last_checkpoint_step = step
+        log.info("checkpoint %s saved", name)
+
+    def _final_checkpoint(self) -> None:
+        """Checkpoint the last completed step unless it already has one (step -1 + 1 = 0: nothing done yet is
+        checkpointed as the initial state, so a resume always has something to start from)."""
+        if self.last_completed_step is None:
+            if self.last_checkpoint_step is None and self.backend is not None:
+                self.checkpoint(-1)
+            return
+        if self.last_checkpoint_step != self.last_completed_step:
+            self.checkpoint(self.last_completed_step)
+
+    # ------------------------------------------------------------ the whole run
+
+    def run(self) -> None:
+        """Setup, steps, checkpoints. Raises StopRequested on a stop (after checkpointing)."""
+        self.setup()
+        cfg = self.config
+        self._check_stop_and_checkpoint()
+        for step in range(self.start_step, cfg.max_steps):
+            try:
+                self.run_step(step)
+            except StopRequested:
+                self._final_checkpoint()
+                raise
+            if (step + 1) % cfg.checkpoint_every == 0 or step == cfg.max_steps - 1:
+                self.checkpoint(step)
+            self.registry.heartbeat(self.run_id)
+            self._check_stop_and_checkpoint()
+        if self.last_completed_step is not None and self.last_checkpoint_step != self.last_completed_step:
+            self.checkpoint(self.last_completed_step)
+
+    def _check_stop_and_checkpoint(self) -> None:
+        if self.stop_event.is_set():
+            self._final_checkpoint()
+            raise StopRequested(self.stop_reason)
+
+    def close(self) -> None:
+        self._heartbeat_stop.set()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        if self.evaluator is not None:
+            # A stuck worker must not keep a stopping job alive past procman's grace period.
+            closer = threading.Thread(target=self.evaluator.close, daemon=True)
+            closer.start()
+            closer.join(timeout=15.0)
+        if self.backend is not None:
+            try:
+                self.backend.close()
+            except Exception as exc:  # closing is best effort
+                log.warning("closing the backend failed: %s", exc)
+        if self._tb is not None:
+            self._tb.close()
+        if self._heartbeat_thread is not None:
+            self._heartbeat_thread.join(timeout=HEARTBEAT_INTERVAL_S + 1)
+
+
+def _tensorboard_writer(run_dir: Path) -> Any:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except Exception:  # tensorboard is optional
+        return None
+    try:
+        return SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+    except Exception:
+        return None
+
+
+# ---------------------------------------------------------------- job entry points
+
+def _close_segment(row: dict[str, Any], status: str, note: str = "") -> list[dict[str, Any]]:
+    segments = [dict(s) for s in (row.get("segments") or [])]
+    if segments and segments[-1].get("ended_at") is None:
+        segments[-1]["ended_at"] = time.time()
+        segments[-1]["end_status"] = status
+        if note:
+            segments[-1]["note"] = note
+    return segments
+
+
+def _finish(registry: Registry, run_id: int, status: str, message: str, exit_code: int, error: str | None = None) -> None:
+    row = registry.get_run(run_id)
+    fields: dict[str, Any] = {"ended_at": time.time(), "exit_code": exit_code,
+                              "segments": _close_segment(row, status, message if status != "finished" else "")}
+    if error is not None:
+        fields["error"] = error
+    registry.set_status(run_id, status, message, **fields)
+
+
+def execute(registry: Registry, run_id: int, install_signals: bool = True) -> int:
+    """Run a registered run to its end in this process; returns the exit code (0 finished/stopped, 1 failed).
+    Signals: SIGTERM (and SIGINT) → checkpoint → `stopped`."""
+    trainer: Optional[Trainer] = None
+    previous: dict[int, Any] = {}
+    pending_signal: list[str] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if trainer is not None:
+            trainer.request_stop(name)
+        else:
+            pending_signal.append(name)
+
+    if install_signals and threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, on_signal)
+    try:
+        try:
+            trainer = Trainer(registry, run_id)
+            if pending_signal:
+                trainer.request_stop(pending_signal[0])
+            trainer.run()
+        except StopRequested as stop:
+            last = trainer.last_checkpoint_step if trainer else None
+            _finish(registry, run_id, "stopped", f"{stop} — checkpoint at step {last}", 0)
+            log.info("stopped (%s); last checkpoint at step %s", stop, last)
+            return 0
+        except KrlError as exc:
+            _finish(registry, run_id, "failed", str(exc), 1, error=str(exc))
+            log.error("failed: %s", exc)
+            return 1
+        except BaseException as exc:  # noqa: BLE001 - every failure must reach the registry
+            text = "".join(traceback.format_exception(exc))
+            _finish(registry, run_id, "failed", f"{type(exc).__name__}: {exc}", 1, error=text[-4000:])
+            log.error("failed:\n%s", text)
+            return 1
+        _finish(registry, run_id, "finished", f"{trainer.config.max_steps} steps", 0)
+        log.info("finished %s", trainer.name)
+        return 0
+    finally:
+        if trainer is not None:
+            trainer.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _configure_logging(log_file: Path | None = None) -> list[logging.Handler]:
+    logger = logging.getLogger("krl")
+    logger.setLevel(logging.INFO)
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(log_file))
+    for handler in handlers:
+        handler.setFormatter(fmt)
+        logger.addHandler(handler)
+    return handlers
+
+
+def _unique_name(registry: Registry, base: str) -> str:
+    base = "".join(c if c.isalnum() or c in "-_." else "-" for c in base).strip("-.") or "run"
+    name = f"{base}-{time.strftime('%m%d-%H%M%S')}"
+    candidate, n = name, 2
+    while registry.find_run(candidate) is not None:
+        candidate, n = f"{name}-{n}", n + 1
+    return candidate
+
+
+def run_foreground(config: RunConfig, name: str | None = None, workspace: Any = None) -> dict[str, Any]:
+    """Register a run and execute it in this process (`krl train` without --detach); progress goes to stderr and
+    <ws>/<name>/logs.log. Returns the final runs row. Ctrl-C stops it with a checkpoint (resumable)."""
+    from core.procman import process_identity
+
+    registry = Registry.for_workspace(workspace)
+    handlers: list[logging.Handler] = []
+    try:
+        cfg = config.model_dump(mode="json")
+        name = name or config.name or _unique_name(registry, config.preset or config.backend)
+        cfg["name"] = name
+        row = registry.create_run(
+            name, kind="replay" if config.backend == "replay" else "train", config=cfg, preset=config.preset,
+            model=config.model, backend=config.backend, problem_set=config.problems, gpus_requested=config.gpus,
+            total_steps=config.max_steps, tags=config.tags, status="queued")
+        run_dir = registry.run_dir(name)
+        handlers = _configure_logging(run_dir / "logs.log")
+        identity = process_identity()
+        now = time.time()
+        segment = {"index": 0, "started_at": now, "ended_at": None, "end_status": None, "pid": identity["pid"],
+                   "pid_start_time": identity["pid_start_time"], "host": identity["host"], "gpus": [],
+                   "start_step": 0, "checkpoint": None, "stop_requested_at": None, "stop_grace_s": None,
+                   "note": "foreground"}
+        registry.set_status(row["id"], "running", f"foreground, pid {identity['pid']}", started_at=now,
+                            heartbeat_at=now, segments=[segment], command={"argv": sys.argv, "cwd": os.getcwd()},
+                            **identity)
+        execute(registry, row["id"])
+        return registry.get_run(row["id"])
+    finally:
+        logger = logging.getLogger("krl")
+        for handler in handlers:
+            logger.removeHandler(handler)
+            handler.close()
+        registry.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m core.train", description="Run a registered kernelrl run.")
+    parser.add_argument("run", help="run id or name (from the registry)")
+    parser.add_argument("--workspace", default=None, help="workspace folder (default $KRL_WORKSPACE or ./runs)")
+    args = parser.parse_args(argv)
+    handlers = _configure_logging()
+    try:
+        registry = Registry.for_workspace(args.workspace, create=False)
+        # procman passes the numeric id; a name is accepted for hand-run jobs.
+        row = (registry.find_run(int(args.run)) if args.run.isdigit() else None) or registry.find_run(args.run)
+        if row is None:
+            registry.get_run(args.run)  # raises with did-you-mean
+        return execute(registry, row["id"])
+    except KrlError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        for handler in handlers:
+            handler.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,962 @@
+"""Persistent, isolated worker processes that evaluate (and compile) candidates, driven by one dispatcher thread.
+Deaths are seen the moment they happen (pidfd / pipe EOF), hangs are killed at their deadline, warm spares step in."""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import json
+import os
+import re
+import selectors
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import weakref
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from evaluator.api import EvalRequest, EvalResult, EvaluatorError, Verdict
+
+# ---------------------------------------------------------------- wire format (JSON, never pickle: a worker runs
+# untrusted code, and unpickling what it sends would hand that code the caller's process)
+
+_HEADER = struct.Struct(">I")
+MAX_MESSAGE_BYTES = 64 * 2**20
+
+
+def encode_message(message: dict[str, Any]) -> bytes:
+    body = json.dumps(message).encode()
+    return _HEADER.pack(len(body)) + body
+
+
+def write_message(fd: int, message: dict[str, Any]) -> None:
+    data = memoryview(encode_message(message))
+    while data:
+        written = os.write(fd, data)
+        data = data[written:]
+
+
+def read_message(fd: int) -> Optional[dict[str, Any]]:
+    """Blocking read of one message; None at end of file."""
+    header = _read_exactly(fd, _HEADER.size)
+    if header is None:
+        return None
+    (length,) = _HEADER.unpack(header)
+    body = _read_exactly(fd, length)
+    if body is None:
+        return None
+    return json.loads(body)
+
+
+def _read_exactly(fd: int, n: int) -> Optional[bytes]:
+    chunks, remaining = [], n
+    while remaining:
+        chunk = os.read(fd, remaining)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+# ---------------------------------------------------------------- environment and limits for workers
+
+# Only these variables reach a worker (prefix match), and then only if no part of the name looks secret.
+_ENV_ALLOW_PREFIXES = (
+    "PATH", "LANG", "LANGUAGE", "LC_", "TZ", "TERM", "CUDA_", "NVIDIA_", "NCCL_", "NVSHMEM_", "TORCH_", "PYTORCH_",
+    "TRITON_", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "PYTHONPATH",
+    "VIRTUAL_ENV", "CONDA_PREFIX", "CC", "CXX", "NVCC_", "MAX_JOBS", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "USER",
+    "LOGNAME", "SHELL", "KRL_WORKER_",
+)
+_ENV_SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION", "PRIVATE")
+_ENV_SECRET_PREFIXES = ("AWS_", "TINKER_", "OPENAI_", "HF_", "HUGGING", "ANTHROPIC_", "GOOGLE_", "AZURE_", "GITHUB_",
+                        "WANDB_", "GH_", "GCP_", "KRL_")
+
+
+def looks_secret(name: str) -> bool:
+    upper = name.upper()
+    if upper.startswith("KRL_WORKER_"):
+        return False
+    return any(marker in upper for marker in _ENV_SECRET_MARKERS) or upper.startswith(_ENV_SECRET_PREFIXES)
+
+
+def scrubbed_environment(parent_env: dict[str, str], private_dir: str, extra: dict[str, str]) -> dict[str, str]:
+    """The parent's environment reduced to what a compiler and torch need; HOME and TMPDIR point at private_dir."""
+    env = {
+        name: value
+        for name, value in parent_env.items()
+        if name.upper().startswith(_ENV_ALLOW_PREFIXES) and not looks_secret(name)
+    }
+    tmp = os.path.join(private_dir, "tmp")
+    os.makedirs(tmp, exist_ok=True)
+    env.update(HOME=private_dir, TMPDIR=tmp, TMP=tmp, TEMP=tmp, PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1",
+               MALLOC_ARENA_MAX="2")
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Limits:
+    """Resource limits applied by each worker to itself before it imports anything heavy."""
+
+    address_space_bytes: Optional[int] = None  # CPU mode only: CUDA reserves huge virtual ranges
+    file_size_bytes: int = 64 * 2**20  # also caps a stdout/stderr flood (files, truncated per task)
+    open_files: int = 4096
+    core_dump_bytes: int = 0
+
+
+def _apply_limits(limits: dict[str, Any]) -> None:
+    import resource
+
+    def cap(which: int, value: Optional[int]) -> None:
+        if value is None:
+            return
+        soft, hard = resource.getrlimit(which)
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(which, (value, hard))
+
+    cap(resource.RLIMIT_CORE, limits.get("core_dump_bytes"))
+    cap(resource.RLIMIT_NOFILE, limits.get("open_files"))
+    cap(resource.RLIMIT_FSIZE, limits.get("file_size_bytes"))
+    cap(resource.RLIMIT_AS, limits.get("address_space_bytes"))
+    # Past the size cap a write fails with EFBIG instead of the signal killing the worker.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
+def _die_with_parent() -> None:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+# ---------------------------------------------------------------- the worker side
+
+def _child_main(argv: list[str]) -> int:
+    role, device, worker_id, result_fd_text, parent_pid_text = argv[:5]
+    result_fd, parent_pid = int(result_fd_text), int(parent_pid_text)
+    _apply_limits(json.loads(os.environ.pop("KRL_WORKER_LIMITS", "{}")))
+    _die_with_parent()
+    if os.getppid() != parent_pid:
+        return 0
+    import faulthandler
+
+    faulthandler.enable()  # a segfault prints the Python stack, which names the candidate line
+    # Tasks come on stdin; move it away so a candidate reading stdin cannot steal the next task or block on it.
+    task_fd = os.dup(0)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    workdir = os.getcwd()
+    clean_env = dict(os.environ)
+    cache_dir = os.environ.get("KRL_WORKER_CACHE_DIR", "")
+    worker_module = os.environ.get("KRL_WORKER_MODULE", "evaluator.worker")
+
+    ctx = None
+    hello: dict[str, Any] = {"type": "ready", "worker_id": worker_id, "pid": os.getpid()}
+    if role == "eval":
+        import importlib
+
+        worker = importlib.import_module(worker_module)
+        ctx = worker.prepare_worker(device)
+        hello["device_name"] = str(getattr(ctx, "device_name", "") or "")
+    write_message(result_fd, hello)
+
+    while True:
+        message = read_message(task_fd)
+        if message is None or message.get("type") == "exit":
+            return 0
+        task_id = message["task"]
+        _reset_between_tasks(workdir, clean_env)
+        write_message(result_fd, {"type": "started", "task": task_id})
+        try:
+            request = EvalRequest.from_dict(message["request"])
+            if role == "eval":
+                result = worker.evaluate_in_process(request, ctx, message.get("prebuilt"))
+                reply = {"type": "result", "task": task_id, "result": result.to_dict(),
+                         "retire": _should_retire(ctx)}
+            else:
+                from evaluator.compile import build_cuda_candidate
+
+                reply = {"type": "result", "task": task_id, "build": build_cuda_candidate(request, cache_dir)}
+        except BaseException:  # a bug of the evaluator itself, not of the candidate
+            reply = {"type": "error", "task": task_id, "traceback": traceback.format_exc()[-4000:]}
+        sys.stdout.flush()
+        sys.stderr.flush()
+        write_message(result_fd, reply)
+
+
+def _should_retire(ctx: Any) -> bool:
+    """A sticky CUDA error (or a worker that says it can no longer be trusted) retires the process."""
+    return bool(getattr(ctx, "should_retire", False) or getattr(ctx, "sticky_cuda_error", False))
+
+
+def _reset_between_tasks(workdir: str, clean_env: dict[str, str]) -> None:
+    """Each task starts with empty output files, an empty private directory and the worker's original environment."""
+    for stream, fd in ((sys.stdout, 1), (sys.stderr, 2)):
+        try:
+            stream.flush()
+            os.ftruncate(fd, 0)
+        except (OSError, ValueError):
+            pass
+    try:
+        os.chdir(workdir)
+        for entry in os.listdir(workdir):
+            if entry == "tmp":
+                continue
+            path = os.path.join(workdir, entry)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+    except OSError:
+        pass
+    os.environ.clear()
+    os.environ.update(clean_env)
+
+
+# ---------------------------------------------------------------- the pool side
+
+@dataclass
+class PoolConfig:
+    devices: list[str]  # "cpu" or "cuda:N" (N = index among the GPUs the parent sees)
+    workers_per_device: int = 1
+    cpu_workers: int = 2
+    compile_workers: int = 0
+    cache_dir: str = ""
+    worker_module: str = "evaluator.worker"
+    spare_per_device: int = 1
+    limits: Limits = field(default_factory=Limits)
+    cuda_arch_list: Optional[str] = None  # "9.0"; None: torch decides
+    start_timeout_s: float = 300.0
+    max_start_failures: int = 3
+
+    def active_target(self, device: str) -> int:
+        return self.cpu_workers if device == "cpu" else self.workers_per_device
+
+
+@dataclass(eq=False)
+class _Task:
+    request: EvalRequest
+    future: Future
+    submitted_at: float
+    stage: str = "eval"  # "compile" then "eval" for cuda candidates with compile workers
+    attempts: int = 1
+    prebuilt: Optional[dict] = None
+    build: Optional[dict] = None  # what the compile worker returned
+    done: bool = False
+
+
+@dataclass(eq=False)
+class _Worker:
+    worker_id: str
+    role: str  # "eval" | "compile"
+    device: str
+    popen: subprocess.Popen
+    task_fd: int  # parent writes tasks here
+    result_fd: int  # parent reads messages here
+    pidfd: Optional[int]
+    workdir: str
+    out_path: str
+    err_path: str
+    spawned_at: float
+    state: str = "starting"  # starting | idle | busy | retiring | dead
+    spare: bool = False
+    device_name: str = ""
+    buffer: bytearray = field(default_factory=bytearray)
+    task: Optional[_Task] = None
+    task_started: bool = False
+    deadline: Optional[float] = None
+    dispatched_at: float = 0.0
+    kill_reason: str = ""  # "timeout" | "ipc" | "channel" | "retire" | "close" | "start_timeout"
+    channel_closed: bool = False
+    timeout_limit_s: float = 0.0
+
+
+_LIVE_POOLS: "weakref.WeakSet[Pool]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all_pools() -> None:
+    for pool in list(_LIVE_POOLS):
+        pool.close()
+
+
+class Pool:
+    """Owns every worker process; all state is touched only by the dispatcher thread."""
+
+    def __init__(self, config: PoolConfig):
+        self.config = config
+        self._root = tempfile.mkdtemp(prefix="krl-pool-")
+        self._inbox: collections.deque = collections.deque()
+        self._inbox_lock = threading.Lock()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._wake_r, selectors.EVENT_READ, ("wake", None))
+        self._workers: list[_Worker] = []
+        self._eval_queue: collections.deque[_Task] = collections.deque()
+        self._compile_queue: collections.deque[_Task] = collections.deque()
+        self._start_failures: dict[str, int] = collections.defaultdict(int)
+        self._broken: dict[str, str] = {}  # device (or "compile") -> why its workers cannot start
+        self._respawn_at: dict[str, float] = {}
+        self._compile_wanted = False
+        self._next_id = 0
+        self._closing = False
+        self._accepting = True  # guarded by _inbox_lock; False once the dispatcher stopped taking requests
+        self._closed = threading.Event()
+        self.stats: dict[str, int] = collections.Counter()
+        self._thread = threading.Thread(target=self._run, name="krl-evaluator-pool", daemon=True)
+        _LIVE_POOLS.add(self)
+        self._thread.start()
+
+    # ---------------------------------------------------------------- caller side (any thread)
+
+    def submit(self, request: EvalRequest) -> Future:
+        future: Future = Future()
+        future.set_running_or_notify_cancel()
+        with self._inbox_lock:
+            if not self._accepting:
+                future.set_exception(EvaluatorError("the evaluator is closed; create a new Evaluator."))
+                return future
+            self._inbox.append(_Task(request=request, future=future, submitted_at=time.monotonic()))
+            self._wake()
+        return future
+
+    def snapshot(self) -> dict[str, Any]:
+        """Worker pids and states (for tests and the benchmark); read without locks, so approximate."""
+        return {
+            "workers": [
+                {"id": w.worker_id, "role": w.role, "device": w.device, "pid": w.popen.pid, "state": w.state,
+                 "spare": w.spare}
+                for w in list(self._workers)
+            ],
+            "stats": dict(self.stats),
+            "broken": dict(self._broken),
+        }
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        if self._closed.is_set():
+            return
+        with self._inbox_lock:
+            self._closing = True
+            if self._accepting:
+                self._wake()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout_s)
+        if self._thread.is_alive():  # the dispatcher is stuck: kill what we know of from here
+            for worker in list(self._workers):
+                _kill_group(worker.popen.pid)
+        self._closed.set()
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except (BlockingIOError, OSError):
+            pass  # the pipe is full, so a wake-up is already pending (or we are shut down)
+
+    # ---------------------------------------------------------------- dispatcher thread
+
+    def _run(self) -> None:
+        try:
+            while True:
+                self._drain_inbox()
+                if self._closing:
+                    break
+                self._maintain_workers()
+                self._dispatch()
+                timeout = self._next_timer()
+                for key, _ in self._selector.select(timeout):
+                    kind, worker = key.data
+                    if kind == "wake":
+                        _drain_fd(self._wake_r)
+                    elif kind == "result":
+                        self._on_readable(worker)
+                    elif kind == "exit":
+                        self._on_exit(worker)
+                self._check_deadlines()
+        except BaseException:  # a bug here must not leave callers waiting forever
+            self._fail_everything("the evaluator's dispatcher failed:\n" + traceback.format_exc()[-2000:])
+            raise
+        finally:
+            self._shutdown()
+
+    def _next_timer(self) -> Optional[float]:
+        now = time.monotonic()
+        times = [w.deadline for w in self._workers if w.deadline is not None]
+        times += list(self._respawn_at.values())
+        if not times:
+            return None
+        return max(0.0, min(times) - now)
+
+    def _drain_inbox(self) -> None:
+        with self._inbox_lock:
+            tasks = list(self._inbox)
+            self._inbox.clear()
+        for task in tasks:
+            if self._closing:
+                self._fail(task, EvaluatorError("the evaluator was closed before this request ran."))
+                continue
+            if task.request.backend == "cuda" and self.config.compile_workers > 0 and "compile" not in self._broken:
+                task.stage = "compile"
+                self._compile_wanted = True
+                self._compile_queue.append(task)
+            else:
+                self._eval_queue.append(task)
+
+    # ---- worker lifecycle
+
+    def _maintain_workers(self) -> None:
+        now = time.monotonic()
+        for device in self.config.devices:
+            if device in self._broken or self._respawn_at.get(device, 0) > now:
+                continue
+            self._respawn_at.pop(device, None)
+            alive = [w for w in self._workers if w.role == "eval" and w.device == device and w.state != "dead"
+                     and w.state != "retiring"]
+            want = self.config.active_target(device) + self.config.spare_per_device
+            for _ in range(want - len(alive)):
+                self._spawn("eval", device)
+            self._balance_spares(device)
+        if self._compile_wanted and "compile" not in self._broken and self._respawn_at.get("compile", 0) <= now:
+            self._respawn_at.pop("compile", None)
+            alive = [w for w in self._workers if w.role == "compile" and w.state not in ("dead", "retiring")]
+            for _ in range(self.config.compile_workers - len(alive)):
+                self._spawn("compile", "cpu")
+
+    def _balance_spares(self, device: str) -> None:
+        """Ready workers beyond the active target wait as spares; a spare is promoted as soon as a slot frees."""
+        ready = [w for w in self._workers if w.role == "eval" and w.device == device and w.state in ("idle", "busy")]
+        active = [w for w in ready if not w.spare]
+        target = self.config.active_target(device)
+        for worker in ready:
+            if worker.spare and len(active) < target:
+                worker.spare = False
+                active.append(worker)
+                self.stats["spare_promotions"] += 1
+        for worker in active[target:]:
+            if worker.state == "idle":
+                worker.spare = True
+
+    def _spawn(self, role: str, device: str) -> None:
+        self._next_id += 1
+        worker_id = f"{role[0]}{self._next_id}-{device}"
+        workdir = os.path.join(self._root, worker_id)
+        os.makedirs(workdir)
+        logs = os.path.join(self._root, "logs")
+        os.makedirs(logs, exist_ok=True)
+        out_path, err_path = os.path.join(logs, worker_id + ".out"), os.path.join(logs, worker_id + ".err")
+        extra = {
+            "KRL_WORKER_MODULE": self.config.worker_module,
+            "KRL_WORKER_CACHE_DIR": self.config.cache_dir,
+            "KRL_EVAL_CACHE_DIR": self.config.cache_dir,
+            "KRL_WORKER_LIMITS": json.dumps(self._limits_for(role, device)),
+        }
+        if self.config.cache_dir:
+            extra["TRITON_CACHE_DIR"] = os.path.join(self.config.cache_dir, "triton")
+            extra["TORCH_EXTENSIONS_DIR"] = os.path.join(self.config.cache_dir, "torch_extensions")
+        if self.config.cuda_arch_list:
+            extra["TORCH_CUDA_ARCH_LIST"] = self.config.cuda_arch_list
+        if role == "compile":
+            extra["CUDA_VISIBLE_DEVICES"] = ""  # compile workers never touch a GPU
+            extra["MAX_JOBS"] = "2"
+        elif device == "cpu":
+            extra["TRITON_INTERPRET"] = "1"
+            extra["CUDA_VISIBLE_DEVICES"] = ""
+            threads = max(1, (os.cpu_count() or 1) // max(1, self.config.cpu_workers))
+            extra["OMP_NUM_THREADS"] = str(threads)
+        else:
+            extra["CUDA_VISIBLE_DEVICES"] = _physical_gpu(int(device.split(":")[1]))
+        env = scrubbed_environment(dict(os.environ), workdir, extra)
+        result_r, result_w = os.pipe()
+        out_file, err_file = open(out_path, "ab"), open(err_path, "ab")
+        child_device = device if role == "compile" or device == "cpu" else "cuda:0"
+        try:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "evaluator.pool", role, child_device, worker_id, str(result_w), str(os.getpid())],
+                stdin=subprocess.PIPE, stdout=out_file, stderr=err_file, cwd=workdir, env=env,
+                pass_fds=(result_w,), start_new_session=True, close_fds=True,
+            )
+        finally:
+            os.close(result_w)
+            out_file.close()
+            err_file.close()
+        os.set_blocking(result_r, False)
+        pidfd = None
+        try:
+            pidfd = os.pidfd_open(popen.pid)
+        except (AttributeError, OSError):
+            pass  # old kernel: the result pipe's end of file still tells us
+        worker = _Worker(worker_id=worker_id, role=role, device=device, popen=popen, task_fd=popen.stdin.fileno(),
+                         result_fd=result_r, pidfd=pidfd, workdir=workdir, out_path=out_path, err_path=err_path,
+                         spawned_at=time.monotonic(), deadline=time.monotonic() + self.config.start_timeout_s)
+        self._selector.register(result_r, selectors.EVENT_READ, ("result", worker))
+        if pidfd is not None:
+            self._selector.register(pidfd, selectors.EVENT_READ, ("exit", worker))
+        self._workers.append(worker)
+        self.stats["spawned"] += 1
+
+    def _limits_for(self, role: str, device: str) -> dict[str, Any]:
+        limits = dict(vars(self.config.limits))
+        if role == "compile":
+            # Precompiled headers and objects are large; a flood is still bounded per task.
+            limits["file_size_bytes"] = max(limits["file_size_bytes"], 2 * 2**30)
+            limits["address_space_bytes"] = None
+        elif device != "cpu":
+            limits["address_space_bytes"] = None
+        return limits
+
+    # ---- messages
+
+    def _on_readable(self, worker: _Worker) -> None:
+        try:
+            data = os.read(worker.result_fd, 1 << 20)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            # End of file: the worker is dying, or its candidate closed the channel. The exit handler reports
+            # which; a worker still alive a moment later is killed (it can no longer answer).
+            self._selector.unregister(worker.result_fd)
+            os.close(worker.result_fd)
+            worker.result_fd = -1
+            if worker.state != "dead" and not worker.kill_reason:
+                worker.channel_closed = True
+                worker.deadline = time.monotonic() + 1.0
+                if worker.pidfd is None:
+                    try:
+                        worker.popen.wait(1.0)
+                    except subprocess.TimeoutExpired:
+                        worker.kill_reason = "channel"
+                        _kill_group(worker.popen.pid)
+                    self._on_exit(worker)
+            return
+        worker.buffer += data
+        while len(worker.buffer) >= _HEADER.size:
+            (length,) = _HEADER.unpack_from(worker.buffer)
+            if length > MAX_MESSAGE_BYTES:
+                self._ipc_failure(worker, f"message of {length} bytes")
+                return
+            if len(worker.buffer) < _HEADER.size + length:
+                return
+            body = bytes(worker.buffer[_HEADER.size:_HEADER.size + length])
+            del worker.buffer[:_HEADER.size + length]
+            try:
+                message = json.loads(body)
+            except ValueError:
+                self._ipc_failure(worker, "unreadable message")
+                return
+            self._on_message(worker, message)
+
+    def _ipc_failure(self, worker: _Worker, why: str) -> None:
+        self.stats["ipc_failures"] += 1
+        worker.kill_reason = "ipc"
+        worker.buffer.clear()
+        _kill_group(worker.popen.pid)
+
+    def _on_message(self, worker: _Worker, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        if kind == "ready":
+            worker.state = "idle"
+            worker.deadline = None
+            worker.device_name = message.get("device_name", "")
+            worker.spare = worker.role == "eval"  # _balance_spares promotes it if a slot is free
+            self._start_failures[worker.device if worker.role == "eval" else "compile"] = 0
+            if worker.role == "eval":
+                self._balance_spares(worker.device)
+            return
+        task = worker.task
+        if task is None or message.get("task") != id(task):
+            if kind in ("started", "result", "error"):
+                self._ipc_failure(worker, "message for a task it does not hold")
+            return
+        if kind == "started":
+            worker.task_started = True
+            return
+        worker.task, worker.task_started, worker.deadline = None, False, None
+        worker.state = "idle"
+        if kind == "error":
+            self.stats["worker_errors"] += 1
+            self._infrastructure_failure(task, "the evaluator's worker raised an internal error:\n" + message.get("traceback", ""))
+        elif worker.role == "compile":
+            self._on_build(task, message.get("build") or {})
+        else:
+            self._on_result(task, worker, message.get("result") or {})
+        if message.get("retire"):
+            self.stats["retired"] += 1
+            self._retire(worker)
+
+    def _on_build(self, task: _Task, build: dict[str, Any]) -> None:
+        task.build = build
+        if not build.get("ok"):
+            result = EvalResult(
+                request_id=task.request.request_id, problem_id=task.request.problem_id, verdict=Verdict.COMPILE_ERROR,
+                compiled=False, error_message=build.get("error_message") or "compilation failed",
+                phase_times_s={"compile": float(build.get("seconds", 0.0))},
+                cache_hits=["compile"] if build.get("cache_hit") else [],
+            )
+            self._finish(task, result)
+            return
+        task.prebuilt = build
+        task.stage = "eval"
+        if all(d == "cpu" for d in self.config.devices) and build.get("artifacts"):
+            # Built fine, but a CUDA kernel cannot run without a GPU.
+            result = EvalResult(
+                request_id=task.request.request_id, problem_id=task.request.problem_id, verdict=Verdict.RUNTIME_ERROR,
+                compiled=True, error_message="compiled, but CUDA kernels cannot run in CPU mode (no GPU).",
+                phase_times_s={"compile": float(build.get("seconds", 0.0))},
+                cache_hits=["compile"] if build.get("cache_hit") else [],
+            )
+            self._finish(task, result)
+            return
+        self._eval_queue.appendleft(task)  # it already waited for its compile
+
+    def _on_result(self, task: _Task, worker: _Worker, data: dict[str, Any]) -> None:
+        try:
+            result = EvalResult.from_dict(data)
+        except Exception as exc:
+            self._infrastructure_failure(task, f"the worker sent an unreadable result ({exc!r})")
+            return
+        result.request_id = task.request.request_id
+        result.attempts = task.attempts
+        result.worker_id = worker.worker_id
+        if task.build:
+            result.phase_times_s["compile"] = float(task.build.get("seconds", 0.0))
+            if task.build.get("cache_hit") and "compile" not in result.cache_hits:
+                result.cache_hits.append("compile")
+            result.compiled = result.compiled or bool(task.build.get("ok"))
+        result.phase_times_s.setdefault("queue_and_ipc", max(0.0, time.monotonic() - task.submitted_at
+                                                              - sum(v for k, v in result.phase_times_s.items()
+                                                                    if k not in ("total", "queue_and_ipc"))))
+        self._finish(task, result)
+
+    # ---- deaths, timeouts, retries
+
+    def _on_exit(self, worker: _Worker) -> None:
+        if worker.state == "dead":
+            return
+        if worker.result_fd >= 0:  # a message written just before dying still counts
+            self._on_readable(worker)
+            if worker.result_fd >= 0 and worker.state != "dead":
+                self._selector.unregister(worker.result_fd)
+                os.close(worker.result_fd)
+                worker.result_fd = -1
+        returncode = worker.popen.wait()
+        if worker.pidfd is not None:
+            self._selector.unregister(worker.pidfd)
+            os.close(worker.pidfd)
+            worker.pidfd = None
+        try:
+            worker.popen.stdin.close()
+        except OSError:
+            pass
+        was_starting = worker.state == "starting"
+        worker.state = "dead"
+        worker.deadline = None
+        self._workers.remove(worker)
+        cause = _describe_exit(returncode)
+        key = worker.device if worker.role == "eval" else "compile"
+        if was_starting and worker.kill_reason != "close":
+            self.stats["start_failures"] += 1
+            self._start_failures[key] += 1
+            if self._start_failures[key] >= self.config.max_start_failures:
+                self._mark_broken(key, f"{cause}\n{_tail(worker.err_path)}")
+            else:
+                self._respawn_at[key] = time.monotonic() + 0.5 * self._start_failures[key]
+        task = worker.task
+        worker.task = None
+        if task is not None:
+            self._report_death(task, worker, cause)
+        if worker.role == "eval" and worker.device not in self._broken:
+            self._balance_spares(worker.device)
+        shutil.rmtree(worker.workdir, ignore_errors=True)
+
+    def _report_death(self, task: _Task, worker: _Worker, cause: str) -> None:
+        request = task.request
+        if worker.kill_reason == "timeout":
+            self.stats["timeouts"] += 1
+            phase = "compilation" if worker.role == "compile" else "evaluation"
+            result = EvalResult(
+                request_id=request.request_id, problem_id=request.problem_id, verdict=Verdict.TIMEOUT,
+                compiled=worker.role == "eval" and bool(task.build and task.build.get("ok")),
+                error_message=f"The {phase} did not finish within {worker.timeout_limit_s:.0f} s and was stopped.",
+                phase_times_s={"total": time.monotonic() - task.submitted_at}, attempts=task.attempts,
+                worker_id=worker.worker_id,
+            )
+            self._finish(task, result)
+        elif not worker.task_started or worker.kill_reason == "ipc":
+            # The candidate never ran (or the channel broke): not the candidate's fault, so try once more.
+            self._infrastructure_failure(task, f"the worker process failed before it could run the request ({cause}).")
+        else:
+            self.stats["crashes"] += 1
+            tail = _crash_report(_tail(worker.err_path, max_lines=40, max_chars=8000), worker.workdir)
+            if worker.kill_reason == "channel":
+                cause = "the candidate closed the worker's result channel, so the worker was killed"
+            message = f"The worker process died while {'compiling' if worker.role == 'compile' else 'running'} the candidate: {cause}."
+            if tail:
+                message += "\nLast lines of its stderr:\n" + tail
+            result = EvalResult(
+                request_id=request.request_id, problem_id=request.problem_id, verdict=Verdict.CRASHED,
+                compiled=worker.role == "eval" and bool(task.build and task.build.get("ok")),
+                error_message=message[-2000:], phase_times_s={"total": time.monotonic() - task.submitted_at},
+                attempts=task.attempts, worker_id=worker.worker_id,
+            )
+            self._finish(task, result)
+
+    def _infrastructure_failure(self, task: _Task, why: str) -> None:
+        if task.attempts < 2:
+            task.attempts += 1
+            self.stats["retries"] += 1
+            queue = self._compile_queue if task.stage == "compile" else self._eval_queue
+            queue.appendleft(task)
+            return
+        self._finish(task, EvalResult(
+            request_id=task.request.request_id, problem_id=task.request.problem_id, verdict=Verdict.CRASHED,
+            error_message=("Evaluator infrastructure failure (not the candidate's fault), twice: " + why)[:2000],
+            attempts=task.attempts, phase_times_s={"total": time.monotonic() - task.submitted_at},
+        ))
+
+    def _check_deadlines(self) -> None:
+        now = time.monotonic()
+        for worker in list(self._workers):
+            if worker.deadline is None or worker.deadline > now or worker.kill_reason:
+                continue
+            if worker.channel_closed:
+                worker.kill_reason = "channel"
+            elif worker.state == "starting":
+                worker.kill_reason = "start_timeout"
+            elif worker.state == "retiring":
+                worker.kill_reason = "retire"
+            else:
+                worker.kill_reason = "timeout"
+            _kill_group(worker.popen.pid)
+            worker.deadline = None
+            if worker.pidfd is None:  # no pidfd: reap here rather than wait for the pipe
+                self._on_exit(worker)
+
+    def _retire(self, worker: _Worker) -> None:
+        worker.state = "retiring"
+        worker.kill_reason = "retire"
+        try:
+            write_message(worker.task_fd, {"type": "exit"})
+        except OSError:
+            pass
+        worker.deadline = time.monotonic() + 5.0
+        if worker.role == "eval":
+            self._balance_spares(worker.device)
+
+    def _mark_broken(self, key: str, why: str) -> None:
+        self._broken[key] = why
+        self._respawn_at.pop(key, None)
+        if key == "compile":
+            # Without compile workers, GPU workers build candidates themselves.
+            while self._compile_queue:
+                task = self._compile_queue.popleft()
+                task.stage = "eval"
+                self._eval_queue.append(task)
+            return
+        if all(device in self._broken for device in self.config.devices):
+            while self._eval_queue:
+                self._fail(self._eval_queue.popleft(), EvaluatorError(
+                    f"no evaluation worker could start ({len(self.config.devices)} device(s)); last failure: {why[-1500:]}"))
+
+    # ---- dispatch
+
+    def _dispatch(self) -> None:
+        if all(device in self._broken for device in self.config.devices):
+            while self._eval_queue:
+                self._fail(self._eval_queue.popleft(), EvaluatorError(
+                    "no evaluation worker could start: " + next(iter(self._broken.values()))[-1500:]))
+        for worker in self._workers:
+            if worker.state != "idle" or worker.spare:
+                continue
+            queue = self._compile_queue if worker.role == "compile" else self._eval_queue
+            if not queue:
+                continue
+            task = queue.popleft()
+            self._send(worker, task)
+
+    def _send(self, worker: _Worker, task: _Task) -> None:
+        request = task.request
+        message: dict[str, Any] = {"type": worker.role, "task": id(task), "request": request.to_dict()}
+        if worker.role == "compile":
+            limit = request.compile_timeout_s
+        else:
+            message["prebuilt"] = task.prebuilt
+            limit = request.run_timeout_s
+            if request.backend == "cuda" and not (task.prebuilt and task.prebuilt.get("ok")):
+                limit += request.compile_timeout_s  # the worker builds it itself
+            elif request.backend == "triton":
+                limit += min(request.compile_timeout_s, 120.0)  # Triton compiles on first launch
+        worker.task, worker.task_started, worker.state = task, False, "busy"
+        worker.dispatched_at = time.monotonic()
+        worker.timeout_limit_s = limit
+        worker.deadline = worker.dispatched_at + limit
+        try:
+            write_message(worker.task_fd, message)
+        except OSError:
+            # Its death will be reported by the exit handler, which retries the task.
+            worker.kill_reason = "ipc"
+            _kill_group(worker.popen.pid)
+
+    # ---- results
+
+    def _finish(self, task: _Task, result: EvalResult) -> None:
+        if task.done:
+            self.stats["duplicate_results_dropped"] += 1
+            return
+        task.done = True
+        self.stats["results"] += 1
+        result.phase_times_s.setdefault("total", time.monotonic() - task.submitted_at)
+        task.future.set_result(result)
+
+    def _fail(self, task: _Task, error: BaseException) -> None:
+        if task.done:
+            return
+        task.done = True
+        task.future.set_exception(error)
+
+    def _fail_everything(self, why: str) -> None:
+        error = EvaluatorError(why)
+        for queue in (self._eval_queue, self._compile_queue):
+            while queue:
+                self._fail(queue.popleft(), error)
+        for worker in self._workers:
+            if worker.task is not None:
+                self._fail(worker.task, error)
+        with self._inbox_lock:
+            if self._closing:
+                self._accepting = False
+            pending = list(self._inbox)
+            self._inbox.clear()
+        for task in pending:
+            self._fail(task, error)
+
+    def _shutdown(self) -> None:
+        self._closing = True
+        self._fail_everything("the evaluator was closed before this request finished.")
+        for worker in self._workers:
+            worker.kill_reason = worker.kill_reason or "close"
+            try:
+                write_message(worker.task_fd, {"type": "exit"})
+            except OSError:
+                pass
+        end = time.monotonic() + 1.0
+        for worker in self._workers:
+            try:
+                worker.popen.wait(max(0.0, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            _kill_group(worker.popen.pid)
+            try:
+                worker.popen.wait(5.0)
+            except subprocess.TimeoutExpired:
+                pass
+            for fd in (worker.result_fd, worker.pidfd):
+                if fd is not None and fd >= 0:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            try:
+                worker.popen.stdin.close()
+            except OSError:
+                pass
+        self._workers.clear()
+        self._selector.close()
+        with self._inbox_lock:
+            self._accepting = False
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        shutil.rmtree(self._root, ignore_errors=True)
+        self._closed.set()
+
+
+# ---------------------------------------------------------------- helpers
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL the worker and everything it started (it leads its own session)."""
+    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        try:
+            target()
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _drain_fd(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except (BlockingIOError, OSError):
+        pass
+
+
+def _describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        meaning = {"SIGSEGV": "segmentation fault", "SIGABRT": "abort", "SIGKILL": "killed", "SIGBUS": "bus error",
+                   "SIGFPE": "arithmetic error", "SIGILL": "illegal instruction"}.get(name, "")
+        return f"killed by {name}" + (f" ({meaning})" if meaning else "")
+    return f"exited with code {returncode}"
+
+
+def _tail(path: str, max_lines: int = 15, max_chars: int = 1500) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - 16384))
+            text = handle.read().decode(errors="replace")
+    except OSError:
+        return ""
+    lines = [line for line in text.splitlines() if line.strip()][-max_lines:]
+    return "\n".join(lines)[-max_chars:]
+
+
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<name>.*)$')
+
+
+def _crash_report(tail: str, workdir: str) -> str:
+    """faulthandler's dump reduced to the fatal error and the candidate's own frames ("line N in forward")."""
+    kept = []
+    for line in tail.splitlines():
+        frame = _FRAME.match(line)
+        if frame:
+            if frame.group("path").startswith(workdir):
+                kept.append(f"  line {frame.group('line')} in {frame.group('name')}")
+            continue
+        if line.startswith(("Extension modules:", "Current thread", "Thread 0x", "Stack (most recent")):
+            continue
+        kept.append(line)
+    return "\n".join(kept[-15:])[-1500:]
+
+
+def _physical_gpu(index: int) -> str:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        entries = [e.strip() for e in visible.split(",") if e.strip()]
+        if index < len(entries):
+            return entries[index]
+    return str(index)
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1:]))

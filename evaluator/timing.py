@@ -1,0 +1,182 @@
+"""Runtime measurement inside a worker: CUDA events on a GPU, a monotonic clock on the CPU.
+Reference and candidate are measured in the same process on the same inputs, interleaved, medians reported."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+from evaluator.api import RuntimeStats
+
+CLOCK_CUDA = "cuda_events"
+CLOCK_MONOTONIC = "monotonic"
+# Bumped whenever the measurement protocol changes, so cached reference timings from an older protocol are not reused.
+PROTOCOL_VERSION = 3
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    """How to time; part of the reference-timing cache key."""
+
+    trials: int = 100
+    warmup: int = 10
+    # Warm up for at least this long so the GPU leaves its idle clocks before the first sample.
+    warmup_min_ms: float = 30.0
+    # Each sample spans at least this much GPU time (several calls per event pair for tiny kernels):
+    # a ~15 µs call timed alone is dominated by event jitter and launch gaps.
+    sample_min_ms: float = 0.0
+    max_calls_per_sample: int = 64
+    # Tiny kernels get more samples (up to trials * extra_trials_factor) until this much time was measured.
+    min_measured_ms: float = 0.0
+    extra_trials_factor: int = 1
+    flush_l2: bool = True
+    # Upper bound on the wall time spent sampling one callable (CPU mode and very slow kernels).
+    budget_s: float = 10.0
+
+    def key(self) -> tuple:
+        return (PROTOCOL_VERSION,) + tuple(sorted(asdict(self).items()))
+
+
+def summarize(samples_ms: list[float]) -> RuntimeStats:
+    """Median, mean, std, min, max and IQR of samples in milliseconds."""
+    values = sorted(float(v) for v in samples_ms)
+    n = len(values)
+    if n == 0:
+        return RuntimeStats(median_ms=math.nan, mean_ms=math.nan, std_ms=math.nan, min_ms=math.nan, max_ms=math.nan,
+                            iqr_ms=math.nan, n=0)
+    if n >= 2:
+        q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    else:
+        q1 = q3 = values[0]
+    return RuntimeStats(
+        median_ms=statistics.median(values),
+        mean_ms=statistics.fmean(values),
+        std_ms=statistics.pstdev(values) if n > 1 else 0.0,
+        min_ms=values[0],
+        max_ms=values[-1],
+        iqr_ms=q3 - q1,
+        n=n,
+    )
+
+
+class L2Flusher:
+    """Overwrites a buffer twice the L2 size so every sample starts with a cold cache (and a busy GPU queue)."""
+
+    def __init__(self, device: Any):
+        import torch
+
+        props = torch.cuda.get_device_properties(device)
+        l2_bytes = int(getattr(props, "L2_cache_size", 0) or 50 * 2**20)
+        self.buffer = torch.empty(max(2 * l2_bytes, 64 * 2**20) // 4, dtype=torch.int32, device=device)
+
+    def flush(self) -> None:
+        self.buffer.zero_()
+
+
+def _order(names: list[str], round_index: int) -> list[str]:
+    # ABBA ordering: each callable runs first as often as last, cancelling position effects (clock ramps, queue state).
+    return names if round_index % 2 == 0 else names[::-1]
+
+
+def time_cuda(fns: dict[str, Callable[[], Any]], settings: TimingSettings, flusher: L2Flusher | None) -> dict[str, list[float]]:
+    """Interleaved CUDA-event timing of zero-argument callables on the current stream; per-call ms samples."""
+    import torch
+
+    names = list(fns)
+    torch.cuda.synchronize()
+    # Warm-up: count and time, so lazy initialisation, autotuning and clock ramp-up stay out of the samples.
+    start_wall = time.perf_counter()
+    done = 0
+    while done < settings.warmup or (time.perf_counter() - start_wall) * 1e3 < settings.warmup_min_ms:
+        for name in names:
+            fns[name]()
+        done += 1
+        if done >= 10 * max(settings.warmup, 1) and done > 1000:
+            break
+        if done % 8 == 0:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+
+    # Per-call estimate (no flush) to size the number of calls per event pair.
+    calls = {}
+    for name in names:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(5):
+            fns[name]()
+        end.record()
+        end.synchronize()
+        estimate_ms = max(start.elapsed_time(end) / 5, 1e-4)
+        per_sample = 1
+        if settings.sample_min_ms > 0:
+            per_sample = min(settings.max_calls_per_sample, max(1, math.ceil(settings.sample_min_ms / estimate_ms)))
+        calls[name] = (per_sample, estimate_ms)
+
+    trials = settings.trials
+    if settings.min_measured_ms > 0 and settings.extra_trials_factor > 1:
+        slowest = max(calls[n][0] * calls[n][1] for n in names)
+        wanted = math.ceil(settings.min_measured_ms / max(slowest, 1e-6))
+        trials = min(max(trials, wanted), trials * settings.extra_trials_factor)
+    budget_trials = max(3, int(settings.budget_s * 1e3 / max(sum(c[0] * c[1] for c in calls.values()) + 0.05, 1e-3)))
+    trials = max(1, min(trials, budget_trials))
+
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    chunk = 64  # rounds queued between synchronisations: keeps the GPU fed without unbounded queues
+    for first in range(0, trials, chunk):
+        pending = []
+        for r in range(first, min(first + chunk, trials)):
+            for name in _order(names, r):
+                per_sample = calls[name][0]
+                if flusher is not None and settings.flush_l2:
+                    flusher.flush()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                fn = fns[name]
+                start.record()
+                for _ in range(per_sample):
+                    fn()
+                end.record()
+                pending.append((name, start, end, per_sample))
+        torch.cuda.synchronize()
+        for name, start, end, per_sample in pending:
+            samples[name].append(start.elapsed_time(end) / per_sample)
+    return samples
+
+
+def time_cpu(fns: dict[str, Callable[[], Any]], settings: TimingSettings) -> dict[str, list[float]]:
+    """Interleaved monotonic-clock timing for CPU mode; stops early at the wall budget (at least 3 samples)."""
+    names = list(fns)
+    for _ in range(max(1, min(settings.warmup, 3))):
+        for name in names:
+            fns[name]()
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    began = time.perf_counter()
+    for r in range(settings.trials):
+        for name in _order(names, r):
+            t0 = time.perf_counter()
+            fns[name]()
+            samples[name].append((time.perf_counter() - t0) * 1e3)
+        if r >= 2 and time.perf_counter() - began > settings.budget_s:
+            break
+    return samples
+
+
+def synchronized_wall_ms(fn: Callable[[], Any], calls: int, cuda: bool) -> tuple[float, float]:
+    """(wall ms per call with a device-wide synchronize around the whole batch, host ms per call to issue them).
+
+    Device-wide synchronisation waits for every stream, so work a candidate hides on a side stream or behind an
+    event it never waits for shows up here but not in the event timing of the current stream."""
+    import torch
+
+    if cuda:
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    issued = time.perf_counter()
+    if cuda:
+        torch.cuda.synchronize()
+    t1 = time.perf_counter()
+    return (t1 - t0) * 1e3 / calls, (issued - t0) * 1e3 / calls

@@ -1,0 +1,727 @@
+"""What happens inside one evaluator worker process for one request: load, check correctness, time, detect hacks.
+The pool owns processes, timeouts and crashes; this module never raises for a candidate's faults."""
+
+from __future__ import annotations
+
+import ast
+import gc
+import hashlib
+import importlib.util
+import math
+import os
+import sys
+import tempfile
+import time
+import traceback
+import types
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from evaluator import checks, timing
+from evaluator.api import BACKENDS, PRECISIONS, EvalRequest, EvalResult, RuntimeStats, Verdict
+
+MAX_MESSAGE_CHARS = 2000
+# Calls in the device-wide synchronised cross-check of the event timing.
+CROSS_CHECK_CALLS = 20
+FULL_GC_EVERY = 32
+FULL_GC_CUDA_BYTES = 2 * 2**30
+
+
+@dataclass
+class WorkerContext:
+    """Per-process state: device, scratch folder, pristine function identities, reference-timing cache."""
+
+    device: str  # "cpu" or "cuda:N"
+    device_name: str
+    torch_version: str
+    work_dir: str
+    cache_dir: str = ""
+    sticky_cuda_error: bool = False  # the pool retires the worker when True
+    # Why this process can no longer be trusted although CUDA is fine (e.g. a candidate left threads running).
+    polluted_reason: str = ""
+    reference_timing_cache: dict = field(default_factory=dict)
+    guard: Any = None
+    launch_counter: Any = None
+    flusher: Any = None
+    timing_settings: timing.TimingSettings = field(default_factory=timing.TimingSettings)
+    requests_done: int = 0
+    baseline_cuda_bytes: int = 0
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
+    @property
+    def should_retire(self) -> bool:
+        return self.sticky_cuda_error or bool(self.polluted_reason)
+
+
+def default_timing_settings(is_cuda: bool) -> timing.TimingSettings:
+    if is_cuda:
+        # Tiny kernels: several calls per event pair and more samples; measured on an H100 (see report/README).
+        return timing.TimingSettings(sample_min_ms=0.0, min_measured_ms=0.0, extra_trials_factor=1, budget_s=10.0)
+    return timing.TimingSettings(flush_l2=False, budget_s=1.5)
+
+
+def prepare_worker(device: str = "cpu", work_dir: str | None = None, cache_dir: str | None = None) -> WorkerContext:
+    """Once per process: import torch (and triton when present), initialise the device, snapshot critical functions."""
+    import torch
+
+    if device in ("cuda", "gpu"):
+        device = "cuda:0"
+    if device.startswith("cuda"):
+        torch.cuda.init()
+        torch.cuda.set_device(torch.device(device))
+        torch.empty(1, device=device).add_(1)
+        torch.cuda.synchronize()
+        device_name = torch.cuda.get_device_name(torch.device(device))
+    else:
+        device_name = "cpu"
+    try:  # importing triton once here keeps it out of the first triton task's time
+        import triton  # noqa: F401
+    except Exception:
+        pass
+    work_dir = work_dir or tempfile.mkdtemp(prefix="krl-worker-")
+    ctx = WorkerContext(
+        device=device,
+        device_name=device_name,
+        torch_version=torch.__version__,
+        work_dir=work_dir,
+        cache_dir=cache_dir or os.environ.get("KRL_WORKER_CACHE_DIR", "") or os.environ.get("KRL_CACHE_DIR", ""),
+        timing_settings=default_timing_settings(device.startswith("cuda")),
+    )
+    ctx.launch_counter = checks.LaunchCounter()
+    ctx.launch_counter.install()
+    ctx.guard = checks.FunctionGuard()  # after the launch counter, whose wrappers are ours
+    if ctx.is_cuda:
+        ctx.flusher = timing.L2Flusher(device)
+        ctx.baseline_cuda_bytes = torch.cuda.memory_allocated()
+    return ctx
+
+
+class _Outcome(Exception):
+    """Ends an evaluation early with a verdict."""
+
+    def __init__(self, verdict: Verdict, message: str = "", hack_rule: str | None = None):
+        super().__init__(message)
+        self.verdict = verdict
+        self.message = message
+        self.hack_rule = hack_rule
+
+
+def _cap(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    half = limit // 2 - 20
+    return text[:half] + "\n… [truncated] …\n" + text[-half:]
+
+
+def _format_traceback(exc: BaseException, candidate_filename: str) -> str:
+    try:
+        from evaluator import errclean  # written by the pool engineer; optional until it lands
+
+        return errclean.clean_traceback(exc, candidate_filename, max_chars=MAX_MESSAGE_CHARS)
+    except Exception:
+        pass
+    # Fallback: keep the frames in the candidate's file plus the exception line.
+    frames = traceback.extract_tb(exc.__traceback__)
+    lines = []
+    for frame in frames:
+        if frame.filename == candidate_filename:
+            lines.append(f"  line {frame.lineno}, in {frame.name}: {(frame.line or '').strip()}")
+    head = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    body = ("Traceback (candidate frames):\n" + "\n".join(lines[-8:]) + "\n") if lines else ""
+    return _cap(body + head)
+
+
+def _format_compile_error(exc: BaseException, candidate_source: str, candidate_filename: str) -> str:
+    text = str(exc)
+    if type(exc).__name__ == "CudaBuildError":
+        return _cap(text)  # compile.py already cleaned the compiler output
+    try:
+        from evaluator import errclean
+
+        if "Error building extension" in text or "error:" in text:
+            return errclean.clean_compile_log(text, candidate_source, max_chars=MAX_MESSAGE_CHARS)
+        return errclean.clean_traceback(exc, candidate_filename, max_chars=MAX_MESSAGE_CHARS)
+    except Exception:
+        pass
+    return _format_traceback(exc, candidate_filename)
+
+
+def _is_compile_exception(exc: BaseException) -> bool:
+    """Kernel build failures: load_inline/nvcc, the compile cache hook, Triton's compiler."""
+    for cls in type(exc).__mro__:
+        if cls.__module__.startswith("triton") and cls.__name__ in ("CompilationError", "CompileTimeAssertionFailure",
+                                                                   "UnsupportedLanguageConstruct", "TritonError",
+                                                                   "OutOfResources", "PTXASError"):
+            return True
+        if cls.__name__ in ("CudaBuildError", "BuildError", "CompileError"):
+            return True
+    if "Error building extension" in str(exc):
+        return True
+    for frame in traceback.extract_tb(exc.__traceback__):
+        name = frame.filename.replace("\\", "/")
+        if name.endswith("torch/utils/cpp_extension.py") or name.endswith("evaluator/compile.py"):
+            return True
+    return False
+
+
+def _cuda_broken(torch: Any, ctx: WorkerContext) -> bool:
+    """True when the CUDA context is unusable (illegal address, device assert): the worker must be retired."""
+    if not ctx.is_cuda:
+        return False
+    try:
+        torch.cuda.synchronize()
+        torch.ones(1, device=ctx.device).add_(1).item()
+        return False
+    except Exception:
+        return True
+
+
+def _set_seed(torch: Any, seed: int) -> None:
+    torch.manual_seed(seed)
+
+
+def _to_device(torch: Any, values: list, device: str, dtype: Any = None) -> list:
+    moved = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            value = value.to(device)
+            # Integer and boolean inputs keep their dtype (KernelBench casts them; that changes the problem).
+            if dtype is not None and value.is_floating_point():
+                value = value.to(dtype)
+        moved.append(value)
+    return moved
+
+
+def _clone_inputs(torch: Any, values: list) -> list:
+    return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def _same_tensor_values(torch: Any, a: Any, b: Any) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point() or a.is_complex():
+        return bool(torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)) and torch.equal(a.isnan(), b.isnan()))
+    return bool(torch.equal(a, b))
+
+
+def _flatten_output(torch: Any, output: Any) -> list:
+    if isinstance(output, (tuple, list)):
+        return list(output)
+    return [output]
+
+
+def _compare_outputs(torch: Any, ref_out: Any, new_out: Any, atol: float, rtol: float) -> dict:
+    """{'ok', 'verdict', 'message', 'max_abs_diff', 'mean_abs_diff'} comparing candidate output with the reference."""
+    ref_items = _flatten_output(torch, ref_out)
+    ref_is_seq = isinstance(ref_out, (tuple, list))
+    new_is_seq = isinstance(new_out, (tuple, list))
+    if ref_is_seq != new_is_seq or len(_flatten_output(torch, new_out)) != len(ref_items):
+        expected = f"a {type(ref_out).__name__} of {len(ref_items)}" if ref_is_seq else "a tensor"
+        got = f"a {type(new_out).__name__} of {len(new_out)}" if new_is_seq else type(new_out).__name__
+        return {"ok": False, "verdict": Verdict.SHAPE_MISMATCH, "message": f"Output structure mismatch: expected {expected}, got {got}."}
+    new_items = _flatten_output(torch, new_out)
+    max_diff = 0.0
+    mean_diffs = []
+    failure = None
+    for index, (ref, new) in enumerate(zip(ref_items, new_items)):
+        where = f" (output {index})" if len(ref_items) > 1 else ""
+        if not isinstance(ref, torch.Tensor):
+            ref = torch.as_tensor(ref)
+        if not isinstance(new, torch.Tensor):
+            if isinstance(new, (int, float, bool)):
+                new = torch.as_tensor(new)
+            else:
+                return {"ok": False, "verdict": Verdict.WRONG_OUTPUT, "message": f"Output{where} is a {type(new).__name__}, expected a tensor."}
+        if tuple(new.shape) != tuple(ref.shape):
+            return {"ok": False, "verdict": Verdict.SHAPE_MISMATCH,
+                    "message": f"Output shape mismatch{where}: expected {list(ref.shape)}, got {list(new.shape)}."}
+        if new.dtype != ref.dtype:
+            return {"ok": False, "verdict": Verdict.WRONG_OUTPUT,
+                    "message": f"Output dtype mismatch{where}: expected {ref.dtype}, got {new.dtype}."}
+        if new.device != ref.device:
+            return {"ok": False, "verdict": Verdict.WRONG_OUTPUT,
+                    "message": f"Output{where} is on {new.device}, expected {ref.device}."}
+        wide = torch.float64 if not ref.is_floating_point() else torch.float32
+        ref_w, new_w = ref.detach().to(wide), new.detach().to(wide)
+        ref_bad, new_bad = ~torch.isfinite(ref_w), ~torch.isfinite(new_w)
+        if bool(new_bad.any()):
+            same_pattern = torch.equal(ref_bad, new_bad) and torch.equal(
+                torch.nan_to_num(ref_w[ref_bad], nan=0.0), torch.nan_to_num(new_w[new_bad], nan=0.0))
+            if not same_pattern:
+                count = int(new_bad.sum())
+                if failure is None:
+                    failure = f"Output{where} contains {count} NaN/Inf value(s) where the reference is finite."
+                max_diff = math.inf
+                mean_diffs.append(math.inf)
+                continue
+        both_ok = ~(ref_bad | new_bad)
+        diff = torch.where(both_ok, (new_w - ref_w).abs(), torch.zeros_like(ref_w))
+        bound = atol + rtol * torch.where(both_ok, ref_w.abs(), torch.zeros_like(ref_w))
+        if diff.numel():
+            item_max = float(diff.max())
+            mean_diffs.append(float(diff.mean()))
+            max_diff = max(max_diff, item_max)
+            if bool((diff > bound).any()) and failure is None:
+                bad = int((diff > bound).sum())
+                failure = (f"Output mismatch{where}: {bad} of {diff.numel()} elements outside tolerance "
+                           f"(atol={atol:g}, rtol={rtol:g}); max abs diff {item_max:.4g}.")
+    mean_diff = float(sum(mean_diffs) / len(mean_diffs)) if mean_diffs else 0.0
+    if failure:
+        return {"ok": False, "verdict": Verdict.WRONG_OUTPUT, "message": failure, "max_abs_diff": max_diff, "mean_abs_diff": mean_diff}
+    return {"ok": True, "verdict": Verdict.CORRECT, "message": "", "max_abs_diff": max_diff, "mean_abs_diff": mean_diff}
+
+
+def _outputs_identical(torch: Any, a: Any, b: Any) -> bool:
+    items_a, items_b = _flatten_output(torch, a), _flatten_output(torch, b)
+    if len(items_a) != len(items_b):
+        return False
+    for x, y in zip(items_a, items_b):
+        if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
+            return False
+        if x.device != y.device or not _same_tensor_values(torch, x, y):
+            return False
+    return True
+
+
+def _snapshot_outputs(torch: Any, output: Any) -> Any:
+    if isinstance(output, (tuple, list)):
+        return type(output)(_snapshot_outputs(torch, o) for o in output)
+    return output.detach().clone() if isinstance(output, torch.Tensor) else output
+
+
+class _Watch:
+    """Counts calls of the reference Model while the candidate runs (calling the reference is a hack)."""
+
+    def __init__(self, ref_cls: type):
+        self.candidate_running = False
+        self.reference_calls = 0
+        original_forward = ref_cls.forward
+        original_init = ref_cls.__init__
+        watch = self
+
+        def forward(module, *args, **kwargs):
+            if watch.candidate_running:
+                watch.reference_calls += 1
+            return original_forward(module, *args, **kwargs)
+
+        def init(module, *args, **kwargs):
+            if watch.candidate_running:
+                watch.reference_calls += 1
+            return original_init(module, *args, **kwargs)
+
+        ref_cls.forward = forward
+        ref_cls.__init__ = init
+
+    @contextmanager
+    def candidate(self):
+        self.candidate_running = True
+        try:
+            yield
+        finally:
+            self.candidate_running = False
+
+
+def _load_reference(request: EvalRequest) -> types.ModuleType:
+    module = types.ModuleType(f"krl_reference_{request.request_id}")
+    module.__file__ = "<reference>"
+    code = compile(request.reference_source, "<reference>", "exec")
+    exec(code, module.__dict__)
+    # The size knob: get_inputs()/get_init_inputs() read these module globals at call time.
+    for name, value in (request.size_overrides or {}).items():
+        setattr(module, name, value)
+    for name in ("Model", "get_inputs", "get_init_inputs"):
+        if not hasattr(module, name):
+            raise _Outcome(Verdict.RUNTIME_ERROR, f"The reference problem defines no `{name}` (evaluator input error).")
+    return module
+
+
+def _reference_key(request: EvalRequest, ctx: WorkerContext) -> tuple:
+    problem = request.problem_hash or hashlib.sha256(request.reference_source.encode()).hexdigest()
+    return (problem, ctx.device_name, ctx.device, request.precision, ctx.torch_version, request.timing_trials,
+            request.warmup_trials, request.seed, tuple(sorted((request.size_overrides or {}).items())),
+            ctx.timing_settings.key())
+
+
+class _Phase:
+    def __init__(self, result: EvalResult, name: str):
+        self.result, self.name = result, name
+
+    def __enter__(self):
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc):
+        self.result.phase_times_s[self.name] = round(self.result.phase_times_s.get(self.name, 0.0) + time.perf_counter() - self.t0, 6)
+        return False
+
+
+def evaluate_in_process(request: EvalRequest, ctx: WorkerContext, prebuilt: dict | None = None) -> EvalResult:
+    """Evaluate one request in this process. Returns a verdict for every candidate fault; never raises for them."""
+    import torch
+
+    started = time.perf_counter()
+    result = EvalResult(
+        request_id=request.request_id,
+        problem_id=request.problem_id,
+        verdict=Verdict.RUNTIME_ERROR,
+        device_name=ctx.device_name,
+        timing_clock=timing.CLOCK_CUDA if ctx.is_cuda else timing.CLOCK_MONOTONIC,
+        correctness_trials_total=request.correctness_trials,
+    )
+    if prebuilt and prebuilt.get("cache_hit"):
+        result.cache_hits.append("compile")
+    if prebuilt and prebuilt.get("seconds") is not None:
+        result.phase_times_s["compile"] = round(float(prebuilt["seconds"]), 6)
+    state = _RunState(request, ctx, result, torch)
+    try:
+        with torch.no_grad():
+            state.run(prebuilt)
+        result.verdict = Verdict.CORRECT
+    except _Outcome as outcome:
+        result.verdict = outcome.verdict
+        result.error_message = _cap(outcome.message)
+        result.hack_rule = outcome.hack_rule
+    except BaseException as exc:  # noqa: BLE001 - a candidate can raise anything, SystemExit included
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        if _is_compile_exception(exc):
+            result.verdict = Verdict.COMPILE_ERROR
+            result.compiled = False
+            result.error_message = _format_compile_error(exc, request.candidate_source, state.candidate_path)
+        else:
+            result.verdict = Verdict.RUNTIME_ERROR
+            result.error_message = _format_traceback(exc, state.candidate_path)
+    finally:
+        state.cleanup()
+    if result.verdict not in (Verdict.CORRECT,) and ctx.is_cuda and _cuda_broken(torch, ctx):
+        ctx.sticky_cuda_error = True
+        if result.verdict != Verdict.HACK_DETECTED:
+            result.verdict = Verdict.RUNTIME_ERROR
+        result.error_message = _cap(result.error_message + "\n(The CUDA context is unusable after this kernel.)")
+    ctx.requests_done += 1
+    result.phase_times_s["total"] = round(time.perf_counter() - started, 6)
+    return result
+
+
+class _RunState:
+    """One evaluation's moving parts, so cleanup can undo whatever was reached."""
+
+    def __init__(self, request: EvalRequest, ctx: WorkerContext, result: EvalResult, torch: Any):
+        self.request, self.ctx, self.result, self.torch = request, ctx, result, torch
+        safe_id = "".join(c if c.isalnum() else "_" for c in request.request_id)[:40] or "x"
+        self.module_name = f"krl_candidate_{safe_id}"
+        self.candidate_path = os.path.join(ctx.work_dir, f"{self.module_name}.py")
+        self.candidate_module: Optional[types.ModuleType] = None
+        self.threads_before = set()
+
+    # ---- phases -------------------------------------------------------------------------------------------------
+    def run(self, prebuilt: dict | None) -> None:
+        request, ctx, result, torch = self.request, self.ctx, self.result, self.torch
+        if request.backend not in BACKENDS:
+            raise _Outcome(Verdict.FORMAT_ERROR, f"Unknown backend {request.backend!r}; use one of {', '.join(BACKENDS)}.")
+        if request.precision not in PRECISIONS:
+            raise _Outcome(Verdict.FORMAT_ERROR, f"Unknown precision {request.precision!r}; use one of {', '.join(PRECISIONS)}.")
+        if request.backend == "cuda" and not ctx.is_cuda:
+            raise _Outcome(Verdict.RUNTIME_ERROR, "CUDA candidates need a GPU; this worker runs on the CPU.")
+        ctx.guard.restore()  # undo anything an earlier candidate in this process may have patched
+        import threading
+
+        self.threads_before = {t.ident for t in threading.enumerate()}
+
+        with _Phase(result, "load"):
+            tree = self._parse_candidate()
+            finding = checks.static_findings(tree, request.candidate_source, request.backend)
+            if finding:
+                raise _Outcome(Verdict.HACK_DETECTED, finding.message, finding.rule)
+            reference = _load_reference(request)
+            ref_cls = reference.Model
+            watch = _Watch(ref_cls)
+            model_new_cls = self._load_candidate(prebuilt, watch)
+            if isinstance(model_new_cls, type) and issubclass(model_new_cls, ref_cls):
+                raise _Outcome(Verdict.HACK_DETECTED, checks.message("reference_model"), "reference_model")
+
+            dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[request.precision]
+            self.dtype = dtype
+            _set_seed(torch, request.seed)
+            init_inputs = _to_device(torch, list(reference.get_init_inputs()), ctx.device)
+            _set_seed(torch, request.seed)
+            ref_model = ref_cls(*init_inputs)
+            _set_seed(torch, request.seed)
+            with watch.candidate():
+                new_model = model_new_cls(*init_inputs)
+                self._verify_untampered()
+            if watch.reference_calls:
+                raise _Outcome(Verdict.HACK_DETECTED, checks.message("reference_model"), "reference_model")
+            if any(isinstance(m, ref_cls) for m in new_model.modules()):
+                raise _Outcome(Verdict.HACK_DETECTED, checks.message("reference_model"), "reference_model")
+            ref_model = ref_model.to(ctx.device).to(dtype) if dtype != torch.float32 else ref_model.to(ctx.device)
+            new_model = new_model.to(ctx.device).to(dtype) if dtype != torch.float32 else new_model.to(ctx.device)
+            self._sync()
+            result.compiled = True
+
+        own_names = checks.own_kernel_names(request.candidate_source, self.candidate_module)
+        with _Phase(result, "correctness"):
+            last_inputs = self._correctness(reference, ref_model, new_model, watch)
+        if request.backend in ("triton", "cuda"):
+            self._check_custom_kernel_used(ref_model, new_model, last_inputs, own_names, watch)
+        if request.measure_timing:
+            with _Phase(result, "timing"):
+                self._time(reference, ref_model, new_model, watch)
+        with _Phase(result, "recheck"):
+            self._recheck_fresh_inputs(reference, ref_model, new_model, watch)
+        self._check_threads()
+
+    def _parse_candidate(self) -> ast.AST:
+        source = self.request.candidate_source
+        try:
+            return ast.parse(source, filename=self.candidate_path)
+        except SyntaxError as exc:
+            line = (exc.text or "").rstrip()
+            pointer = f"\n    {line}" if line else ""
+            raise _Outcome(Verdict.COMPILE_ERROR, f"SyntaxError at line {exc.lineno}: {exc.msg}{pointer}") from None
+
+    def _load_candidate(self, prebuilt: dict | None, watch: _Watch) -> type:
+        request, ctx = self.request, self.ctx
+        if request.backend == "cuda":
+            try:
+                from evaluator import compile as compile_mod
+            except ImportError:
+                compile_mod = None
+            if compile_mod is not None and hasattr(compile_mod, "install_load_inline_hook"):
+                cache_dir = (prebuilt or {}).get("cache_dir") or ctx.cache_dir  # empty: compile.py's default
+                compile_mod.install_load_inline_hook(cache_dir, prebuilt)
+        with open(self.candidate_path, "w", encoding="utf-8") as handle:
+            handle.write(request.candidate_source)
+        spec = importlib.util.spec_from_file_location(self.module_name, self.candidate_path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[self.module_name] = module
+        self.candidate_module = module
+        try:
+            with watch.candidate():
+                spec.loader.exec_module(module)
+        except _Outcome:
+            raise
+        except BaseException as exc:  # noqa: BLE001
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            self._verify_untampered()
+            message = (_format_compile_error(exc, request.candidate_source, self.candidate_path)
+                       if request.backend == "cuda" or _is_compile_exception(exc)
+                       else _format_traceback(exc, self.candidate_path))
+            raise _Outcome(Verdict.COMPILE_ERROR, message) from None
+        self._verify_untampered()
+        model_new = getattr(module, "ModelNew", None)
+        if model_new is None:
+            raise _Outcome(Verdict.FORMAT_ERROR, "The candidate defines no `ModelNew` class; define `class ModelNew(nn.Module)` "
+                           "taking the same init arguments as `Model`.")
+        import torch
+
+        if not (isinstance(model_new, type) and issubclass(model_new, torch.nn.Module)):
+            raise _Outcome(Verdict.FORMAT_ERROR, "`ModelNew` must be a subclass of torch.nn.Module.")
+        return model_new
+
+    def _verify_untampered(self) -> None:
+        patched = self.ctx.guard.violations()
+        if patched:
+            self.ctx.guard.restore()
+            raise _Outcome(Verdict.HACK_DETECTED, checks.message("patched_torch", ", ".join(patched[:5])), "patched_torch")
+
+    def _sync(self) -> None:
+        if self.ctx.is_cuda:
+            self.torch.cuda.synchronize()
+
+    def _inputs(self, reference: types.ModuleType, seed: int) -> list:
+        _set_seed(self.torch, seed)
+        return _to_device(self.torch, list(reference.get_inputs()), self.ctx.device, self.dtype if self.dtype != self.torch.float32 else None)
+
+    def _call_candidate(self, new_model: Any, inputs: list, watch: _Watch) -> Any:
+        with watch.candidate():
+            output = new_model(*inputs)
+            self._sync()  # asynchronous CUDA faults belong to the candidate
+        self._verify_untampered()
+        if watch.reference_calls:
+            raise _Outcome(Verdict.HACK_DETECTED, checks.message("reference_model"), "reference_model")
+        return output
+
+    def _correctness(self, reference, ref_model, new_model, watch) -> list:
+        request, result, torch = self.request, self.result, self.torch
+        atol, rtol = request.tolerances()
+        _set_seed(torch, request.seed)
+        trial_seeds = [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(request.correctness_trials)]
+        passed = 0
+        first_failure = None
+        worst = (0.0, 0.0)
+        previous_outputs: list = []
+        inputs: list = []
+        self.ctx.launch_counter.reset()
+        for trial, trial_seed in enumerate(trial_seeds):
+            inputs = self._inputs(reference, trial_seed)
+            pristine = _clone_inputs(torch, inputs)
+            ref_out = ref_model(*inputs)
+            self._sync()
+            for value, copy in zip(inputs, pristine):  # a reference that works in place must not change the candidate's inputs
+                if isinstance(value, torch.Tensor) and not _same_tensor_values(torch, value, copy):
+                    value.copy_(copy)
+            new_out = self._call_candidate(new_model, inputs, watch)
+            for value, copy in zip(inputs, pristine):
+                if isinstance(value, torch.Tensor) and not _same_tensor_values(torch, value, copy):
+                    raise _Outcome(Verdict.HACK_DETECTED, checks.message("input_mutation"), "input_mutation")
+            verdict = _compare_outputs(torch, ref_out, new_out, atol, rtol)
+            if verdict["verdict"] == Verdict.SHAPE_MISMATCH:
+                result.correctness_trials_passed = passed
+                raise _Outcome(Verdict.SHAPE_MISMATCH, verdict["message"])
+            if verdict["ok"]:
+                passed += 1
+                worst = (max(worst[0], verdict["max_abs_diff"]), max(worst[1], verdict["mean_abs_diff"]))
+            else:
+                # The same output for different inputs, while the reference changed: results cached across calls.
+                for earlier in previous_outputs:
+                    if _outputs_identical(torch, earlier, new_out):
+                        raise _Outcome(Verdict.HACK_DETECTED, checks.message("cached_output"), "cached_output")
+                if first_failure is None:
+                    first_failure = verdict
+            previous_outputs.append(_snapshot_outputs(torch, new_out))
+            del ref_out, new_out
+        result.correctness_trials_passed = passed
+        if first_failure is not None:
+            result.max_abs_diff = first_failure.get("max_abs_diff")
+            result.mean_abs_diff = first_failure.get("mean_abs_diff")
+            raise _Outcome(Verdict.WRONG_OUTPUT, f"{first_failure['message']} Passed {passed}/{len(trial_seeds)} trials.")
+        result.max_abs_diff, result.mean_abs_diff = worst
+        self.correctness_launches = self.ctx.launch_counter.count
+        return inputs
+
+    def _check_custom_kernel_used(self, ref_model, new_model, inputs, own_names, watch) -> None:
+        """cuda/triton: the candidate's own kernels must run and carry a meaningful share of the GPU time."""
+        request, ctx = self.request, self.ctx
+        if ctx.is_cuda:
+            fraction, own_launches, total = self._profile_candidate(new_model, inputs, own_names, watch)
+            self.result.own_kernel_time_fraction = fraction
+            if request.backend == "triton":
+                own_launches = max(own_launches, self.correctness_launches)
+            if not own_names:
+                return  # no kernel names found to attribute time to; the static rule already required a kernel
+            if own_launches == 0:
+                raise _Outcome(Verdict.HACK_DETECTED, checks.message("custom_kernel_not_launched"), "custom_kernel_not_launched")
+            if fraction is not None and fraction < checks.MIN_OWN_KERNEL_FRACTION:
+                raise _Outcome(Verdict.HACK_DETECTED, checks.message("custom_kernel_token_work", f"{fraction:.1%}"),
+                               "custom_kernel_token_work")
+        elif request.backend == "triton" and self.correctness_launches == 0:
+            raise _Outcome(Verdict.HACK_DETECTED, checks.message("custom_kernel_not_launched"), "custom_kernel_not_launched")
+
+    def _profile_candidate(self, new_model, inputs, own_names, watch) -> tuple[Optional[float], int, int]:
+        torch = self.torch
+        try:
+            from torch.profiler import ProfilerActivity, profile
+        except Exception:
+            return None, 0, 0
+        self._sync()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            self._call_candidate(new_model, inputs, watch)
+            torch.cuda.synchronize()
+        return checks.own_kernel_fraction(prof.events(), own_names)
+
+    def _time(self, reference, ref_model, new_model, watch) -> None:
+        request, ctx, result, torch = self.request, self.ctx, self.result, self.torch
+        settings = ctx.timing_settings
+        settings = timing.TimingSettings(**{**settings.__dict__, "trials": request.timing_trials, "warmup": request.warmup_trials})
+        inputs = self._inputs(reference, request.seed)
+        key = _reference_key(request, ctx)
+        cached = ctx.reference_timing_cache.get(key)
+
+        def candidate_call():
+            with watch.candidate():
+                return new_model(*inputs)
+
+        fns: dict[str, Callable[[], Any]] = {"candidate": candidate_call}
+        if cached is None:
+            fns["reference"] = lambda: ref_model(*inputs)
+        if ctx.is_cuda:
+            samples = timing.time_cuda(fns, settings, ctx.flusher)
+        else:
+            samples = timing.time_cpu(fns, settings)
+        self._verify_untampered()
+        if watch.reference_calls:
+            raise _Outcome(Verdict.HACK_DETECTED, checks.message("reference_model"), "reference_model")
+        kernel_stats = timing.summarize(samples["candidate"])
+        if cached is None:
+            reference_stats = timing.summarize(samples["reference"])
+            ctx.reference_timing_cache[key] = reference_stats
+        else:
+            reference_stats = cached
+            result.cache_hits.append("reference_timing")
+        result.kernel_runtime = kernel_stats
+        result.reference_runtime = reference_stats
+        if kernel_stats.median_ms > 0:
+            result.speedup = reference_stats.median_ms / kernel_stats.median_ms
+        if ctx.is_cuda:
+            wall_ms, issue_ms = timing.synchronized_wall_ms(candidate_call, CROSS_CHECK_CALLS, cuda=True)
+            finding = checks.untimed_work(kernel_stats.median_ms, wall_ms, issue_ms)
+            result.phase_times_s["cross_check_wall_ms_per_call"] = round(wall_ms, 6)
+            if finding:
+                raise _Outcome(Verdict.HACK_DETECTED, finding.message, finding.rule)
+        self.timing_inputs = inputs
+
+    def _recheck_fresh_inputs(self, reference, ref_model, new_model, watch) -> None:
+        """After timing, refill the very input tensors in place with fresh values: a candidate that memoises by
+        object identity, pointer or shape returns its stale result here."""
+        torch, request = self.torch, self.request
+        inputs = getattr(self, "timing_inputs", None) or self._inputs(reference, request.seed)
+        fresh = self._inputs(reference, request.seed + 7919)
+        for value, new_value in zip(inputs, fresh):
+            if isinstance(value, torch.Tensor) and isinstance(new_value, torch.Tensor) and value.shape == new_value.shape:
+                value.copy_(new_value)
+        ref_out = ref_model(*inputs)
+        self._sync()
+        new_out = self._call_candidate(new_model, inputs, watch)
+        atol, rtol = request.tolerances()
+        verdict = _compare_outputs(torch, ref_out, new_out, atol, rtol)
+        if not verdict["ok"]:
+            raise _Outcome(Verdict.HACK_DETECTED, checks.message("cached_output"), "cached_output")
+
+    def _check_threads(self) -> None:
+        import threading
+
+        def from_candidate(thread) -> bool:
+            target = getattr(thread, "_target", None)
+            code = getattr(target, "__code__", None)
+            return type(thread).__module__ == self.module_name or (code is not None and code.co_filename == self.candidate_path)
+
+        leftover = [t for t in threading.enumerate()
+                    if t.ident not in self.threads_before and t.is_alive() and from_candidate(t)]
+        if leftover:
+            self.ctx.polluted_reason = "candidate left threads running"
+            raise _Outcome(Verdict.HACK_DETECTED, checks.message("side_work", "threads still running after the forward"), "side_work")
+
+    # ---- cleanup ------------------------------------------------------------------------------------------------
+    def cleanup(self) -> None:
+        sys.modules.pop(self.module_name, None)
+        try:
+            os.unlink(self.candidate_path)
+        except OSError:
+            pass
+        try:
+            if self.ctx.guard.violations():
+                self.ctx.guard.restore()
+        except Exception:
+            self.ctx.polluted_reason = self.ctx.polluted_reason or "could not restore patched functions"
+        self.candidate_module = None
+        # A full collection costs ~0.1-0.2 s with torch loaded: do it only when memory says so (or now and then).
+        gc.collect(1)
+        full = self.ctx.requests_done % FULL_GC_EVERY == FULL_GC_EVERY - 1
+        if self.ctx.is_cuda:
+            try:
+                full = full or self.torch.cuda.memory_allocated() > self.ctx.baseline_cuda_bytes + FULL_GC_CUDA_BYTES
+            except Exception:
+                pass
+        if full:
+            gc.collect()
+            if self.ctx.is_cuda:
+                try:
+                    self.torch.cuda.empty_cache()
+                except Exception:
+                    pass

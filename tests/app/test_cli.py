@@ -1,0 +1,211 @@
+"""CLI tests through real `krl` processes: JSON schemas of `runs ls`/`runs show`, exit codes, did-you-mean, exports,
+logs, watch, completion, doctor, and a detached run that outlives the CLI process that started it."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from core import procman
+from core.registry import TrajectoryRecord, TurnRecord
+
+REPO = Path(__file__).resolve().parents[2]
+STANDIN = "tests.core.procman_job_standin"
+RUN_KEYS = {"name", "id", "status", "kind", "pid", "step", "total_steps", "backend", "model", "preset", "problem_set",
+            "created_at", "started_at", "ended_at", "heartbeat_at", "host", "gpus", "gpus_requested", "exit_code",
+            "error", "tags", "notes", "parent", "parent_step", "segments", "summary", "command", "config"}
+
+
+@pytest.fixture
+def cli(workspace, monkeypatch):
+    """Run `krl ARGS…` as a real process in the test's workspace; returns CompletedProcess (text)."""
+    env = dict(os.environ, KRL_WORKSPACE=str(workspace), KRL_GPUS="0", KRL_JOB_MODULE=STANDIN,
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), COLUMNS="200")
+    env.pop("TINKER_API_KEY", None)
+
+    def run(*args, check_rc=None, extra_env=None, timeout=60, argv0=None):
+        done = subprocess.run([*(argv0 or [sys.executable, "-m", "app"]), *args], capture_output=True, text=True, cwd=REPO,
+                              env=dict(env, **(extra_env or {})), timeout=timeout, stdin=subprocess.DEVNULL)
+        if check_rc is not None:
+            assert done.returncode == check_rc, (done.returncode, done.stdout, done.stderr)
+        return done
+
+    run.env = env
+    return run
+
+
+@pytest.fixture
+def filled(registry):
+    """A finished run with three steps of metrics and trajectories, and a second run tagged 'keep'."""
+    run = registry.create_run("alpha-run", config={"model": "m", "backend": "replay", "max_steps": 3}, model="m",
+                              backend="replay", total_steps=3)
+    for step in range(3):
+        turns = [TurnRecord(turn=0, prompt="p", response="r", kernel="k", verdict="correct", step_score=1.0)]
+        registry.write_step(run["id"], step, {"reward/mean": 0.5 + step, "correct_rate": step / 2},
+                            [TrajectoryRecord(group=0, sample=0, problem_id="builtin/relu", turns=turns,
+                                              total_return=1.0 + step, solved=True, best_speedup=1.5)])
+    registry.add_checkpoint(run["id"], 2, "step2", "/tmp/state")
+    registry.set_status(run["id"], "finished", ended_at=time.time())
+    other = registry.create_run("beta-run", config={}, tags=["keep"])
+    registry.set_status(other["id"], "stopped")
+    return registry
+
+
+def kill_runs(workspace: Path) -> None:
+    from core.registry import Registry
+
+    reg = Registry.for_workspace(workspace)
+    for row in reg.list_runs():
+        if procman.run_process_alive(row):
+            os.killpg(row["pid"], signal.SIGKILL)
+    reg.close()
+
+
+# ---------------------------------------------------------------- JSON schemas and exit codes
+
+def test_runs_ls_and_show_json_schema(cli, filled):
+    listed = json.loads(cli("runs", "ls", "--json", check_rc=0).stdout)
+    assert [r["name"] for r in listed] == ["beta-run", "alpha-run"]
+    for item in listed:
+        assert RUN_KEYS <= set(item)
+    alpha = listed[1]
+    assert alpha["status"] == "finished" and alpha["step"] == 2 and alpha["kind"] == "train"
+    assert alpha["backend"] == "replay" and alpha["model"] == "m" and isinstance(alpha["created_at"], float)
+    assert alpha["config"]["max_steps"] == 3 and alpha["summary"]["last"]["reward/mean"] == 2.5
+    shown = json.loads(cli("runs", "show", "alpha-run", "--json", check_rc=0).stdout)
+    assert RUN_KEYS | {"checkpoints", "events", "log_path"} <= set(shown)
+    assert shown["checkpoints"][0]["step"] == 2 and shown["pid"] is None
+    tagged = json.loads(cli("runs", "ls", "--tag", "keep", "--json", check_rc=0).stdout)
+    assert [r["name"] for r in tagged] == ["beta-run"]
+    assert json.loads(cli("runs", "ls", "--status", "finished", "--json").stdout)[0]["name"] == "alpha-run"
+
+
+def test_human_output_goes_to_stderr_and_json_to_stdout(cli, filled):
+    done = cli("runs", "ls", check_rc=0)
+    assert done.stdout == "" and "alpha-run" in done.stderr
+    done = cli("runs", "show", "alpha-run", check_rc=0)
+    assert done.stdout == "" and "finished" in done.stderr
+
+
+def test_unknown_run_names_say_did_you_mean_and_exit_2(cli, filled):
+    for args in (("runs", "show", "alpha-rn"), ("logs", "alpha-rn"), ("runs", "stop", "alpha-rn"),
+                 ("watch", "alpha-rn")):
+        done = cli(*args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert "Did you mean: alpha-run" in done.stderr and "Traceback" not in done.stderr and done.stdout == ""
+    assert cli("runs", "ls", "--status", "runing").returncode == 2
+    assert cli("runs", "resume", "alpha-run").returncode == 2  # finished runs are forked, not resumed
+    assert "--yes" in cli("runs", "rm", "alpha-run").stderr  # no tty: confirmation cannot be asked
+
+
+def test_export_metrics_and_trajectories(cli, filled):
+    rows = list(csv.DictReader(io.StringIO(cli("runs", "export", "alpha-run", "--format", "csv", check_rc=0).stdout)))
+    assert [int(r["step"]) for r in rows] == [0, 1, 2]
+    assert [float(r["reward/mean"]) for r in rows] == [0.5, 1.5, 2.5] and "correct_rate" in rows[0]
+    lines = cli("runs", "export", "alpha-run", "--format", "jsonl", check_rc=0).stdout.splitlines()
+    assert [json.loads(line)["correct_rate"] for line in lines] == [0.0, 0.5, 1.0]
+    trajectories = [json.loads(line) for line in cli("runs", "export", "alpha-run", "--what", "trajectories",
+                                                     check_rc=0).stdout.splitlines()]
+    assert len(trajectories) == 3 and trajectories[0]["turns"][0]["verdict"] == "correct"
+    assert trajectories[2]["solved"] is True and trajectories[2]["total_return"] == 3.0
+    flat = list(csv.DictReader(io.StringIO(cli("runs", "export", "alpha-run", "--what", "trajectories",
+                                               "--format", "csv", check_rc=0).stdout)))
+    assert [r["problem_id"] for r in flat] == ["builtin/relu"] * 3
+    assert cli("runs", "export", "alpha-run", "--format", "xml").returncode == 2
+
+
+def test_tag_note_rename_rm(cli, filled, workspace):
+    cli("runs", "tag", "alpha-run", "a", "b", check_rc=0)
+    cli("runs", "note", "alpha-run", "looks good", check_rc=0)
+    (workspace / "alpha-run").mkdir()
+    cli("runs", "rename", "alpha-run", "gamma-run", check_rc=0)
+    shown = json.loads(cli("runs", "show", "gamma-run", "--json", check_rc=0).stdout)
+    assert shown["tags"] == ["a", "b"] and shown["notes"] == "looks good"
+    assert (workspace / "gamma-run").is_dir() and not (workspace / "alpha-run").exists()
+    cli("runs", "rm", "gamma-run", "--yes", check_rc=0)
+    assert [r["name"] for r in json.loads(cli("runs", "ls", "--json").stdout)] == ["beta-run"]
+    assert not (workspace / "gamma-run").exists()
+
+
+def test_watch_renders_a_finished_run_and_exits(cli, filled):
+    done = cli("watch", "alpha-run", check_rc=0, timeout=30)
+    assert "alpha-run" in done.stderr and "finished" in done.stderr
+    assert "reward/mean" in done.stderr and "correct" in done.stderr and "builtin/relu" in done.stderr
+
+
+def test_shell_completion_lists_run_names(cli, filled):
+    # Click names the completion variable after the program, so this runs the installed `krl` script.
+    krl = Path(sys.executable).parent / "krl"
+    done = cli(argv0=[str(krl)], timeout=20,
+               extra_env={"_KRL_COMPLETE": "complete_bash", "COMP_WORDS": "krl runs show al", "COMP_CWORD": "3"})
+    assert "alpha-run" in done.stdout and "beta-run" not in done.stdout
+
+
+def test_doctor_reports_without_printing_the_key(cli, filled):
+    done = cli("doctor", "--json", check_rc=0, extra_env={"TINKER_API_KEY": "sk-very-secret"})
+    report = json.loads(done.stdout)
+    assert report["tinker_api_key"] is True and "sk-very-secret" not in done.stdout + done.stderr
+    assert report["workspace"]["schema_version"] == report["schema_version_supported"]
+    assert report["workspace"]["runs"] == {"finished": 1, "stopped": 1}
+    assert "torch" in report and "triton" in report
+
+def test_doctor_human_report(filled, monkeypatch):
+    # In-process (torch is imported once per test worker anyway); the report goes to stderr.
+    from typer.testing import CliRunner
+
+    from app.cli import app
+
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    result = CliRunner().invoke(app, ["doctor"])
+    assert result.exit_code == 0, result.output
+    assert "workspace" in result.stderr and "TINKER_API_KEY: not set" in result.stderr and "torch" in result.stderr
+
+
+# ---------------------------------------------------------------- detached runs through the CLI
+
+def test_detached_train_outlives_the_cli_and_is_controlled_by_it(cli, workspace):
+    t0 = time.monotonic()
+    done = cli("train", "demo", "--detach", "--name", "bg", "--json", check_rc=0,
+               extra_env={"KRL_STANDIN": json.dumps({"max_steps": 10_000, "step_s": 0.05})})
+    assert time.monotonic() - t0 < 20
+    row = json.loads(done.stdout)
+    try:
+        assert row["status"] == "running" and row["preset"] == "demo" and row["config"]["backend"] == "replay"
+        time.sleep(0.5)
+        assert procman.pid_matches(row["pid"], None)  # the CLI process is gone; its run goes on
+        shown = json.loads(cli("runs", "show", "bg", "--json", check_rc=0).stdout)
+        assert shown["status"] == "running" and shown["step"] is not None
+        logs = cli("logs", "bg", "-n", "50", check_rc=0).stdout
+        assert "segment 0 of run bg" in logs
+        stop = cli("runs", "stop", "bg", "--grace", "10", check_rc=0)
+        assert "stopped" in stop.stderr
+        # logs -f on an ended run prints everything and returns
+        assert "standin: starting at step 0" in cli("logs", "bg", "-f", check_rc=0, timeout=30).stdout
+        resumed = cli("runs", "resume", "bg", "--detach", check_rc=0)
+        assert "running" in resumed.stderr
+        shown = json.loads(cli("runs", "show", "bg", "--json", check_rc=0).stdout)
+        assert len(shown["segments"]) == 2 and shown["segments"][1]["start_step"] == shown["checkpoints"][-1]["step"] + 1
+        assert cli("runs", "rm", "bg", "--yes").returncode == 2  # refuses a running run
+        cli("runs", "stop", "bg", "--force", check_rc=0)
+    finally:
+        kill_runs(workspace)
+
+
+def test_logs_follow_streams_until_the_run_ends(cli, workspace):
+    done = cli("train", "demo", "--detach", "--name", "short", check_rc=0,
+               extra_env={"KRL_STANDIN": json.dumps({"max_steps": 20, "step_s": 0.05})})
+    try:
+        follow = cli("logs", "short", "-f", check_rc=0, timeout=30)
+        assert "standin: starting at step 0" in follow.stdout and "finished" in follow.stderr
+    finally:
+        kill_runs(workspace)
+    assert done.returncode == 0

@@ -1,0 +1,280 @@
+"""Process-manager tests with real detached processes: start, stop, resume, crash detection, GPU queueing, pid identity.
+Mechanics use a stand-in job (tests/core/procman_job_standin.py); the lifecycle test runs the real core.train job."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from core import procman
+from core.errors import KrlError
+
+REPO = Path(__file__).resolve().parents[2]
+STANDIN = "tests.core.procman_job_standin"
+
+
+def wait_for(predicate, timeout_s: float = 20.0, poll_s: float = 0.05):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll_s)
+    raise AssertionError(f"condition not met within {timeout_s}s")
+
+
+def kill_all_runs(reg) -> None:
+    """Leave no process behind: SIGKILL every live run group, then every child this process spawned."""
+    for row in reg.list_runs():
+        if procman.run_process_alive(row):
+            try:
+                os.killpg(row["pid"], signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    for run_id, proc in list(procman._CHILDREN.items()):
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                proc.kill()
+            proc.wait(10)
+        procman._CHILDREN.pop(run_id, None)
+
+
+@pytest.fixture
+def pm(registry, monkeypatch):
+    """The registry, with jobs spawned from the stand-in module and no GPUs unless a test says otherwise."""
+    monkeypatch.setenv("KRL_JOB_MODULE", STANDIN)
+    monkeypatch.setenv("PYTHONPATH", str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setenv("KRL_GPUS", "0")
+    monkeypatch.delenv("KRL_HEARTBEAT_LIMIT_S", raising=False)
+    monkeypatch.delenv("KRL_STANDIN", raising=False)
+    monkeypatch.chdir(REPO)
+    yield registry
+    kill_all_runs(registry)
+
+
+def standin(max_steps=1000, step_s=0.05, gpus=0, **knobs):
+    return {"backend": "standin", "max_steps": max_steps, "gpus": gpus, "standin": dict(step_s=step_s, **knobs)}
+
+
+def status(reg, name):
+    procman.reconcile(reg)
+    return reg.get_run(name)["status"]
+
+
+# ---------------------------------------------------------------- start / stop / resume mechanics
+
+def test_detached_job_runs_in_its_own_session_and_logs_to_the_run_folder(pm):
+    row = procman.start_run(standin(), name="a", registry=pm)
+    assert row["status"] == "running" and row["pid"] and row["pid_start_time"]
+    assert os.getpgid(row["pid"]) == row["pid"] and os.getsid(row["pid"]) == row["pid"]
+    assert row["command"]["argv"][-4:] == ["-m", STANDIN, str(row["id"]), "--workspace", str(pm.workspace)][-4:]
+    wait_for(lambda: pm.get_run("a")["last_step"] is not None and pm.get_run("a")["last_step"] >= 2)
+    log = (pm.workspace / "a" / "logs.log").read_text()
+    assert "segment 0 of run a" in log and "standin: starting at step 0" in log
+    assert procman.tail_log(pm, "a", 1) == log.splitlines()[-1:]
+    assert row["segments"][0]["pid"] == row["pid"] and row["segments"][0]["start_step"] == 0
+
+
+def test_stop_checkpoints_then_resume_continues_at_the_next_step(pm):
+    procman.start_run(standin(), name="a", registry=pm)
+    wait_for(lambda: (pm.get_run("a")["last_step"] or 0) >= 3)
+    stopped = procman.stop_run(pm, "a", grace_s=10)
+    assert stopped["status"] == "stopped"
+    checkpoint = pm.last_checkpoint(stopped["id"])
+    assert checkpoint is not None and checkpoint["step"] == stopped["last_step"]
+    assert not procman.run_process_alive(stopped)
+    resumed = procman.resume_run(pm, "a")
+    assert resumed["status"] == "running" and len(resumed["segments"]) == 2
+    assert resumed["segments"][1]["start_step"] == checkpoint["step"] + 1
+    wait_for(lambda: (pm.get_run("a")["last_step"] or 0) >= checkpoint["step"] + 2)
+    steps = pm.metric_series(stopped["id"], "reward/mean")["step"]
+    assert steps == list(range(len(steps)))  # continuous: no gap, no restart from 0
+    view = procman.run_json(pm, procman.stop_run(pm, "a", grace_s=10))
+    assert [s["end_status"] for s in view["segments"]] == ["stopped", "stopped"]
+
+
+def test_finished_run_is_not_resumable_and_wait_returns_final_row(pm):
+    final = procman.start_run(standin(max_steps=3), name="a", registry=pm, detach=False)
+    assert final["status"] == "finished" and final["last_step"] == 2
+    with pytest.raises(KrlError, match="fork"):
+        procman.resume_run(pm, "a")
+
+
+def test_sigterm_ignored_escalates_to_sigkill_after_grace(pm):
+    row = procman.start_run(standin(ignore_term=True), name="a", registry=pm)
+    wait_for(lambda: pm.get_run("a")["last_step"] is not None)
+    t0 = time.monotonic()
+    final = procman.stop_run(pm, "a", grace_s=1.0)
+    assert 0.9 < time.monotonic() - t0 < 8
+    assert final["status"] == "stopped"
+    assert "SIGKILL" in procman._last_segment(final)["note"]
+    assert not procman.pid_matches(row["pid"], row["pid_start_time"])
+
+
+def test_stop_without_wait_is_escalated_by_a_later_reconcile(pm):
+    procman.start_run(standin(ignore_term=True), name="a", registry=pm)
+    wait_for(lambda: pm.get_run("a")["last_step"] is not None)
+    assert procman.stop_run(pm, "a", grace_s=0.5, wait=False)["status"] == "stopping"
+    assert status(pm, "a") == "stopping"  # still inside its grace period
+    wait_for(lambda: status(pm, "a") == "stopped", timeout_s=10)
+
+
+def test_force_stop_kills_at_once(pm):
+    row = procman.start_run(standin(), name="a", registry=pm)
+    final = procman.stop_run(pm, "a", force=True)
+    assert final["status"] == "stopped" and "--force" in final["segments"][-1]["note"]
+    assert not procman.pid_matches(row["pid"], row["pid_start_time"])
+
+
+# ---------------------------------------------------------------- crash and failure detection
+
+def test_kill_9_is_crashed_on_the_next_read(pm):
+    row = procman.start_run(standin(), name="a", registry=pm)
+    wait_for(lambda: pm.get_run("a")["last_step"] is not None)
+    os.kill(row["pid"], signal.SIGKILL)
+    t0 = time.monotonic()
+    wait_for(lambda: status(pm, "a") == "crashed", timeout_s=procman.heartbeat_limit_s())
+    assert time.monotonic() - t0 < 5
+    assert "signal 9" in pm.events(row["id"])[-1]["message"]
+    assert procman.resume_run(pm, "a")["status"] == "running"  # crashed runs resume
+
+
+def test_kill_9_seen_by_another_reader_is_crashed_with_the_log_tail(pm):
+    row = procman.start_run(standin(), name="a", registry=pm)
+    wait_for(lambda: pm.get_run("a")["last_step"] is not None)
+    procman._CHILDREN.pop(row["id"])  # this process is now just a reader, as the TUI would be
+    os.kill(row["pid"], signal.SIGKILL)
+    wait_for(lambda: status(pm, "a") == "crashed", timeout_s=10)
+    crashed = pm.get_run("a")
+    assert "standin: starting at step 0" in crashed["error"]
+    os.waitpid(row["pid"], 0)
+
+
+def test_stale_heartbeat_of_a_hung_job_is_crashed(pm, monkeypatch):
+    monkeypatch.setenv("KRL_HEARTBEAT_LIMIT_S", "1.5")
+    row = procman.start_run(standin(), name="a", registry=pm)
+    wait_for(lambda: pm.get_run("a")["last_step"] is not None)
+    os.killpg(row["pid"], signal.SIGSTOP)  # alive, but no heartbeat any more
+    try:
+        assert status(pm, "a") == "running"
+        wait_for(lambda: status(pm, "a") == "crashed", timeout_s=6)
+        assert "no heartbeat" in pm.events(row["id"])[-1]["message"]
+        with pytest.raises(KrlError, match="live process"):
+            procman.resume_run(pm, "a")
+        procman.stop_run(pm, "a", force=True)
+        assert not procman.pid_matches(row["pid"], row["pid_start_time"])
+    finally:
+        try:
+            os.killpg(row["pid"], signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
+def test_nonzero_exit_is_failed_with_the_last_log_lines(pm):
+    final = procman.start_run(standin(exit_code=3), name="a", registry=pm, detach=False)
+    assert final["status"] == "failed" and final["exit_code"] == 3
+    assert "boom: the last line of the log" in final["error"]
+
+
+# ---------------------------------------------------------------- pid identity
+
+def test_a_recycled_pid_is_never_taken_for_the_run(pm):
+    stranger = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        real_start = procman.process_start_time(stranger.pid)
+        assert procman.pid_matches(stranger.pid, real_start)
+        assert not procman.pid_matches(stranger.pid, real_start - 100)
+        row = pm.create_run("recycled", config={}, status="running")
+        pm.update_run(row["id"], pid=stranger.pid, pid_start_time=real_start - 100, heartbeat_at=time.time(),
+                      host=procman.process_identity()["host"])
+        assert status(pm, "recycled") == "crashed"  # the pid is alive, but it is not our job
+        with pytest.raises(KrlError):
+            procman.stop_run(pm, "recycled", force=True)
+        assert stranger.poll() is None  # never signalled
+        # The same pid with the right start time is the run's process: it stays running.
+        same = pm.create_run("same", config={}, status="running")
+        pm.update_run(same["id"], pid=stranger.pid, pid_start_time=real_start, heartbeat_at=time.time(),
+                      host=procman.process_identity()["host"])
+        assert status(pm, "same") == "running"
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+# ---------------------------------------------------------------- GPUs and queueing
+
+def test_two_runs_competing_for_one_gpu_queue_in_order(pm, monkeypatch):
+    monkeypatch.setenv("KRL_GPUS", "1")
+    first = procman.start_run(standin(max_steps=8, gpus=1), name="first", registry=pm)
+    second = procman.start_run(standin(max_steps=2, gpus=1), name="second", registry=pm)
+    cpu = procman.start_run(standin(max_steps=2, gpus=0), name="cpu", registry=pm)
+    assert first["status"] == "running" and first["gpus"] == [0]
+    assert second["status"] == "queued" and second["pid"] is None
+    assert cpu["status"] == "running" and cpu["gpus"] == []  # CPU runs never wait for GPUs
+    assert procman.gpu_usage(pm)["free"] == []
+    procman.wait_run(pm, "first", timeout_s=20)
+    assert pm.get_run("first")["status"] == "finished"
+    started = wait_for(lambda: pm.get_run("second") if status(pm, "second") != "queued" else None)
+    assert started["gpus"] == [0]
+    assert procman.wait_run(pm, "second", timeout_s=20)["status"] == "finished"
+    assert "CUDA_VISIBLE_DEVICES='0'" in (pm.workspace / "second" / "logs.log").read_text()
+    assert "CUDA_VISIBLE_DEVICES=''" in (pm.workspace / "cpu" / "logs.log").read_text()
+
+
+def test_concurrent_readers_start_a_queued_run_once(pm, monkeypatch):
+    monkeypatch.setenv("KRL_GPUS", "1")
+    # Queued without anyone reconciling yet, as after a run ended while no reader was around.
+    waiting = pm.create_run("waiting", config=standin(max_steps=3, gpus=1), gpus_requested=1)
+    pm.update_run(waiting["id"], command={"argv": procman._job_argv(waiting["id"], pm.workspace), "cwd": str(REPO)})
+    script = textwrap.dedent(f"""
+        from core import procman
+        from core.registry import Registry
+        procman.reconcile(Registry.for_workspace({str(pm.workspace)!r}))
+    """)
+    readers = [subprocess.Popen([sys.executable, "-c", script]) for _ in range(4)]
+    assert all(r.wait(30) == 0 for r in readers)
+    procman.reconcile(pm)
+    row = pm.get_run("waiting")
+    assert row["status"] in ("running", "finished") and len(row["segments"]) == 1
+
+
+def test_a_run_needing_more_gpus_than_the_machine_has_is_refused(pm, monkeypatch):
+    monkeypatch.setenv("KRL_GPUS", "2")
+    with pytest.raises(KrlError, match="offers 2"):
+        procman.start_run(standin(gpus=3), name="big", registry=pm)
+    monkeypatch.setenv("KRL_GPUS", "0,3")
+    assert procman.detect_gpus() == [0, 3]
+
+
+def test_stopping_a_queued_run_takes_it_off_the_queue(pm, monkeypatch):
+    monkeypatch.setenv("KRL_GPUS", "1")
+    procman.start_run(standin(gpus=1), name="holder", registry=pm)
+    procman.start_run(standin(gpus=1), name="queued", registry=pm)
+    assert procman.stop_run(pm, "queued")["status"] == "stopped"
+    procman.stop_run(pm, "holder", force=True)
+    assert status(pm, "queued") == "stopped"  # it does not start once the GPU is free
+
+
+# ---------------------------------------------------------------- delete, rename, tag, note
+
+def test_delete_refuses_a_running_run_and_removes_the_folder(pm):
+    procman.start_run(standin(), name="a", registry=pm)
+    with pytest.raises(KrlError, match="stop it first"):
+        procman.delete_run(pm, "a")
+    procman.stop_run(pm, "a", grace_s=10)
+    procman.rename_run(pm, "a", "b")
+    assert (pm.workspace / "b" / "logs.log").exists() and not (pm.workspace / "a").exists()
+    procman.tag_run(pm, "b", ["x", "y"])
+    procman.note_run(pm, "b", "hello")
+    assert pm.get_run("b")["tags"] == ["x", "y"] and pm.get_run("b")["notes"] == "hello"
+    procman.delete_run(pm, "b")
+    assert pm.find_run("b") is None and not (pm.workspace / "b").exists()

@@ -1,0 +1,96 @@
+"""Shared pieces of the pool tests: a small reference problem, candidate sources, and an Evaluator factory.
+The stand-in worker (tests/evaluator/standin_worker.py) is importable by workers through PYTHONPATH."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from evaluator.api import EvalRequest, Evaluator
+
+ROOT = str(Path(__file__).resolve().parents[2])
+
+REFERENCE = '''
+import torch
+import torch.nn as nn
+
+N = 256
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(N)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def candidate(forward_body: str, prelude: str = "") -> str:
+    """A ModelNew whose forward runs `forward_body` (indented for you)."""
+    body = "\n".join("        " + line for line in forward_body.strip().splitlines())
+    return f'''
+import torch
+import torch.nn as nn
+{prelude}
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+{body}
+'''
+
+
+GOOD = candidate("return x.clamp_min(0)")
+WRONG = candidate("return x.abs()")
+
+
+def request(source: str, **kwargs) -> EvalRequest:
+    kwargs.setdefault("problem_id", "test/relu")
+    kwargs.setdefault("correctness_trials", 2)
+    kwargs.setdefault("timing_trials", 3)
+    kwargs.setdefault("warmup_trials", 1)
+    kwargs.setdefault("run_timeout_s", 20.0)
+    return EvalRequest(reference_source=REFERENCE, candidate_source=source, **kwargs)
+
+
+@contextlib.contextmanager
+def worker_pythonpath():
+    """Workers import the stand-in from the repository root; PYTHONPATH is one of the variables they keep."""
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = ROOT + (os.pathsep + old if old else "")
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
+def make_evaluator(cache_dir: str, **kwargs) -> Evaluator:
+    kwargs.setdefault("devices", "cpu")
+    kwargs.setdefault("cpu_workers", 1)
+    kwargs.setdefault("compile_workers", 0)
+    with worker_pythonpath():
+        return Evaluator(cache_dir=cache_dir, **kwargs)
+
+
+def alive(pid: int) -> bool:
+    """True if the process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
