@@ -32,9 +32,11 @@ class KrlApp(App):
 
     def __init__(self, workspace: str | Path | None = None, theme: Optional[str] = None,
                  clock: Callable[[], float] = time.time, live: bool = True, refresh_s: float = 1.0,
-                 reconcile: bool = True, open_run: Optional[str] = None, remember_theme: bool = True) -> None:
+                 reconcile: bool = True, open_run: Optional[str] = None, remember_theme: bool = True,
+                 workspace_label: Optional[str] = None) -> None:
         super().__init__()
         self.workspace = workspace_path(workspace)
+        self.workspace_label = workspace_label or _short_path(self.workspace)
         self.clock = clock
         self.live = live
         self.refresh_s = refresh_s
@@ -134,6 +136,12 @@ class KrlApp(App):
         for name in self.known_runs[:200]:
             yield SystemCommand(f"Open run: {name}", "Run detail", lambda n=name: self.open_run_detail(n),
                                 discover=False)
+
+
+def _short_path(path: Path) -> str:
+    home = str(Path.home())
+    text = str(path)
+    return "~" + text[len(home):] if text.startswith(home + "/") else text
 
 
 def resolve_theme(name: Optional[str]) -> str:

@@ -1,30 +1,5 @@
 """The process manager: starts training jobs as detached processes, queues them for GPUs, stops, resumes and forks them.
-Status truth comes from `reconcile()`, which every reader calls; nothing depends on a daemon being alive.
-
-Run lifecycle
-    start_run → row `queued` → reconcile() spawns `python -m core.train <run-id> --workspace W` when its GPUs are free
-    (own session and process group, stdout/stderr appended to <ws>/<name>/logs.log, CUDA_VISIBLE_DEVICES = assigned
-    GPUs) → row `running` with pid, pid_start_time, host, command, gpus and a new entry in `segments`.
-    The job writes running/heartbeats/steps and its final status (stopped, finished, failed) itself; reconcile() marks
-    runs whose process vanished without a final status `crashed` (or `failed` when a non-zero exit code is known), runs
-    whose heartbeat is older than the limit `crashed`, and escalates stops past their grace period to SIGKILL.
-
-Process identity
-    A pid is only taken for the run when /proc/<pid>/stat shows a live (non-zombie) process whose start time equals
-    `pid_start_time` (epoch seconds, within PID_START_TOLERANCE_S), so a recycled pid is never signalled or trusted.
-
-GPUs
-    detect_gpus(): $KRL_GPUS (a count "2" or a list "0,3") › $KRL_HOST_GPUS (set by procman for jobs) ›
-    $CUDA_VISIBLE_DEVICES › /proc/driver/nvidia/gpus › `nvidia-smi -L`. Free = detected − gpus of running/stopping runs.
-    Queued runs start in creation order (strict FIFO among GPU runs; runs needing 0 GPUs never wait).
-
-Columns written here: `command` = {"argv": [...], "cwd": "..."}; `gpus` = list of GPU ids; `segments` = list of
-    {"index", "started_at", "ended_at", "end_status", "pid", "pid_start_time", "host", "gpus", "start_step",
-     "checkpoint" ({"step", "name"} or null), "stop_requested_at", "stop_grace_s", "note"}.
-
-Environment knobs: KRL_HEARTBEAT_LIMIT_S (default 60), KRL_STOP_GRACE_S (default 30), KRL_GPUS, KRL_JOB_MODULE (the
-module spawned for a run, default core.train; tests point it at a stand-in).
-"""
+Status truth comes from `reconcile()`, which every reader calls; nothing depends on a daemon being alive."""
 
 from __future__ import annotations
 
@@ -42,7 +17,37 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 from core.errors import KrlError
 from core.registry import ACTIVE_STATUSES, Registry, workspace_path
 
+# Run lifecycle
+#     start_run → row `queued` → reconcile() spawns `python -m core.train <run-id> --workspace W` when its GPUs are free
+#     (own session and process group, stdout/stderr appended to <ws>/<name>/logs.log, CUDA_VISIBLE_DEVICES = assigned
+#     GPUs) → row `running` with pid, pid_start_time, host, command, gpus and a new entry in `segments`.
+#     The job writes running/heartbeats/steps and its final status (stopped, finished, failed) itself; reconcile() marks
+#     runs whose process vanished without a final status `crashed` (or `failed` when a non-zero exit code is known), runs
+#     whose heartbeat is older than the limit `crashed`, and escalates stops past their grace period to SIGKILL.
+#
+# Process identity
+#     A pid is only taken for the run when /proc/<pid>/stat shows a live (non-zombie) process whose start time equals
+#     `pid_start_time` (epoch seconds, within PID_START_TOLERANCE_S), so a recycled pid is never signalled or trusted.
+#
+# GPUs
+#     detect_gpus(): $KRL_GPUS (a count "2" or a list "0,3") › $KRL_HOST_GPUS (set by procman for jobs) ›
+#     $CUDA_VISIBLE_DEVICES › /proc/driver/nvidia/gpus › `nvidia-smi -L`. Free = detected − gpus of running/stopping runs.
+#     Queued runs start in creation order (strict FIFO among GPU runs; runs needing 0 GPUs never wait).
+#
+# Columns written here: `command` = {"argv": [...], "cwd": "..."}; `gpus` = list of GPU ids; `segments` = list of
+#     {"index", "started_at", "ended_at", "end_status", "pid", "pid_start_time", "host", "gpus", "start_step",
+#      "checkpoint" ({"step", "name"} or null), "stop_requested_at", "stop_grace_s", "note"}.
+#
+# Environment knobs: KRL_HEARTBEAT_LIMIT_S (default 60), KRL_STARTUP_GRACE_S (default 180: the limit before a job's
+# first heartbeat), KRL_STOP_GRACE_S (default 30), KRL_GPUS, KRL_JOB_MODULE (the module spawned for a run, default
+# core.train; tests point it at a stand-in). The job gets KRL_RUN_ID, KRL_WORKSPACE, KRL_HOST_GPUS in its environment.
+#
+# Public API: start_run, reconcile, stop_run, resume_run, fork_run, delete_run, rename_run, tag_run, note_run,
+# wait_run, tail_log, follow_log, log_path, run_json, gpu_usage, detect_gpus, process_identity, pid_matches,
+# run_process_alive. Functions taking a registry never close it.
+
 HEARTBEAT_LIMIT_S = 60.0
+STARTUP_GRACE_S = 180.0  # before a job's first own heartbeat (imports, model load on a busy machine)
 STOP_GRACE_S = 30.0
 PID_START_TOLERANCE_S = 1.5  # /proc/stat btime can jitter by a second between reads
 ERROR_LOG_LINES = 30
@@ -58,6 +63,10 @@ _NVIDIA_SMI_CACHE: Optional[list[int]] = None
 
 def heartbeat_limit_s() -> float:
     return float(os.environ.get("KRL_HEARTBEAT_LIMIT_S") or HEARTBEAT_LIMIT_S)
+
+
+def startup_grace_s() -> float:
+    return float(os.environ.get("KRL_STARTUP_GRACE_S") or STARTUP_GRACE_S)
 
 
 def stop_grace_s() -> float:
@@ -154,6 +163,43 @@ def _signal_run(row: dict[str, Any], sig: int) -> bool:
         return False
 
 
+def _orphans(row: dict[str, Any], workspace: Path) -> list[int]:
+    """Live processes left in a dead job's process group (evaluator workers after a kill -9 of the job). Only those
+    whose environment carries this run's KRL_RUN_ID and workspace count, so a recycled group id is never touched."""
+    pgid = row.get("pid")
+    if not pgid or not _run_is_local(row) or not os.path.isdir("/proc"):
+        return []
+    markers = (f"KRL_RUN_ID={row['id']}".encode(), f"KRL_WORKSPACE={workspace}".encode())
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                text = handle.read()
+            fields = text[text.rindex(")") + 2:].split()
+            if int(fields[2]) != pgid or fields[0] in ("Z", "X"):
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                environ = handle.read().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if all(marker in environ for marker in markers):
+            found.append(int(entry))
+    return found
+
+
+def _kill_orphans(registry: Registry, row: dict[str, Any]) -> int:
+    killed = 0
+    for pid in _orphans(row, registry.workspace):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+        except (ProcessLookupError, PermissionError):
+            pass
+    return killed
+
+
 def _child_exit_code(run_id: int, pid: int | None) -> Optional[int]:
     """The exit code of a job this process spawned, once it has exited (None if unknown or still running)."""
     proc = _CHILDREN.get(run_id)
@@ -235,12 +281,16 @@ def tail_log(registry: Registry, name: str, n: int = 50) -> list[str]:
 
 
 def follow_log(registry: Registry, name: str, from_start: bool = True, poll_s: float = 0.5,
-               should_stop: Callable[[], bool] | None = None) -> Iterator[str]:
-    """Yield a run's log lines as they are written; ends once the run is no longer active and the log is drained
-    (or when should_stop() says so). Reconciles while waiting, so a crashed run ends the follow too."""
+               should_stop: Callable[[], bool] | None = None, offset: int | None = None) -> Iterator[str]:
+    """Yield a run's log lines as they are written, from the start, the current end (from_start=False) or a byte
+    offset; ends once the run is no longer active and the log is drained (or when should_stop() says so).
+    Reconciles while waiting, so a crashed run ends the follow too."""
     row = registry.get_run(name)
     run_id, path = row["id"], log_path(registry, row["name"])
-    position = 0 if from_start or not path.exists() else path.stat().st_size
+    if offset is not None:
+        position = offset
+    else:
+        position = 0 if from_start or not path.exists() else path.stat().st_size
     pending = b""
     last_check = 0.0
     while True:
@@ -333,6 +383,8 @@ def _diagnose(registry: Registry, row: dict[str, Any], limit_s: float) -> Option
                 {"ended_at": now}, True
         return None
     reference = max(row.get("heartbeat_at") or 0.0, segment.get("started_at") or 0.0, row.get("started_at") or 0.0)
+    if segment.get("started_at") and (row.get("heartbeat_at") or 0.0) <= segment["started_at"]:
+        limit_s = max(limit_s, startup_grace_s())  # the job has not beaten yet: it may still be importing
     if reference and now - reference > limit_s:
         where = f" (process {row['pid']} is still alive: `krl runs stop --force {row['name']}` kills it)" if alive else ""
         return "crashed", f"no heartbeat for {now - reference:.0f}s (limit {limit_s:g}s){where}", \
@@ -378,6 +430,10 @@ def reconcile(registry: Registry, heartbeat_limit: float | None = None) -> list[
             status, message, fields, kill = verdict
             if kill:
                 _signal_run(row, signal.SIGKILL)
+            if status != "crashed" or not run_process_alive(row):
+                orphans = _kill_orphans(registry, row)
+                if orphans:
+                    message += f"; killed {orphans} leftover process(es) of its group"
             fields["segments"] = _finish_segment(row, status, message)
             # The status is re-read under the write lock: a job that wrote its final status wins.
             if registry.compare_and_set_status(row["id"], (row["status"],), status, message, **fields):
@@ -523,7 +579,7 @@ def start_run(config: Any, name: str | None = None, gpus: int | None = None, pre
         reg.update_run(row["id"], command={"argv": _job_argv(row["id"], reg.workspace), "cwd": os.getcwd()})
         reconcile(reg)
         if not detach:
-            return wait_run(reg, row["name"], on_line=on_line)
+            return wait_run(reg, row["name"], on_line=on_line, log_offset=0)
         return reg.get_run(row["id"])
     finally:
         if registry is None:
@@ -531,15 +587,16 @@ def start_run(config: Any, name: str | None = None, gpus: int | None = None, pre
 
 
 def wait_run(registry: Registry, name: str, on_line: Callable[[str], None] | None = None,
-             timeout_s: float | None = None, poll_s: float = 0.5) -> dict[str, Any]:
+             timeout_s: float | None = None, poll_s: float = 0.5, log_offset: int | None = None) -> dict[str, Any]:
     """Block until a run is no longer queued/running/stopping (reconciling as it waits); returns the final row.
-    Log lines go to on_line when given. KeyboardInterrupt stops the run, waits for it, then re-raises."""
+    Log lines (from byte log_offset, default the current end) go to on_line when given.
+    KeyboardInterrupt stops the run, waits for it, then re-raises."""
     row = registry.get_run(name)
     run_id = row["id"]
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
         if on_line is not None:
-            for line in follow_log(registry, row["name"], from_start=False, poll_s=poll_s,
+            for line in follow_log(registry, row["name"], from_start=False, poll_s=poll_s, offset=log_offset,
                                    should_stop=lambda: deadline is not None and time.monotonic() > deadline):
                 on_line(line)
         while True:
@@ -619,8 +676,9 @@ def stop_run(registry: Registry, name: str, force: bool = False, grace_s: float 
             segments=_finish_segment(current, "stopped", "SIGKILL after grace"))
     reconcile(registry)
     final = registry.get_run(row["id"])
-    if final["status"] in ("stopped", "finished", "failed", "crashed"):
+    if final["status"] in TERMINAL_STATUSES:
         _close_segment(registry, final)
+        _kill_orphans(registry, final)
     return registry.get_run(row["id"])
 
 
@@ -663,13 +721,15 @@ def resume_run(registry: Registry, name: str, detach: bool = True, gpus: int | N
         "without a checkpoint (starts from the beginning)"
     command = row.get("command") if isinstance(row.get("command"), dict) else {}
     command = dict(command, argv=_job_argv(row["id"], registry.workspace), cwd=os.getcwd())
+    log = log_path(registry, row["name"])
+    log_offset = log.stat().st_size if log.exists() else 0
     if not registry.compare_and_set_status(row["id"], RESUMABLE_STATUSES, "queued", f"resume {where}",
                                            gpus_requested=need, exit_code=None, error=None, ended_at=None,
                                            command=command):
         raise KrlError(f"run '{row['name']}' changed status while resuming; try again.")
     reconcile(registry)
     if not detach:
-        return wait_run(registry, row["name"], on_line=on_line)
+        return wait_run(registry, row["name"], on_line=on_line, log_offset=log_offset)
     return registry.get_run(row["id"])
 
 

@@ -303,8 +303,8 @@ class Registry:
         try:
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             # Refuse foreign or newer databases before anything (WAL switch, migration) writes to the file.
-            self._check_schema(conn)
             conn.execute("PRAGMA journal_mode=WAL")
+            self._check_schema(conn)
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute("PRAGMA cache_size=-32768")  # 32 MiB: series scans and listings stay in memory
@@ -502,9 +502,27 @@ class Registry:
             params.append(tag)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         columns = self._run_columns if include_config else [c for c in self._run_columns if c != "config"]
-        json_columns = [c for c in _RUN_JSON_COLUMNS if c in columns]
-        rows = self._query(f"SELECT {', '.join(columns)} FROM runs {where} ORDER BY id DESC", params)
-        return [_decode(row, json_columns) for row in rows]
+        # config is large: SQLite's json() re-renders it slower than json.loads parses it, so it stays per row.
+        json_columns = [c for c in _RUN_JSON_COLUMNS if c in columns and c != "config"]
+        plain = [c for c in columns if c not in json_columns]
+        with self._snapshot():
+            rows = self._query(f"SELECT {', '.join(plain)} FROM runs {where} ORDER BY id DESC", params)
+            try:
+                # JSON columns of all rows as one JSON array: one json.loads instead of one per cell.
+                packed = self.conn.execute(
+                    f"SELECT json_group_array(json_array(id, {', '.join(f'json({c})' for c in json_columns)})) "
+                    f"FROM (SELECT * FROM runs {where} ORDER BY id DESC)", params).fetchone()[0]
+                decoded = json.loads(packed)
+            except (sqlite3.OperationalError, ValueError):
+                decoded = None  # a cell that is not valid JSON (hand-edited row): decode row by row below
+        if decoded is None or len(decoded) != len(rows) or any(d[0] != r["id"] for d, r in zip(decoded, rows)):
+            full = self._query(f"SELECT {', '.join(columns)} FROM runs {where} ORDER BY id DESC", params)
+            return [_decode(row, _RUN_JSON_COLUMNS) for row in full]
+        for row, values in zip(rows, decoded):
+            row.update(zip(json_columns, values[1:]))
+            if include_config:
+                _decode(row, ("config",))
+        return rows
 
     def update_run(self, run_id: int, **fields: Any) -> None:
         if not fields:

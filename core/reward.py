@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
 from core.config import WEIGHT_NAMES, RewardConfig, RewardWeights, RunConfig, StageConfig
 from evaluator.api import EvalResult, Verdict

@@ -189,8 +189,9 @@ def discounted_total(scores: Sequence[float], gamma: float) -> float:
 class Trainer:
     """Runs one registered run from its start (or last checkpoint) to max_steps, writing everything to the registry."""
 
-    def __init__(self, registry: Registry, run_id: int) -> None:
+    def __init__(self, registry: Registry, run_id: int, stop_after_step: Optional[int] = None) -> None:
         self.registry = registry
+        self.stop_after_step = stop_after_step
         self.run_id = run_id
         row = registry.get_run(run_id)
         self.name = row["name"]
@@ -564,6 +565,8 @@ class Trainer:
             if (step + 1) % cfg.checkpoint_every == 0 or step == cfg.max_steps - 1:
                 self.checkpoint(step)
             self.registry.heartbeat(self.run_id)
+            if self.stop_after_step is not None and step >= self.stop_after_step and step < cfg.max_steps - 1:
+                self.request_stop(f"stop after step {self.stop_after_step}")
             self._check_stop_and_checkpoint()
         if self.last_completed_step is not None and self.last_checkpoint_step != self.last_completed_step:
             self.checkpoint(self.last_completed_step)
@@ -625,9 +628,10 @@ def _finish(registry: Registry, run_id: int, status: str, message: str, exit_cod
     registry.set_status(run_id, status, message, **fields)
 
 
-def execute(registry: Registry, run_id: int, install_signals: bool = True) -> int:
+def execute(registry: Registry, run_id: int, install_signals: bool = True, stop_after_step: Optional[int] = None) -> int:
     """Run a registered run to its end in this process; returns the exit code (0 finished/stopped, 1 failed).
-    Signals: SIGTERM (and SIGINT) → checkpoint → `stopped`."""
+    Signals: SIGTERM (and SIGINT) → checkpoint → `stopped`. stop_after_step: stop (as on SIGTERM) once that step is
+    done — a pause at a known point, e.g. to test resume."""
     trainer: Optional[Trainer] = None
     previous: dict[int, Any] = {}
     pending_signal: list[str] = []
@@ -644,7 +648,7 @@ def execute(registry: Registry, run_id: int, install_signals: bool = True) -> in
             previous[sig] = signal.signal(sig, on_signal)
     try:
         try:
-            trainer = Trainer(registry, run_id)
+            trainer = Trainer(registry, run_id, stop_after_step=stop_after_step)
             if pending_signal:
                 trainer.request_stop(pending_signal[0])
             trainer.run()

@@ -75,19 +75,8 @@ class FunctionGuard:
                 modules.append(sub)
         classes: list[type] = [torch.Tensor, torch._C.TensorBase, nn.Module, torch.cuda.Event]
         classes += [obj for obj in vars(nn).values() if isinstance(obj, type) and issubclass(obj, nn.Module)]
-        try:
-            import triton.runtime.jit as triton_jit
-
-            classes.append(triton_jit.JITFunction)
-        except Exception:
-            pass
-        try:
-            import triton.runtime.interpreter as triton_interp
-
-            classes.append(triton_interp.InterpretedFunction)
-        except Exception:
-            pass
-        self._modules = [(m, dict(vars(m))) for m in modules]
+        # Module-level plain values (flags, caches, counters) legitimately change; functions and classes do not.
+        self._modules = [(m, {k: v for k, v in vars(m).items() if callable(v)}) for m in modules]
         self._classes = [(c, dict(vars(c))) for c in dict.fromkeys(classes)]
         self._modes = self._mode_depths()
 
@@ -104,12 +93,26 @@ class FunctionGuard:
                 depths.append(0)
         return tuple(depths)
 
+    @staticmethod
+    def _library_rewrap(original: Any, current: Any) -> bool:
+        """torch re-wraps some of its own functions on lazy imports (torch._dynamo wraps torch.manual_seed): a wrapper
+        whose code lives inside torch/triton and that wraps the original is the library's, not the candidate's."""
+        if getattr(current, "__wrapped__", None) is not original:
+            return False
+        code = getattr(current, "__code__", None)
+        filename = (getattr(code, "co_filename", "") or "").replace("\\", "/")
+        return bool(filename) and any(filename.startswith(root) for root in _library_roots())
+
     def violations(self) -> list[str]:
         found = []
         for module, snapshot in self._modules:
             current = vars(module)
-            for key, value in snapshot.items():
-                if current.get(key, _MISSING) is not value:
+            for key, value in list(snapshot.items()):
+                now = current.get(key, _MISSING)
+                if now is not value:
+                    if self._library_rewrap(value, now):
+                        snapshot[key] = now
+                        continue
                     found.append(f"{module.__name__}.{key}")
         for cls, snapshot in self._classes:
             current = vars(cls)
@@ -153,6 +156,17 @@ class FunctionGuard:
 
 class _Missing:
     pass
+
+
+def _library_roots() -> tuple:
+    import os
+
+    roots = []
+    for name in ("torch", "triton"):
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "__file__", None):
+            roots.append(os.path.dirname(module.__file__).replace("\\", "/") + "/")
+    return tuple(roots)
 
 
 _MISSING = _Missing()

@@ -297,6 +297,8 @@ class Pool:
 
     def __init__(self, config: PoolConfig):
         self.config = config
+        # Workers started later (spares, replacements) get the environment as it was when the pool was made.
+        self._parent_env = dict(os.environ)
         self._root = tempfile.mkdtemp(prefix="krl-pool-")
         self._inbox: collections.deque = collections.deque()
         self._inbox_lock = threading.Lock()
@@ -478,7 +480,7 @@ class Pool:
             extra["OMP_NUM_THREADS"] = str(threads)
         else:
             extra["CUDA_VISIBLE_DEVICES"] = _physical_gpu(int(device.split(":")[1]))
-        env = scrubbed_environment(dict(os.environ), workdir, extra)
+        env = scrubbed_environment(self._parent_env, workdir, extra)
         result_r, result_w = os.pipe()
         out_file, err_file = open(out_path, "ab"), open(err_path, "ab")
         child_device = device if role == "compile" or device == "cpu" else "cuda:0"
@@ -672,7 +674,7 @@ class Pool:
             self.stats["start_failures"] += 1
             self._start_failures[key] += 1
             if self._start_failures[key] >= self.config.max_start_failures:
-                self._mark_broken(key, f"{cause}\n{_tail(worker.err_path)}")
+                self._mark_broken(key, f"{cause}: {_tail(worker.err_path, max_lines=3)}")
             else:
                 self._respawn_at[key] = time.monotonic() + 0.5 * self._start_failures[key]
         task = worker.task

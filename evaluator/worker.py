@@ -46,6 +46,7 @@ class WorkerContext:
     flusher: Any = None
     timing_settings: timing.TimingSettings = field(default_factory=timing.TimingSettings)
     requests_done: int = 0
+    timed_evaluations: int = 0
     baseline_cuda_bytes: int = 0
 
     @property
@@ -96,8 +97,19 @@ def prepare_worker(device: str = "cpu", work_dir: str | None = None, cache_dir: 
     ctx.guard = checks.FunctionGuard()  # after the launch counter, whose wrappers are ours
     if ctx.is_cuda:
         ctx.flusher = timing.L2Flusher(device)
+        _warm_up_timing(torch, ctx)
         ctx.baseline_cuda_bytes = torch.cuda.memory_allocated()
     return ctx
+
+
+def _warm_up_timing(torch: Any, ctx: WorkerContext) -> None:
+    """One timing session on a throwaway kernel, so the first real measurement of this process (which seeds the
+    reference-timing cache) does not pay for cold allocator pools, event machinery and clocks."""
+    x = torch.randn(2**22, device=ctx.device)
+    settings = timing.TimingSettings(trials=100, warmup=10, warmup_min_ms=100.0)
+    with torch.no_grad():
+        timing.time_cuda({"a": lambda: torch.relu(x), "b": lambda: torch.relu(x)}, settings, ctx.flusher)
+    del x
 
 
 class _Outcome(Exception):
@@ -620,7 +632,7 @@ class _RunState:
         except Exception:
             return None, 0, 0
         self._sync()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             self._call_candidate(new_model, inputs, watch)
             torch.cuda.synchronize()
         return checks.own_kernel_fraction(prof.events(), own_names)
@@ -634,8 +646,11 @@ class _RunState:
         cached = ctx.reference_timing_cache.get(key)
 
         def candidate_call():
-            with watch.candidate():
-                return new_model(*inputs)
+            # Plain attribute flips rather than a context manager: the candidate pays no extra host overhead.
+            watch.candidate_running = True
+            output = new_model(*inputs)
+            watch.candidate_running = False
+            return output
 
         fns: dict[str, Callable[[], Any]] = {"candidate": candidate_call}
         if cached is None:
@@ -650,10 +665,14 @@ class _RunState:
         kernel_stats = timing.summarize(samples["candidate"])
         if cached is None:
             reference_stats = timing.summarize(samples["reference"])
-            ctx.reference_timing_cache[key] = reference_stats
+            # The first timed evaluation of a process runs on colder state than the rest (measured ~3% slower on an
+            # H200): use it, but let the next evaluation measure again and seed the cache.
+            if ctx.timed_evaluations > 0 or not ctx.is_cuda:
+                ctx.reference_timing_cache[key] = reference_stats
         else:
             reference_stats = cached
             result.cache_hits.append("reference_timing")
+        ctx.timed_evaluations += 1
         result.kernel_runtime = kernel_stats
         result.reference_runtime = reference_stats
         if kernel_stats.median_ms > 0:

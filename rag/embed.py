@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import OrderedDict
 from typing import Optional, Sequence
 
 import numpy as np
@@ -82,7 +83,8 @@ def _quiet_transformers() -> None:
 class Embedder:
     """Encodes texts to unit vectors (so inner product = cosine) and counts tokens with the same tokenizer."""
 
-    def __init__(self, model_name: Optional[str] = None, device: Optional[str] = None, batch_size: int = 64):
+    def __init__(self, model_name: Optional[str] = None, device: Optional[str] = None, batch_size: int = 64,
+                 cache_size: int = 4096):
         self.model_name = canonical_model_name(model_name)
         self.model = load_model(self.model_name, device)
         self.device = str(self.model.device)
@@ -90,15 +92,46 @@ class Embedder:
         getter = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
         self.dimension = int(getter())
         self.max_seq_length = int(getattr(self.model, "max_seq_length", 0) or 0)
+        # Training asks for the same problems every step: their vectors are remembered (LRU).
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache_size = cache_size
+        self._cache_lock = threading.Lock()
+        # HF fast tokenizers raise "Already borrowed" when two threads use one at once.
+        self._model_lock = threading.Lock()
 
     def encode(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.dimension), dtype=np.float32)
-        vectors = self.model.encode(list(texts), batch_size=self.batch_size, show_progress_bar=progress,
-                                    convert_to_numpy=True, normalize_embeddings=True)
-        return np.ascontiguousarray(vectors, dtype=np.float32)
+        """Unit vectors, one row per text, float32."""
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        with self._cache_lock:
+            missing = []
+            for row, text in enumerate(texts):
+                cached = self._cache.get(text)
+                if cached is None:
+                    missing.append(row)
+                else:
+                    self._cache.move_to_end(text)
+                    out[row] = cached
+        if missing:
+            unique = list(dict.fromkeys(texts[row] for row in missing))
+            with self._model_lock:
+                vectors = self.model.encode(unique, batch_size=self.batch_size, show_progress_bar=progress,
+                                            convert_to_numpy=True, normalize_embeddings=True).astype(np.float32)
+            by_text = dict(zip(unique, vectors))
+            for row in missing:
+                out[row] = by_text[texts[row]]
+            with self._cache_lock:
+                for text, vector in by_text.items():
+                    self._cache[text] = vector
+                while len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        return out
+
+    def clear_cache(self) -> None:
+        with self._cache_lock:
+            self._cache.clear()
 
     def count_tokens(self, text: str) -> int:
         """Tokens of `text` under this model's tokenizer (no special tokens, no truncation)."""
-        tokenizer = self.model.tokenizer
-        return len(tokenizer(text, add_special_tokens=False, truncation=False, verbose=False)["input_ids"])
+        with self._model_lock:
+            encoded = self.model.tokenizer(text, add_special_tokens=False, truncation=False, verbose=False)
+        return len(encoded["input_ids"])

@@ -94,7 +94,7 @@ class KernelIndex:
                 (directory / name).unlink(missing_ok=True)
         directory.mkdir(parents=True, exist_ok=True)
         faiss = _faiss()
-        conn = cls._connect(directory)
+        conn = cls._connect(directory, create=True)
         now = time.time()
         info = {"format_version": FORMAT_VERSION, "model": canonical_model_name(model_name), "dimension": int(dimension),
                 "normalized": bool(normalized), "metric": "inner_product", "index_type": "flat",
@@ -129,11 +129,14 @@ class KernelIndex:
         return index
 
     @staticmethod
-    def _connect(directory: Path) -> sqlite3.Connection:
+    def _connect(directory: Path, create: bool = False) -> sqlite3.Connection:
+        # Rollback journal, not WAL, and no schema writes on open: readers then need no write access
+        # (an index may sit in a read-only place).
         conn = sqlite3.connect(str(directory / META_FILE), check_same_thread=False, timeout=30)
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.executescript(_SCHEMA)
+            if create:
+                conn.executescript(_SCHEMA)
+            conn.execute("SELECT key, value FROM info LIMIT 1").fetchall()
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise RagError(f"{directory / META_FILE} is not a RAG index database ({exc}). Rebuild the index.") from None

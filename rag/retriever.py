@@ -3,6 +3,7 @@ one example per PyTorch program, and the chosen set fitted to a token budget cou
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from typing import Any, Callable, Optional
@@ -78,10 +79,10 @@ class IndexRetriever:
 
     def candidates(self, problem_source: str, problem_id: str, backend: Optional[str], n: int) -> list[dict]:
         """Ranked examples with the problem itself (and duplicates of one program) removed."""
-        query = self.embedder.encode([embedding_text(problem_source, name_from_problem_id(problem_id))])[0]
+        text, problem_hash = _problem_features(problem_source, problem_id)
+        query = self.embedder.encode([text])[0]
         hits = self.index.search(query, n, backend=backend)
         records = self.index.records(row for row, _ in hits)
-        problem_hash = code_hash(problem_source, "python") if problem_source.strip() else None
         chosen, programs = [], set()
         for row, score in hits:
             record = records.get(row)
@@ -132,6 +133,14 @@ class IndexRetriever:
 
     def format(self, examples: list[dict]) -> str:
         return format_examples(examples, self.header)
+
+
+@functools.lru_cache(maxsize=4096)
+def _problem_features(problem_source: str, problem_id: str) -> tuple[str, Optional[str]]:
+    """(embedding text, normalised code hash) of a problem; parsing costs more than a search, and training asks
+    about the same problems every step."""
+    text = embedding_text(problem_source, name_from_problem_id(problem_id))
+    return text, code_hash(problem_source, "python") if problem_source.strip() else None
 
 
 def _example(record: dict[str, Any], score: float) -> dict[str, Any]:

@@ -24,6 +24,16 @@ import typer
 
 EXIT_RUN_FAILED = 3
 
+def run_failed_error(name: str, status: str):
+    """The error for a waited-on run that ended failed/crashed: printed like a KrlError, exit code 3."""
+    from core.errors import KrlError
+
+    error = KrlError(f"run '{name}' {status}. See `krl runs show {name}` and `krl logs {name}`; "
+                     f"resume it with `krl runs resume {name}`.")
+    error.exit_code = EXIT_RUN_FAILED  # cli.main exits with the error's own code
+    return error
+
+
 runs_app = typer.Typer(help="List, inspect and control runs (all read and reconcile the registry).",
                        no_args_is_help=True)
 
@@ -102,8 +112,10 @@ def _status_text(status: str) -> str:
 
 def pick_metric(keys: List[str], *words: str) -> Optional[str]:
     """The metric key that best matches words (exact names first, then keys containing the first word)."""
-    preferred = {"reward": ("reward/mean", "env/reward/mean", "reward_mean", "reward/total", "reward"),
-                 "correct": ("correct_rate", "env/correct_rate", "eval/correct_rate", "correct/rate")}
+    preferred = {"reward": ("env/all/reward/total", "reward/total", "reward/mean", "env/reward/mean", "reward_mean",
+                            "reward"),
+                 "correct": ("env/all/correct_rate", "rate/correct", "correct_rate", "env/correct_rate",
+                             "eval/correct_rate")}
     for word in words:
         for exact in preferred.get(word, (word,)):
             if exact in keys:
@@ -275,27 +287,30 @@ def resume(
 
     reg = _registry()
     console = _err()
+    log = procman.log_path(reg, reg.get_run(name)["name"])
+    log_offset = log.stat().st_size if log.exists() else 0
     row = procman.resume_run(reg, name, detach=True, gpus=gpus)
     console.print(f"{row['name']}: {_status_text(row['status'])} (segment {len(row.get('segments') or [])}). "
                   f"Follow with `krl logs -f {row['name']}`.")
     if detach:
         return
-    _wait_in_foreground(reg, row["name"])
+    _wait_in_foreground(reg, row["name"], log_offset)
 
 
-def _wait_in_foreground(reg, name: str) -> None:
+def _wait_in_foreground(reg, name: str, log_offset: int) -> None:
     from core import procman
 
     console = _err()
     try:
-        final = procman.wait_run(reg, name, on_line=lambda line: print(line, file=sys.stderr, flush=True))
+        final = procman.wait_run(reg, name, on_line=lambda line: print(line, file=sys.stderr, flush=True),
+                                 log_offset=log_offset)
     except KeyboardInterrupt:
         console.print(f"\n{name}: {_status_text(reg.get_run(name)['status'])} (interrupted; resume with "
                       f"`krl runs resume {name}`)")
         raise typer.Exit(130)
     console.print(f"{name}: {_status_text(final['status'])}")
     if final["status"] in ("failed", "crashed"):
-        raise typer.Exit(EXIT_RUN_FAILED)
+        raise run_failed_error(name, final["status"])
 
 
 @runs_app.command("fork")

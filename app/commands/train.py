@@ -51,7 +51,9 @@ def train(
     if status:
         console.print(f"{result.get('name', name or '')}: {status}")
     if status in ("failed", "crashed"):
-        raise typer.Exit(3)
+        from app.commands.runs import run_failed_error
+
+        raise run_failed_error(result.get("name", name or ""), status)
 
 
 def register(app: typer.Typer) -> None:

@@ -3,7 +3,6 @@ bindings themselves so the list can never go stale."""
 
 from __future__ import annotations
 
-from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -19,14 +18,13 @@ def key_label(key: str) -> str:
     return ", ".join(KEY_NAMES.get(k.strip(), k.strip()) for k in key.split(","))
 
 
-def bindings_table(title: str, bindings) -> Table:
-    table = Table(title=title, title_justify="left", show_header=False, box=None, padding=(0, 2))
-    table.add_column(style="bold", min_width=10)
-    table.add_column()
+def bindings_text(title: str, bindings) -> Text:
+    text = Text(f"{title}\n", style="bold")
     for binding in bindings:
         if isinstance(binding, Binding) and binding.description:
-            table.add_row(key_label(binding.key), binding.description)
-    return table
+            text.append(f"  {key_label(binding.key):<12}", style="bold")
+            text.append(f"{binding.description}\n")
+    return text
 
 
 class HelpScreen(ModalScreen):
@@ -37,13 +35,10 @@ class HelpScreen(ModalScreen):
         self.origin = origin
 
     def compose(self) -> ComposeResult:
-        from rich.console import Group
-
         name = type(self.origin).__name__.replace("Screen", "") or "screen"
+        text = bindings_text(f"{name} keys", self.origin.BINDINGS)
+        text.append("\n")
+        text.append_text(bindings_text("everywhere", self.app.BINDINGS))
+        text.append("\nctrl+p opens the command palette: every action, runs by name, themes.", style="italic")
         with VerticalScroll(classes="dialog", id="help-box"):
-            yield Static(Group(
-                bindings_table(f"{name} keys", self.origin.BINDINGS),
-                Text(""),
-                bindings_table("everywhere", self.app.BINDINGS),
-                Text("\nctrl+p opens the command palette: every action, runs by name, themes.", style="italic"),
-            ))
+            yield Static(text)

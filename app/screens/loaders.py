@@ -11,9 +11,11 @@ from core.registry import Registry
 
 # Preferred metric keys for the runs table's reward / correct-rate columns, then regexes as fallbacks, so the
 # table works whatever naming the training loop settles on.
-REWARD_KEYS = ("reward/total", "reward/mean", "env/reward/mean", "reward")
-CORRECT_KEYS = ("rate/correct", "correct_rate", "env/correct_rate", "eval/correct_rate")
-DEFAULT_CURVE_PATTERNS = (r"^reward(/|$)", r"correct", r"compile", r"format", r"hack", r"speedup", r"eval.*time")
+REWARD_KEYS = ("env/all/reward/total", "reward/total", "reward/mean", "env/reward/mean", "reward")
+CORRECT_KEYS = ("env/all/correct_rate", "rate/correct", "correct_rate", "env/correct_rate", "eval/correct_rate")
+DEFAULT_CURVE_PATTERNS = (r"correct_rate$|rate/correct", r"compile", r"format_rate|rate/format", r"hack",
+                          r"speedup/mean|speedup", r"time/eval_mean|eval.*time", r"solved_rate",
+                          r"turn\W?\d+/correct")
 
 
 def pick_key(keys: Sequence[str], preferred: Sequence[str], pattern: str) -> Optional[str]:
@@ -33,7 +35,7 @@ def correct_key(keys: Sequence[str]) -> Optional[str]:
     return pick_key(keys, CORRECT_KEYS, r"correct")
 
 
-def default_curve_keys(keys: Sequence[str], limit: int = 6) -> list[str]:
+def default_curve_keys(keys: Sequence[str], limit: int = 8) -> list[str]:
     """The curves a run opens with: reward, then rates, speedup, eval time (whatever exists)."""
     first = reward_key(keys)
     chosen: list[str] = [first] if first else []

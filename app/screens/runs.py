@@ -177,7 +177,7 @@ class RunsScreen(Screen):
         running = sum(r.status == "running" for r in self.rows)
         queued = sum(r.status == "queued" for r in self.rows)
         arrow = "↑" if self.sort_reverse else "↓"
-        parts = [f"{self.app.workspace}", f"{len(self.rows)} runs",
+        parts = [self.app.workspace_label, f"{len(self.rows)} runs",
                  f"{running} running", f"{queued} queued", f"sort: {self.sort_key} {arrow}"]
         if self.filter_text:
             parts.append(f"filter: {self.filter_text!r} ({len(rows)} shown)")

@@ -111,7 +111,7 @@ class TrajectoryScreen(Screen):
         previous = turns[self.turn_index - 1].get("kernel") if self.turn_index > 0 else None
         language = "cuda" if kernel_language(turn.get("kernel") or "") == "cuda" else "python"
         view = self.query_one(KernelView)
-        view.border_title = f"turn {turn['turn']} of {len(turns)} · kernel ({self.detail.kernel_language})"
+        view.border_title = f"turn {turn['turn']} of {len(turns)} · {language} kernel (run backend {self.detail.kernel_language})"
         view.show(turn.get("kernel") or "", previous, language, self.mode)
         self.query_one(FeedbackPanel).show(turn)
         table = self.query_one("#turn-list", DataTable)

@@ -43,8 +43,16 @@ def fmt_speedup(value: Optional[float]) -> str:
 
 
 def theme_colour(app, variable: str, fallback: str = "white") -> str:
-    """A theme variable's colour ('$success' → '#2ecc71') for Rich styles built in code."""
+    """A theme variable's colour ('$success' → '#2ecc71') for Rich styles built in code. Translucent
+    variables are composited over the background, since Rich styles have no alpha."""
+    from textual.color import Color
+
     variables = app.theme_variables
-    if variable == "foreground-muted":
-        return variables.get("foreground-muted") or variables.get("text-muted") or variables.get("foreground", fallback)
-    return variables.get(variable) or fallback
+    value = variables.get(variable) or fallback
+    try:
+        colour = Color.parse(value)
+    except Exception:
+        return fallback
+    if colour.a < 1:
+        colour = Color.parse(variables.get("background", "#000000")) + colour
+    return colour.hex6

@@ -30,7 +30,7 @@ def kernel_language(source: str, run_backend: str = "") -> str:
 
 def unified_diff_text(old: str, new: str, app) -> Text:
     added, removed, hunk = (theme_colour(app, "success"), theme_colour(app, "error"), theme_colour(app, "secondary"))
-    text = Text()
+    text = Text(no_wrap=True, overflow="ellipsis")
     lines = list(difflib.unified_diff(old.splitlines(), new.splitlines(), "previous turn", "this turn", lineterm="", n=3))
     if not lines:
         return Text("(no change from the previous turn)", style="italic")
@@ -52,7 +52,8 @@ def split_diff_texts(old: str, new: str, app) -> tuple[Text, Text]:
     """Two aligned columns: left the previous turn, right this turn; padding lines keep rows aligned."""
     added, removed = theme_colour(app, "success"), theme_colour(app, "error")
     a, b = old.splitlines(), new.splitlines()
-    left, right = Text(), Text()
+    # no_wrap: a wrapped line would push one column out of step with the other.
+    left, right = Text(no_wrap=True, overflow="ellipsis"), Text(no_wrap=True, overflow="ellipsis")
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
         if tag == "equal":
             for line in a[i1:i2]:

@@ -7,7 +7,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
-from core.backends.base import STOP_EOS, Prompt, SampleContext, SampledSequence, SamplingOnlyBackend, SamplingParams
+from core.backends.base import STOP_EOS, STOP_LENGTH, Prompt, SampleContext, SampledSequence, SamplingOnlyBackend, SamplingParams
 from core.errors import KrlError
 
 PACKAGED_DEMO = "core/data/demo/recordings.jsonl"
@@ -20,12 +20,13 @@ def resolve_recordings_path(path: str | None) -> Path:
     return Path(path).expanduser()
 
 
-def load_recordings(path: Path) -> dict[str, dict[int, dict[int, str]]]:
-    """{problem_id: {sample: {turn: response}}}; KrlError with the line number on a bad line."""
+def load_recordings(path: Path) -> dict[str, dict[int, dict[int, tuple[str, bool]]]]:
+    """{problem_id: {sample: {turn: (response, truncated)}}}; KrlError with the line number on a bad line.
+    Optional keys: "truncated" (the recorded generation hit its token limit), "recorded" (a label, ignored)."""
     if not path.is_file():
         raise KrlError(f"replay recordings {path} do not exist. Set replay.path to a JSONL file of "
                        '{"problem_id", "sample", "turn", "response"} objects.')
-    recordings: dict[str, dict[int, dict[int, str]]] = {}
+    recordings: dict[str, dict[int, dict[int, tuple[str, bool]]]] = {}
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         if not line.strip():
             continue
@@ -35,7 +36,8 @@ def load_recordings(path: Path) -> dict[str, dict[int, dict[int, str]]]:
         except (ValueError, KeyError, TypeError) as exc:
             raise KrlError(f"{path}:{number}: not a recording ({exc}). Each line must be a JSON object with "
                            "problem_id, sample, turn and response.") from None
-        recordings.setdefault(problem_id, {}).setdefault(sample, {})[turn] = str(response)
+        entry = (str(response), bool(row.get("truncated", False)))
+        recordings.setdefault(problem_id, {}).setdefault(sample, {})[turn] = entry
     if not recordings:
         raise KrlError(f"replay recordings {path} are empty.")
     return recordings
@@ -52,7 +54,8 @@ class ReplayBackend(SamplingOnlyBackend):
     def problem_ids(self) -> list[str]:
         return sorted(self.recordings)
 
-    def response(self, problem_id: str, sample: int, turn: int) -> str:
+    def response(self, problem_id: str, sample: int, turn: int) -> tuple[str, bool]:
+        """(text, truncated) recorded for the problem, sample (modulo the samples recorded) and turn."""
         samples = self.recordings.get(problem_id)
         if not samples:
             raise KrlError(f"replay recordings {self.path} have nothing for problem '{problem_id}'. Recorded: "
@@ -60,8 +63,10 @@ class ReplayBackend(SamplingOnlyBackend):
         keys = sorted(samples)
         turns = samples[keys[sample % len(keys)]]
         # A recording shorter than the episode repeats its last turn (the model "insists").
-        return turns[turn] if turn in turns else turns[max(t for t in turns if t <= turn) if min(turns) <= turn
-                                                       else min(turns)]
+        if turn in turns:
+            return turns[turn]
+        earlier = [t for t in turns if t <= turn]
+        return turns[max(earlier)] if earlier else turns[min(turns)]
 
     def sample(self, prompt: Prompt, n: int, params: SamplingParams,
                context: SampleContext | None = None) -> list[SampledSequence]:
@@ -70,5 +75,8 @@ class ReplayBackend(SamplingOnlyBackend):
         samples = context.samples or list(range(n))
         if len(samples) != n:
             raise ValueError(f"asked for {n} samples but the context names {len(samples)}")
-        return [SampledSequence(text=self.response(context.problem_id, s, context.turn), stop_reason=STOP_EOS)
-                for s in samples]
+        out = []
+        for s in samples:
+            text, truncated = self.response(context.problem_id, s, context.turn)
+            out.append(SampledSequence(text=text, stop_reason=STOP_LENGTH if truncated else STOP_EOS))
+        return out

@@ -222,7 +222,8 @@ def make_app(workspace, **kwargs):
     """A KrlApp with frozen time, no live refresh and no reconcile unless asked (snapshots stay fixed)."""
     from app.tui import KrlApp
 
-    options = {"clock": lambda: FIXED_NOW, "live": False, "reconcile": False, "remember_theme": False, "theme": "krl-dark"}
+    options = {"clock": lambda: FIXED_NOW, "live": False, "reconcile": False, "remember_theme": False, "theme": "krl-dark",
+               "workspace_label": "~/kernelrl/runs"}
     options.update(kwargs)
     return KrlApp(workspace=workspace, **options)
 

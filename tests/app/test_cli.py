@@ -172,30 +172,50 @@ def test_doctor_human_report(filled, monkeypatch):
 
 # ---------------------------------------------------------------- detached runs through the CLI
 
-def test_detached_train_outlives_the_cli_and_is_controlled_by_it(cli, workspace):
+TINY = ["backend=local", "model=tiny-random", "max_steps=200", "dataset.batch_size=1", "dataset.group_size=2",
+        "max_turns=1", "sampling.max_tokens=16", "eval.devices=cpu", "eval.cpu_workers=1"]
+
+
+@pytest.mark.slow
+def test_detached_real_run_outlives_the_cli(cli, workspace):
     t0 = time.monotonic()
-    done = cli("train", "demo", "--detach", "--name", "bg", "--json", check_rc=0,
-               extra_env={"KRL_STANDIN": json.dumps({"max_steps": 10_000, "step_s": 0.05})})
-    assert time.monotonic() - t0 < 20
+    done = cli("train", "demo", *TINY, "--detach", "--name", "bg", "--json", check_rc=0,
+               extra_env={"KRL_JOB_MODULE": ""})
+    assert time.monotonic() - t0 < 20  # returns at once, long before the job's first step
     row = json.loads(done.stdout)
     try:
-        assert row["status"] == "running" and row["preset"] == "demo" and row["config"]["backend"] == "replay"
-        time.sleep(0.5)
-        assert procman.pid_matches(row["pid"], None)  # the CLI process is gone; its run goes on
-        shown = json.loads(cli("runs", "show", "bg", "--json", check_rc=0).stdout)
-        assert shown["status"] == "running" and shown["step"] is not None
-        logs = cli("logs", "bg", "-n", "50", check_rc=0).stdout
-        assert "segment 0 of run bg" in logs
-        stop = cli("runs", "stop", "bg", "--grace", "10", check_rc=0)
-        assert "stopped" in stop.stderr
-        # logs -f on an ended run prints everything and returns
-        assert "standin: starting at step 0" in cli("logs", "bg", "-f", check_rc=0, timeout=30).stdout
-        resumed = cli("runs", "resume", "bg", "--detach", check_rc=0)
-        assert "running" in resumed.stderr
-        shown = json.loads(cli("runs", "show", "bg", "--json", check_rc=0).stdout)
-        assert len(shown["segments"]) == 2 and shown["segments"][1]["start_step"] == shown["checkpoints"][-1]["step"] + 1
+        assert row["status"] == "running" and row["preset"] == "demo" and row["config"]["model"] == "tiny-random"
+        assert row["command"]["argv"][1:3] == ["-m", "core.train"]
+        assert procman.pid_matches(row["pid"], row["segments"][0]["pid_start_time"])  # the CLI is gone; the run goes on
+        listed = json.loads(cli("runs", "ls", "--json", check_rc=0).stdout)
+        assert [(r["name"], r["status"], r["pid"]) for r in listed] == [("bg", "running", row["pid"])]
         assert cli("runs", "rm", "bg", "--yes").returncode == 2  # refuses a running run
-        cli("runs", "stop", "bg", "--force", check_rc=0)
+        assert "stopped" in cli("runs", "stop", "bg", "--force", check_rc=0).stderr
+        assert not procman.pid_matches(row["pid"], row["segments"][0]["pid_start_time"])
+    finally:
+        kill_runs(workspace)
+
+
+def test_stop_and_resume_through_the_cli(cli, workspace):
+    cli("train", "demo", "--detach", "--name", "bg", check_rc=0,
+        extra_env={"KRL_STANDIN": json.dumps({"max_steps": 10_000, "step_s": 0.05})})
+    try:
+        assert "stopped" in cli("runs", "stop", "bg", "--grace", "10", check_rc=0).stderr
+        logs = cli("logs", "bg", "-f", check_rc=0, timeout=30).stdout  # -f on an ended run prints all and returns
+        assert "segment 0 of run bg" in logs and "standin: starting at step 0" in logs
+        # Foreground resume follows the new segment's log on stderr; a failing job exits 3 …
+        failing = cli("runs", "resume", "bg", extra_env={"KRL_STANDIN": json.dumps({"exit_code": 4})}, timeout=60)
+        assert failing.returncode == 3 and "boom: the last line" in failing.stderr and "failed" in failing.stderr
+        assert "segment 0 of run bg" not in failing.stderr  # only the new segment's lines
+        # … and a good one runs to the end and exits 0.
+        done = cli("runs", "resume", "bg", check_rc=0, timeout=60,
+                   extra_env={"KRL_STANDIN": json.dumps({"extra_steps": 3, "step_s": 0.01})})
+        assert "finished" in done.stderr
+        shown = json.loads(cli("runs", "show", "bg", "--json", check_rc=0).stdout)
+        assert shown["status"] == "finished" and [s["end_status"] for s in shown["segments"]] == \
+            ["stopped", "failed", "finished"]
+        assert shown["segments"][1]["start_step"] == shown["segments"][2]["start_step"] == \
+            shown["checkpoints"][0]["step"] + 1
     finally:
         kill_runs(workspace)
 

@@ -367,3 +367,48 @@ async def test_help_lists_screen_keys(filled, workspace):
         text = str(app.screen.query_one("#help-box Static").render())
         for description in ("New", "Stop", "Resume", "Fork", "Delete", "Compare", "Logs", "Tag", "Filter"):
             assert description in text
+
+
+async def _wait_for(pilot, condition, timeout_s: float, poll_s: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        await pilot.pause(poll_s)
+    return condition()
+
+
+@pytest.mark.slow
+async def test_stop_and_resume_real_cpu_run_through_keys(workspace):
+    """A real demo run (replay backend, CPU evaluator) started through procman, stopped with `s` and resumed
+    with `r` from the runs table; the resumed segment continues after the stop checkpoint."""
+    from core import procman
+    from core.config import load_config
+    from core.registry import Registry
+
+    reg = Registry.for_workspace(workspace)
+    procman.start_run(load_config("demo", ["max_steps=60"]), name="live-demo", preset="demo", detach=True,
+                      registry=reg)
+    app = make_app(workspace, live=True, refresh_s=0.3, reconcile=True)
+    try:
+        async with app.run_test(size=(140, 36)) as pilot:
+            await settle(pilot)
+            status = lambda: reg.get_run("live-demo")["status"]  # noqa: E731
+            assert await _wait_for(pilot, lambda: (reg.get_run("live-demo")["last_step"] or -1) >= 1, 90)
+            # The table shows it running, and the step column moves without any key press.
+            assert await _wait_for(pilot, lambda: any(r.name == "live-demo" and r.status == "running"
+                                                      for r in app.screen.rows), 3)
+            move_to(app, "live-demo")
+            await pilot.press("s")
+            assert await _wait_for(pilot, lambda: status() == "stopped", 60), status()
+            stopped_at = reg.get_run("live-demo")["last_step"]
+            assert reg.last_checkpoint(reg.get_run("live-demo")["id"]) is not None
+            assert await _wait_for(pilot, lambda: any(r.name == "live-demo" and r.status == "stopped"
+                                                      for r in app.screen.rows), 3)
+            await pilot.press("r")
+            assert await _wait_for(pilot, lambda: (reg.get_run("live-demo")["last_step"] or 0) > stopped_at, 90)
+            assert len(reg.get_run("live-demo")["segments"]) >= 2
+    finally:
+        procman.stop_run(reg, "live-demo", force=True)
+        procman.wait_run(reg, "live-demo", timeout_s=30)
+        reg.close()

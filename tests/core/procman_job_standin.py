@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -33,7 +34,11 @@ def main() -> int:
         print("standin: failing on purpose", flush=True)
         print("boom: the last line of the log", flush=True)
         return int(knobs["exit_code"])
+    time.sleep(knobs.get("startup_sleep_s", 0))  # a slow start: no heartbeat yet
     reg.compare_and_set_status(run["id"], ("queued", "running"), "running")
+    if knobs.get("child"):  # like an evaluator worker: same process group, outlives a kill -9 of the job
+        child = subprocess.Popen(["sleep", "60"])
+        print(f"standin: child pid {child.pid}", flush=True)
 
     def beat() -> None:
         while not stop.wait(0.5):
@@ -43,6 +48,8 @@ def main() -> int:
     checkpoint = reg.last_checkpoint(run["id"])
     step = checkpoint["step"] + 1 if checkpoint else (run["parent_step"] + 1 if run["parent_step"] is not None else 0)
     max_steps = knobs.get("max_steps", run["config"].get("max_steps", 1000))
+    if "extra_steps" in knobs:
+        max_steps = step + knobs["extra_steps"]
     print(f"standin: starting at step {step}", flush=True)
     while step < max_steps and not stop.is_set():
         reg.write_step(run["id"], step, {"reward/mean": step * 0.1, "correct_rate": 0.5})

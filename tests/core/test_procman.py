@@ -137,14 +137,19 @@ def test_force_stop_kills_at_once(pm):
 
 # ---------------------------------------------------------------- crash and failure detection
 
-def test_kill_9_is_crashed_on_the_next_read(pm):
-    row = procman.start_run(standin(), name="a", registry=pm)
+def test_kill_9_is_crashed_on_the_next_read_and_its_leftover_workers_are_killed(pm):
+    row = procman.start_run(standin(child=True), name="a", registry=pm)
     wait_for(lambda: pm.get_run("a")["last_step"] is not None)
+    log = (pm.workspace / "a" / "logs.log").read_text()
+    child_pid = int(log.split("standin: child pid ")[1].split()[0])
+    child_start = procman.process_start_time(child_pid)
     os.kill(row["pid"], signal.SIGKILL)
     t0 = time.monotonic()
     wait_for(lambda: status(pm, "a") == "crashed", timeout_s=procman.heartbeat_limit_s())
     assert time.monotonic() - t0 < 5
     assert "signal 9" in pm.events(row["id"])[-1]["message"]
+    assert "killed 1 leftover" in pm.events(row["id"])[-1]["message"]
+    wait_for(lambda: not procman.pid_matches(child_pid, child_start), timeout_s=5)
     assert procman.resume_run(pm, "a")["status"] == "running"  # crashed runs resume
 
 
@@ -177,6 +182,17 @@ def test_stale_heartbeat_of_a_hung_job_is_crashed(pm, monkeypatch):
             os.killpg(row["pid"], signal.SIGCONT)
         except ProcessLookupError:
             pass
+
+
+def test_a_job_gets_a_startup_grace_before_its_first_heartbeat(pm, monkeypatch):
+    monkeypatch.setenv("KRL_HEARTBEAT_LIMIT_S", "0.5")
+    monkeypatch.setenv("KRL_STARTUP_GRACE_S", "2")
+    t0 = time.monotonic()
+    procman.start_run(standin(startup_sleep_s=30), name="slow", registry=pm)
+    time.sleep(1.0)
+    assert status(pm, "slow") == "running"  # past the heartbeat limit, inside the startup grace
+    wait_for(lambda: status(pm, "slow") == "crashed", timeout_s=6)
+    assert time.monotonic() - t0 >= 2
 
 
 def test_nonzero_exit_is_failed_with_the_last_log_lines(pm):
@@ -278,3 +294,68 @@ def test_delete_refuses_a_running_run_and_removes_the_folder(pm):
     assert pm.get_run("b")["tags"] == ["x", "y"] and pm.get_run("b")["notes"] == "hello"
     procman.delete_run(pm, "b")
     assert pm.find_run("b") is None and not (pm.workspace / "b").exists()
+
+
+# ---------------------------------------------------------------- the real job (core.train) on CPU
+
+def tiny_config(**changes):
+    """The demo preset on the local backend with the tiny-random model: a real CPU training job, one problem per step."""
+    from core.config import load_config
+
+    overrides = {"backend": "local", "model": "tiny-random", "max_steps": 200, "dataset.batch_size": 1,
+                 "dataset.group_size": 2, "max_turns": 1, "sampling.max_tokens": 16, "eval.devices": "cpu",
+                 "eval.cpu_workers": 1, "checkpoint_every": 1, **changes}
+    return load_config("demo", [f"{k}={v}" for k, v in overrides.items()])
+
+
+@pytest.fixture
+def real_pm(pm, monkeypatch):
+    monkeypatch.delenv("KRL_JOB_MODULE")
+    return pm
+
+
+def last_step(reg, name):
+    procman.reconcile(reg)
+    row = reg.get_run(name)
+    assert row["status"] in ("queued", "running", "stopping"), (row["status"], row["error"])
+    return row["last_step"] if row["last_step"] is not None else -1
+
+
+@pytest.mark.slow
+def test_real_job_stop_resume_continues_then_kill_9_crashes(real_pm):
+    reg = real_pm
+    row = procman.start_run(tiny_config(), name="real", registry=reg)
+    assert row["status"] == "running"
+    wait_for(lambda: last_step(reg, "real") >= 1, timeout_s=150, poll_s=0.5)
+    stopped = procman.stop_run(reg, "real", grace_s=60)
+    assert stopped["status"] == "stopped", stopped["error"]
+    checkpoint = reg.last_checkpoint(stopped["id"])
+    assert checkpoint is not None and checkpoint["step"] == stopped["last_step"] >= 1
+    resumed = procman.resume_run(reg, "real")
+    assert resumed["status"] == "running" and resumed["segments"][-1]["start_step"] == checkpoint["step"] + 1
+    wait_for(lambda: last_step(reg, "real") >= checkpoint["step"] + 1, timeout_s=150, poll_s=0.5)
+    steps = reg.metric_series(stopped["id"], "progress/step")["step"]
+    assert steps == list(range(len(steps))) and len(steps) >= checkpoint["step"] + 2
+    assert "starting at step" in (reg.workspace / "real" / "logs.log").read_text().split("segment 1")[1]
+    pid = reg.get_run("real")["pid"]
+    os.kill(pid, signal.SIGKILL)
+    t0 = time.monotonic()
+    wait_for(lambda: status(reg, "real") == "crashed", timeout_s=procman.heartbeat_limit_s())
+    assert time.monotonic() - t0 < 5
+    crashed = reg.get_run("real")
+    assert [s["end_status"] for s in crashed["segments"]] == ["stopped", "crashed"]
+    assert procman._orphans(crashed, reg.workspace) == []  # its evaluator workers went with it
+
+
+@pytest.mark.slow
+def test_real_jobs_competing_for_one_gpu_slot(real_pm, monkeypatch):
+    monkeypatch.setenv("KRL_GPUS", "1")
+    reg = real_pm
+    first = procman.start_run(tiny_config(max_steps=1), name="first", gpus=1, registry=reg)
+    second = procman.start_run(tiny_config(max_steps=1), name="second", gpus=1, registry=reg)
+    assert (first["status"], second["status"]) == ("running", "queued")
+    final = procman.wait_run(reg, "first", timeout_s=150)
+    assert final["status"] == "finished", final["error"]
+    started = reg.get_run("second")  # wait_run's last reconcile started it
+    assert started["status"] == "running" and started["gpus"] == [0] and started["pid"] != first["pid"]
+    assert procman.stop_run(reg, "second", force=True)["status"] == "stopped"

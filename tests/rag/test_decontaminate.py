@@ -62,3 +62,25 @@ def test_query_time_exclusion_without_decontamination(built_index, data_dir, emb
     for example in retriever.examples(source, problem_id, None, k=100):
         assert example["name"] not in ("ReLU", "ReLU_copy")
     retriever.close()
+
+
+def test_a_harvested_solution_is_excluded_by_problem_id(tmp_path, built_index, data_dir, embedder):
+    """A run's kernel for a problem is never shown for that problem, even when the problem file changed since."""
+    import shutil
+
+    from rag.corpus import Record
+
+    out = tmp_path / "index"
+    shutil.copytree(built_index, out)
+    problem_id, source = problem_file(data_dir, "online_softmax")
+    mine = Record(id="runs/r/s1/g0.0/t0", source="runs", backend="triton", name="online_softmax",
+                  pytorch_code=source.replace("FEATURES = 1000", "FEATURES = 2000"), problem_id=problem_id,
+                  kernel_code="import triton\n# the run's own softmax solution\n" + "x = 1\n" * 10)
+    build_index([mine], out, append=True, embedder=embedder)
+    retriever = IndexRetriever(out, embedder=embedder)
+    ids = [e["id"] for e in retriever.examples(source, problem_id, "triton", k=50)]
+    assert ids and "runs/r/s1/g0.0/t0" not in ids
+    # Another problem may see it.
+    other_id, other_source = problem_file(data_dir, "gelu_variant")
+    assert "runs/r/s1/g0.0/t0" in [e["id"] for e in retriever.examples(other_source, other_id, "triton", k=50)]
+    retriever.close()

@@ -1,0 +1,266 @@
+"""Backends: tiny-random local sampling/training/checkpoints, Tinker-style datums and losses, replay recordings,
+and the OpenAI-compatible client against a small HTTP server started here (the allowed fake edge)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import torch
+
+from core.backends.base import AdamParams, Datum, Prompt, SampleContext, SamplingParams, token_loss
+from core.errors import KrlError
+
+MESSAGES = [{"role": "system", "content": "You write kernels."}, {"role": "user", "content": "Write ReLU."}]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from core.backends.local import LocalBackend
+
+    return LocalBackend("tiny-random", lora_rank=4, device="cpu")
+
+
+def test_tiny_tokenizer_round_trips_text_and_format_tokens():
+    from core.backends.local import TinyTokenizer
+
+    tok = TinyTokenizer()
+    text = "<think>\nfuse it ü</think>\n<KERNEL>\n```python\nx = 1\n```\n</KERNEL>"
+    ids = tok.encode(text)
+    assert tok.decode(ids) == text
+    assert tok.special_ids["</think>"] in ids and tok.special_ids["\n```python\n"] in ids
+    assert all(0 <= i < tok.vocab_size for i in ids)
+
+
+def test_tiny_random_render_prefills_think(tiny):
+    prompt = tiny.render(MESSAGES)
+    assert prompt.prefilled_think
+    assert tiny.tokenizer.decode(prompt.tokens).endswith("<|im_start|>assistant\n<think>\n")
+
+
+def test_sampled_logprobs_match_a_forward_pass(tiny):
+    prompt = tiny.render(MESSAGES)
+    seqs = tiny.sample(prompt, 2, SamplingParams(max_tokens=12, seed=3))
+    assert len(seqs) == 2
+    for seq in seqs:
+        assert len(seq.tokens) == len(seq.logprobs) >= 1
+        assert seq.stop_reason in ("stop", "length")
+        assert seq.truncated == (seq.stop_reason == "length")
+        if seq.truncated:
+            assert len(seq.tokens) == 12
+        datum = Datum.from_sample(prompt.tokens, seq.tokens, seq.logprobs, 1.0)
+        with torch.no_grad():
+            forward = tiny.token_logprobs(datum)[len(prompt.tokens) - 1:]
+        assert torch.allclose(forward, torch.tensor(seq.logprobs), atol=1e-4)
+
+
+def test_sampling_is_reproducible_from_the_seed(tiny):
+    prompt = tiny.render(MESSAGES)
+    a = tiny.sample(prompt, 2, SamplingParams(max_tokens=10, seed=11))
+    b = tiny.sample(prompt, 2, SamplingParams(max_tokens=10, seed=11))
+    c = tiny.sample(prompt, 2, SamplingParams(max_tokens=10, seed=12))
+    assert [s.tokens for s in a] == [s.tokens for s in b]
+    assert [s.tokens for s in a] != [s.tokens for s in c]
+
+
+def test_datum_is_shifted_and_masks_the_prompt():
+    datum = Datum.from_sample([1, 2, 3], [7, 8], [-0.5, -0.25], 2.0)
+    assert datum.input_tokens == [1, 2, 3, 7]
+    assert datum.target_tokens == [2, 3, 7, 8]
+    assert datum.logprobs == [0.0, 0.0, -0.5, -0.25]
+    assert datum.advantages == [0.0, 0.0, 2.0, 2.0]
+    with pytest.raises(ValueError):
+        Datum.from_sample([1], [7, 8], [-0.5], 1.0)
+
+
+def test_token_losses_follow_tinker_formulas():
+    new = torch.log(torch.tensor([0.5, 0.5, 0.5]))
+    old = torch.log(torch.tensor([0.25, 0.5, 1.0]))  # ratios 2, 1, 0.5
+    adv = torch.tensor([1.0, 1.0, -1.0])
+    assert torch.allclose(token_loss(new, old, adv, "importance_sampling"), torch.tensor([-2.0, -1.0, 0.5]))
+    ppo = token_loss(new, old, adv, "ppo", {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2})
+    # min(r*A, clip(r)*A): ratio 2 with A>0 is clipped to 1.2; ratio 0.5 with A<0 keeps the pessimistic -0.5*-1.
+    assert torch.allclose(ppo, torch.tensor([-1.2, -1.0, 0.8]))
+    with pytest.raises(KrlError):
+        token_loss(new, old, adv, "dpo")
+
+
+def test_forward_backward_sums_over_tokens_and_optim_step_moves_weights():
+    from core.backends.local import LocalBackend
+
+    backend = LocalBackend("tiny-random", lora_rank=4, device="cpu")
+    prompt = backend.render(MESSAGES)
+    seq = backend.sample(prompt, 1, SamplingParams(max_tokens=8, seed=1))[0]
+    before = backend.trainable_state()
+    zero = Datum.from_sample(prompt.tokens, seq.tokens, seq.logprobs, 0.0)
+    backend.forward_backward([zero])
+    backend.optim_step(AdamParams(learning_rate=1e-2))
+    unchanged = backend.trainable_state()
+    assert all(torch.equal(before[k], unchanged[k]) for k in before), "a zero advantage must not move weights"
+
+    datum = Datum.from_sample(prompt.tokens, seq.tokens, seq.logprobs, 1.5)
+    out = backend.forward_backward([datum], "importance_sampling")
+    # On-policy ratio is 1, so the summed IS loss is -A per sampled token.
+    assert out["loss:sum"] == pytest.approx(-1.5 * len(seq.tokens), rel=1e-3)
+    assert out["tokens"] == len(seq.tokens)
+    step = backend.optim_step(AdamParams(learning_rate=1e-2, grad_clip_norm=1.0))
+    assert step["grad_norm"] > 0
+    after = backend.trainable_state()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_save_and_load_state_round_trip(tmp_path):
+    from core.backends.local import LocalBackend
+
+    backend = LocalBackend("tiny-random", lora_rank=4, device="cpu")
+    prompt = backend.render(MESSAGES)
+    seq = backend.sample(prompt, 1, SamplingParams(max_tokens=8, seed=2))[0]
+    datum = Datum.from_sample(prompt.tokens, seq.tokens, seq.logprobs, 1.0)
+    backend.forward_backward([datum])
+    backend.optim_step(AdamParams(learning_rate=1e-2))
+    paths = backend.save_state("ck", str(tmp_path))
+    saved = backend.trainable_state()
+    saved_opt = copy.deepcopy(backend.optimizer.state_dict())  # state_dict shares tensors that the next step mutates
+    backend.forward_backward([datum])
+    backend.optim_step(AdamParams(learning_rate=1e-2))
+    assert any(not torch.equal(saved[k], v) for k, v in backend.trainable_state().items())
+
+    fresh = LocalBackend("tiny-random", lora_rank=4, device="cpu")
+    fresh.load_state(paths.state_path)
+    restored = fresh.trainable_state()
+    assert all(torch.equal(saved[k], restored[k]) for k in saved)
+    restored_opt = fresh.optimizer.state_dict()["state"]
+    for key, value in saved_opt["state"].items():
+        assert torch.equal(value["exp_avg"], restored_opt[key]["exp_avg"])
+    assert (tmp_path / "ck" / "sampler.pt").exists()
+    with pytest.raises(KrlError):
+        fresh.load_state(str(tmp_path / "missing.pt"))
+
+
+# ---------------------------------------------------------------- replay
+
+def _write_recordings(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_replay_returns_recordings_by_problem_sample_and_turn(tmp_path):
+    from core.backends.replay import ReplayBackend
+
+    path = _write_recordings(tmp_path / "rec.jsonl", [
+        {"problem_id": "builtin/relu", "sample": 0, "turn": 0, "response": "a0"},
+        {"problem_id": "builtin/relu", "sample": 0, "turn": 1, "response": "a1"},
+        {"problem_id": "builtin/relu", "sample": 1, "turn": 0, "response": "b0", "truncated": True},
+    ])
+    backend = ReplayBackend(str(path))
+    assert not backend.can_train
+    prompt = Prompt(messages=MESSAGES)
+    out = backend.sample(prompt, 3, SamplingParams(), SampleContext("builtin/relu", 0, [0, 1, 2]))
+    assert [s.text for s in out] == ["a0", "b0", "a0"]  # sample 2 wraps to sample 0
+    assert [s.truncated for s in out] == [False, True, False]
+    assert backend.sample(prompt, 1, SamplingParams(), SampleContext("builtin/relu", 1, [0]))[0].text == "a1"
+    # A shorter recording repeats its last turn.
+    assert backend.sample(prompt, 1, SamplingParams(), SampleContext("builtin/relu", 2, [1]))[0].text == "b0"
+    with pytest.raises(KrlError, match="nothing for problem"):
+        backend.sample(prompt, 1, SamplingParams(), SampleContext("builtin/gelu", 0, [0]))
+    with pytest.raises(KrlError, match="cannot train"):
+        backend.optim_step(AdamParams())
+
+
+def test_replay_rejects_bad_files(tmp_path):
+    from core.backends.replay import ReplayBackend
+
+    with pytest.raises(KrlError, match="do not exist"):
+        ReplayBackend(str(tmp_path / "nope.jsonl"))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"problem_id": "x", "sample": 0, "turn": 0, "response": "ok"}\n{"problem_id": "x"}\n')
+    with pytest.raises(KrlError, match="bad.jsonl:2"):
+        ReplayBackend(str(bad))
+
+
+def test_packaged_demo_recordings_cover_builtin_problems():
+    from core.backends.replay import ReplayBackend
+    from core.problems import load_problem_set
+
+    backend = ReplayBackend(None)
+    builtin = {p.id for p in load_problem_set("builtin")}
+    recorded = set(backend.problem_ids())
+    assert len(recorded) >= 8 and recorded <= builtin
+    for problem_id in recorded:
+        samples = backend.recordings[problem_id]
+        assert len(samples) >= 2
+        assert all(0 in turns for turns in samples.values())
+
+
+# ---------------------------------------------------------------- openai-compatible server
+
+class _ChatServer(BaseHTTPRequestHandler):
+    requests: list[dict] = []
+    status = 200
+
+    def log_message(self, *args):  # keep test output quiet
+        pass
+
+    def _reply(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        if self.headers.get("Authorization") == "Bearer bad-key":
+            return self._reply(401, {"error": "bad key"})
+        self._reply(200, {"data": [{"id": "served-model"}]})
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).requests.append({"path": self.path, "body": body})
+        choices = [{"index": i, "finish_reason": "length" if i == 1 else "stop",
+                    "message": {"role": "assistant", "content": f"answer {i}"},
+                    "logprobs": {"content": [{"token": "a", "logprob": -0.5}, {"token": "b", "logprob": -1.0}]}}
+                   for i in range(body["n"])]
+        self._reply(200, {"choices": list(reversed(choices)), "usage": {"completion_tokens": 2}})
+
+
+@pytest.fixture
+def chat_server():
+    _ChatServer.requests = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ChatServer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def test_openai_backend_samples_chat_completions(chat_server):
+    from core.backends.openai import OpenAIBackend
+
+    backend = OpenAIBackend("served-model", base_url=chat_server, api_key="k")
+    prompt = backend.render(MESSAGES)
+    out = backend.sample(prompt, 2, SamplingParams(max_tokens=64, temperature=0.7, seed=5))
+    assert [s.text for s in out] == ["answer 0", "answer 1"]
+    assert [s.truncated for s in out] == [False, True]
+    assert out[0].logprobs == [-0.5, -1.0]
+    sent = _ChatServer.requests[-1]
+    assert sent["path"] == "/v1/chat/completions"
+    assert sent["body"]["messages"] == MESSAGES
+    assert sent["body"]["n"] == 2 and sent["body"]["max_tokens"] == 64 and sent["body"]["seed"] == 5
+    assert sent["body"]["model"] == "served-model"
+    with pytest.raises(KrlError, match="cannot train"):
+        backend.forward_backward([])
+    backend.close()
+
+
+def test_openai_backend_fails_clearly_before_work(chat_server):
+    from core.backends.openai import OpenAIBackend
+
+    with pytest.raises(KrlError, match="rejected the API key"):
+        OpenAIBackend("served-model", base_url=chat_server, api_key="bad-key")
+    with pytest.raises(KrlError, match="cannot reach"):
+        OpenAIBackend("served-model", base_url="http://127.0.0.1:9/v1", api_key="k", timeout_s=2.0)

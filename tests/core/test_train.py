@@ -1,0 +1,212 @@
+"""The training loop end to end on CPU: local tiny-random + the real CPU evaluator + a real registry, the demo replay,
+failure handling, and SIGTERM on a real `python -m core.train` process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from core.config import load_config
+from core.registry import Registry
+from core.train import batch_for_step, derive_seed, execute, lr_at, split_even
+
+TINY_OVERRIDES = [
+    "backend=local", "model=tiny-random", "local.device=cpu", "local.lora_rank=4",
+    "problems=builtin/relu,builtin/softmax", "dataset.batch_size=2", "dataset.group_size=2", "max_turns=2",
+    "early_stop.mode=never", "sampling.max_tokens=32", "kernel.backend=torch", "eval.devices=cpu",
+    "eval.correctness_trials=1", "eval.timing_trials=2", "eval.warmup_trials=0", "optim.lr=1e-2",
+    "optim.warmup_steps=0", "gpus=0", "seed=3",
+]
+
+
+def tiny_config(*extra: str):
+    return load_config("kevin", TINY_OVERRIDES + list(extra))
+
+
+# ---------------------------------------------------------------- pure helpers
+
+def test_problem_order_is_a_seeded_permutation_per_epoch():
+    steps = [batch_for_step(5, step, 2, seed=1) for step in range(5)]
+    flat = [index for batch in steps for index, _ in batch]
+    assert sorted(flat[:5]) == list(range(5)) and sorted(flat[5:10]) == list(range(5))
+    assert [epoch for batch in steps for _, epoch in batch] == [0] * 5 + [1] * 5
+    assert steps == [batch_for_step(5, step, 2, seed=1) for step in range(5)]  # pure function of the seed
+    assert flat != [index for step in range(5) for index, _ in batch_for_step(5, step, 2, seed=2)]
+    assert [i for i, _ in batch_for_step(3, 0, 3, seed=1, shuffle=False)] == [0, 1, 2]
+
+
+def test_learning_rate_schedule_with_warmup():
+    cosine = load_config("kevin", ["optim.lr=1e-3", "optim.warmup_steps=2", "optim.schedule=cosine", "max_steps=12"])
+    assert lr_at(0, cosine) == pytest.approx(5e-4)
+    assert lr_at(1, cosine) == pytest.approx(1e-3)
+    assert lr_at(2, cosine) == pytest.approx(1e-3)
+    assert lr_at(7, cosine) == pytest.approx(5e-4)
+    assert lr_at(11, cosine) < lr_at(7, cosine)
+    linear = load_config("kevin", ["optim.lr=1e-3", "optim.schedule=linear", "max_steps=10", "optim.warmup_steps=0"])
+    assert lr_at(5, linear) == pytest.approx(5e-4)
+
+
+def test_substep_split_and_seeds():
+    assert split_even(list(range(5)), 2) == [[0, 1, 2], [3, 4]]
+    assert split_even([1], 3) == [[1]]
+    assert derive_seed("a", 1) == derive_seed("a", 1) != derive_seed("a", 2)
+
+
+# ---------------------------------------------------------------- end to end
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    workspace = tmp_path_factory.mktemp("ws")
+    registry = Registry.for_workspace(workspace)
+    config = tiny_config("max_steps=3", "checkpoint_every=2")
+    row = registry.create_run("e2e", config=config.model_dump(mode="json"), backend="local")
+    code = execute(registry, row["id"], install_signals=False)
+    yield registry, registry.get_run(row["id"]), code
+    registry.close()
+
+
+@pytest.mark.slow
+def test_three_step_run_finishes_with_status_and_files(finished_run):
+    registry, row, code = finished_run
+    assert code == 0
+    assert row["status"] == "finished" and row["exit_code"] == 0 and row["error"] is None
+    assert row["started_at"] and row["ended_at"] and row["heartbeat_at"]
+    assert row["last_step"] == 2
+    run_dir = registry.run_dir("e2e")
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["model"] == "tiny-random"
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [0, 1, 2]
+    statuses = [e["message"].split(":")[0] for e in registry.events(row["id"]) if e["kind"] == "status"]
+    assert statuses[-2:] == ["running", "finished"]
+
+
+@pytest.mark.slow
+def test_metrics_are_written_per_step_with_cookbook_names(finished_run):
+    registry, row, _ = finished_run
+    keys = set(registry.metric_keys(row["id"]))
+    for key in ("env/all/reward/total", "optim/lr", "time/total", "time/rollout", "env/all/format_rate",
+                "env/all/compile_rate", "env/all/correct_rate", "env/all/hack_rate", "env/all/fast_1",
+                "env/all/fast_1.2", "env/all/truncation_rate", "env/all/turn0/correct_rate",
+                "env/all/groups_dropped", "env/all/ac_tokens_per_turn", "reward/stage", "time/eval_sum"):
+        assert key in keys, key
+    series = registry.metric_series(row["id"], "optim/lr")
+    assert series["step"] == [0, 1, 2] and series["value"] == [pytest.approx(1e-2)] * 3
+    trained = registry.metric_series(row["id"], "optim/num_datums")["value"]
+    assert sum(trained) > 0, "tiny-random rewards never varied: no update happened"
+
+
+@pytest.mark.slow
+def test_trajectories_and_turns_are_recorded(finished_run):
+    registry, row, _ = finished_run
+    trajectories = registry.trajectories(row["id"], order="step")
+    assert len(trajectories) == 3 * 2 * 2
+    assert {t["problem_id"] for t in trajectories} == {"builtin/relu", "builtin/softmax"}
+    assert {(t["step"], t["group_index"], t["sample_index"]) for t in trajectories} == {
+        (s, g, i) for s in range(3) for g in range(2) for i in range(2)}
+    turns = registry.trajectory_turns(trajectories[0]["id"])
+    assert [t["turn"] for t in turns] == [0, 1]
+    first = turns[0]
+    assert "Reference program (builtin/" in first["prompt"]
+    assert first["eval_result"]["verdict"] == first["verdict"]
+    assert first["feedback"].startswith(("Verdict", "Note"))
+    assert set(first["reward_breakdown"]) >= {"format", "compile", "correctness", "speed", "thinking", "total"}
+    assert first["tokens_in"] > 0 and first["tokens_out"] > 0
+    assert "Your attempt on turn 1" in turns[1]["prompt"]
+    # Per-turn advantages sum to zero over the group's samples at each turn (or the group was dropped).
+    step0 = [t for t in trajectories if t["step"] == 0 and t["group_index"] == 0]
+    advs = [[u["advantage"] for u in registry.trajectory_turns(t["id"])] for t in step0]
+    assert sum(a[0] for a in advs) == pytest.approx(0.0, abs=1e-9)
+
+
+@pytest.mark.slow
+def test_checkpoints_are_recorded_in_registry_and_jsonl(finished_run):
+    registry, row, _ = finished_run
+    checkpoints = registry.checkpoints(row["id"])
+    assert [c["step"] for c in checkpoints] == [1, 2]
+    for checkpoint in checkpoints:
+        assert Path(checkpoint["state_path"]).is_file() and Path(checkpoint["sampler_path"]).is_file()
+    jsonl = [json.loads(line) for line in (registry.run_dir("e2e") / "checkpoints.jsonl").read_text().splitlines()]
+    assert [(c["name"], c["batch"]) for c in jsonl] == [("step-000001", 1), ("step-000002", 2)]
+    state = json.loads(Path(jsonl[-1]["trainer_state_path"]).read_text())
+    assert state["step"] == 2 and state["problem_ids"] and state["rng"]
+
+
+@pytest.mark.slow
+def test_demo_preset_replays_recordings_through_the_evaluator(registry):
+    config = load_config("demo", ["max_steps=3", "eval.devices=cpu"])
+    row = registry.create_run("demo", kind="replay", config=config.model_dump(mode="json"), backend="replay")
+    assert execute(registry, row["id"], install_signals=False) == 0
+    assert registry.get_run(row["id"])["status"] == "finished"
+    turns = [t for traj in registry.trajectories(row["id"]) for t in registry.trajectory_turns(traj["id"])]
+    verdicts = {t["verdict"] for t in turns}
+    assert {"correct", "hack_detected", "compile_error"} <= verdicts
+    assert verdicts & {"wrong_output", "shape_mismatch"}
+    speedups = [t["eval_result"]["speedup"] for t in turns if t["verdict"] == "correct"]
+    assert speedups and all(s is not None and s > 0 for s in speedups)
+    hack = next(t for t in turns if t["verdict"] == "hack_detected")
+    assert hack["step_score"] < 0 and "Hack rule" in hack["feedback"]
+    assert registry.metric_series(row["id"], "env/all/solved_rate")["value"]
+
+
+def test_a_user_error_marks_the_run_failed(registry):
+    config = tiny_config("max_steps=1")
+    data = config.model_dump(mode="json")
+    data["problems"] = "builtin/not_a_problem"
+    row = registry.create_run("bad", config=data, backend="local")
+    assert execute(registry, row["id"], install_signals=False) == 1
+    failed = registry.get_run(row["id"])
+    assert failed["status"] == "failed" and failed["exit_code"] == 1
+    assert "not_a_problem" in failed["error"]
+
+
+# ---------------------------------------------------------------- SIGTERM on a real job process
+
+def _group_gone(pgid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_and_stops_a_job_process(registry, workspace):
+    config = tiny_config("max_steps=200", "checkpoint_every=100")
+    row = registry.create_run("sigterm", config=config.model_dump(mode="json"), backend="local")
+    log = open(workspace / "job.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "core.train", str(row["id"]), "--workspace", str(workspace)],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            cwd=str(Path(__file__).resolve().parents[2]))
+    try:
+        deadline = time.monotonic() + 120
+        while registry.get_run(row["id"])["last_step"] is None:
+            assert proc.poll() is None, (workspace / "job.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "no step finished within 120 s"
+            time.sleep(0.2)
+        running = registry.get_run(row["id"])
+        assert running["status"] == "running" and time.time() - running["heartbeat_at"] < 10
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        assert _group_gone(proc.pid, timeout_s=15), "evaluator workers outlived the job"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+    stopped = registry.get_run(row["id"])
+    assert stopped["status"] == "stopped" and stopped["exit_code"] == 0
+    checkpoint = registry.last_checkpoint(row["id"])
+    assert checkpoint is not None and checkpoint["step"] <= stopped["last_step"]
+    assert Path(checkpoint["state_path"]).is_file()
+    assert "SIGTERM received" in (workspace / "job.log").read_text()

@@ -1,0 +1,203 @@
+"""The pool's own promises: exactly one result per request under a burst with crashes, retry-once of
+infrastructure failures, retirement, scrubbed environment, private directories, and no orphans after close()."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from evaluator.api import EvalRequest, Evaluator, EvaluatorError, Verdict
+from tests.evaluator.pool_support import GOOD, WRONG, alive, candidate, make_evaluator, request
+
+STANDIN = "tests.evaluator.standin_worker"
+
+
+@pytest.fixture
+def cache_dir(tmp_path):
+    return str(tmp_path / "cache")
+
+
+def _wait_for(predicate, timeout_s=60.0):
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError("condition not reached")
+
+
+def _pids(ev):
+    return [w["pid"] for w in ev.stats()["workers"]]
+
+
+@pytest.mark.slow
+def test_burst_of_200_mixed_requests_loses_and_duplicates_nothing(cache_dir):
+    kinds = {
+        "correct": (GOOD, Verdict.CORRECT, {}),
+        "wrong": (WRONG, Verdict.WRONG_OUTPUT, {}),
+        "raises": (candidate("raise ValueError('nope')"), Verdict.RUNTIME_ERROR, {}),
+        "syntax": (GOOD + "\n)(\n", Verdict.COMPILE_ERROR, {}),
+        "no_model": ("x = 1\n", Verdict.FORMAT_ERROR, {}),
+        "segfault": (candidate("ctypes.string_at(0)", prelude="import ctypes"), Verdict.CRASHED, {}),
+        "exit": (candidate("os._exit(7)", prelude="import os"), Verdict.CRASHED, {}),
+        "hang": (candidate("while True:\n    pass"), Verdict.TIMEOUT, {"run_timeout_s": 2.0}),
+    }
+    plan = ["segfault"] * 3 + ["exit"] * 2 + ["hang"] * 2 + ["raises"] * 13 + ["syntax"] * 10 + ["no_model"] * 10
+    plan += ["wrong"] * 40
+    plan += ["correct"] * (200 - len(plan))
+    rng = __import__("random").Random(7)
+    rng.shuffle(plan)
+    requests, expected = [], {}
+    for k, kind in enumerate(plan):
+        source, verdict, extra = kinds[kind]
+        req = request(source, measure_timing=False, request_id=f"r{k:03d}-{kind}", **extra)
+        requests.append(req)
+        expected[req.request_id] = verdict
+    with make_evaluator(cache_dir, cpu_workers=2) as ev:
+        seen = collections.Counter(result.request_id for result in _collect(ev, requests))
+        assert set(seen) == set(expected)
+        assert all(count == 1 for count in seen.values())
+        stats = ev.stats()["stats"]
+        assert stats["results"] == 200
+        assert stats.get("duplicate_results_dropped", 0) == 0
+
+
+def _collect(ev, requests):
+    results = []
+    for result in ev.evaluate_many(requests):
+        want = {"correct": Verdict.CORRECT}.get(result.request_id.split("-", 1)[1])
+        if want:
+            assert result.verdict == want, (result.request_id, result.error_message)
+        results.append(result)
+    by_kind = collections.defaultdict(set)
+    for result in results:
+        by_kind[result.request_id.split("-", 1)[1]].add(result.verdict)
+    assert by_kind["wrong"] == {Verdict.WRONG_OUTPUT}
+    assert by_kind["raises"] == {Verdict.RUNTIME_ERROR}
+    assert by_kind["syntax"] == {Verdict.COMPILE_ERROR}
+    assert by_kind["no_model"] == {Verdict.FORMAT_ERROR}
+    assert by_kind["segfault"] == {Verdict.CRASHED}
+    assert by_kind["exit"] == {Verdict.CRASHED}
+    assert by_kind["hang"] == {Verdict.TIMEOUT}
+    return results
+
+
+def test_secrets_are_scrubbed_and_directories_are_private(cache_dir, monkeypatch):
+    monkeypatch.setenv("TINKER_API_KEY", "tk-fake-123")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-456")
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-789")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAFAKE")
+    monkeypatch.setenv("HF_HOME", "/somewhere")
+    monkeypatch.setenv("PATH", os.environ["PATH"])
+    probe = candidate(
+        "leaks = [v for v in os.environ.values() if 'fake' in v.lower() or 'tok-' in v or 'AKIA' in v]\n"
+        "raise RuntimeError('PROBE' + json.dumps({'keys': sorted(os.environ), 'leaks': leaks, 'cwd': os.getcwd(),"
+        " 'home': os.path.expanduser('~'), 'tmp': tempfile.gettempdir()}) + 'EBORP')",
+        prelude="import json, os, tempfile",
+    )
+    with make_evaluator(cache_dir, spare_per_device=0) as ev:
+        result = ev.evaluate(request(probe))
+    assert result.verdict == Verdict.RUNTIME_ERROR
+    text = result.error_message
+    seen = json.loads(re.search(r"PROBE(\{.*\})EBORP", text).group(1))
+    for secret in ("TINKER_API_KEY", "OPENAI_API_KEY", "MY_SERVICE_TOKEN", "AWS_ACCESS_KEY_ID", "HF_HOME"):
+        assert secret not in seen["keys"]
+    assert seen["leaks"] == []
+    assert "PATH" in seen["keys"]
+    assert seen["cwd"] != os.getcwd() and "krl-pool-" in seen["cwd"]
+    assert seen["home"].startswith(seen["cwd"].rsplit("/", 1)[0])  # HOME is the worker's private folder
+    assert seen["tmp"].startswith(seen["home"])
+
+
+@pytest.fixture(scope="module")
+def standin_evaluator(tmp_path_factory):
+    """One stand-in pool (1 worker + a warm spare) for the tests that need the worker to misbehave on cue."""
+    ev = make_evaluator(str(tmp_path_factory.mktemp("cache")), worker_module=STANDIN)
+    yield ev
+    ev.close()
+
+
+def test_worker_that_dies_before_starting_the_task_is_retried_once(standin_evaluator):
+    ev = standin_evaluator
+    retries_before = ev.stats()["stats"].get("retries", 0)
+    assert ev.evaluate(request(GOOD)).verdict == Verdict.CORRECT
+    active = [w for w in ev.stats()["workers"] if w["state"] == "idle" and not w["spare"]][0]
+    os.kill(active["pid"], signal.SIGSTOP)  # it cannot acknowledge the task it is about to get
+    future = ev.submit(request(GOOD))
+    _wait_for(lambda: any(w["pid"] == active["pid"] and w["state"] == "busy" for w in ev.stats()["workers"]))
+    os.kill(active["pid"], signal.SIGKILL)
+    result = future.result(timeout=60)
+    assert result.verdict == Verdict.CORRECT
+    assert result.attempts == 2
+    assert ev.stats()["stats"]["retries"] == retries_before + 1
+
+
+def test_internal_worker_error_is_retried_then_reported_as_infrastructure(standin_evaluator):
+    ev = standin_evaluator
+    result = ev.evaluate(request(GOOD, problem_id="standin/internal-error"))
+    assert result.verdict == Verdict.CRASHED
+    assert result.attempts == 2
+    assert "infrastructure" in result.error_message and "a bug in the worker" in result.error_message
+    assert ev.evaluate(request(GOOD)).verdict == Verdict.CORRECT
+
+
+def test_sticky_error_retires_the_worker_and_the_spare_takes_over(standin_evaluator):
+    ev = standin_evaluator
+    retired_before = ev.stats()["stats"].get("retired", 0)
+    first = ev.evaluate(request(GOOD, problem_id="standin/sticky"))
+    assert first.verdict == Verdict.CORRECT
+    second = ev.evaluate(request(GOOD))
+    assert second.verdict == Verdict.CORRECT
+    assert second.worker_id != first.worker_id
+    assert ev.stats()["stats"]["retired"] == retired_before + 1
+    _wait_for(lambda: not alive(int(first.phase_times_s["pid"])), 10)
+
+
+def test_close_leaves_no_processes_behind(cache_dir):
+    # The candidate starts a grandchild; killing the worker's process group must take it too.
+    spawner = candidate(
+        "p = subprocess.Popen(['sleep', '300'])\nraise RuntimeError(f'CHILD{p.pid}DLIHC')",
+        prelude="import subprocess",
+    )
+    ev = make_evaluator(cache_dir, cpu_workers=2, worker_module=STANDIN)  # the real worker rejects subprocess
+    result = ev.evaluate(request(spawner))
+    text = result.error_message
+    grandchild = int(re.search(r"CHILD(\d+)DLIHC", text).group(1))
+    workers = _pids(ev)
+    assert alive(grandchild) and all(alive(pid) for pid in workers)
+    ev.close()
+    _wait_for(lambda: not any(alive(pid) for pid in workers + [grandchild]), 10)
+    with pytest.raises(EvaluatorError):
+        ev.submit(request(GOOD)).result(timeout=5)
+
+
+def test_async_api_and_context_manager(cache_dir):
+    async def main(ev):
+        return await asyncio.gather(ev.evaluate_async(request(GOOD)), ev.evaluate_async(request(WRONG)))
+
+    with make_evaluator(cache_dir, spare_per_device=0) as ev:
+        good, wrong = asyncio.run(main(ev))
+    assert good.verdict == Verdict.CORRECT and wrong.verdict == Verdict.WRONG_OUTPUT
+    assert good.worker_id and good.attempts == 1
+
+
+def test_bad_arguments_raise_evaluator_error(cache_dir):
+    with pytest.raises(EvaluatorError):
+        Evaluator(devices=["gpu-zero"], cache_dir=cache_dir)
+    with make_evaluator(cache_dir, spare_per_device=0) as ev:
+        with pytest.raises(EvaluatorError):
+            ev.submit(EvalRequest("p", "", "", backend="fortran"))
+
+
+def test_workers_that_cannot_start_fail_requests_with_an_error(cache_dir):
+    with make_evaluator(cache_dir, worker_module="tests.evaluator.no_such_worker_module", spare_per_device=0) as ev:
+        with pytest.raises(EvaluatorError, match="(?s)no evaluation worker could start.*no_such_worker_module"):
+            ev.submit(request(GOOD)).result(timeout=60)
