@@ -303,8 +303,8 @@ class Registry:
         try:
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             # Refuse foreign or newer databases before anything (WAL switch, migration) writes to the file.
-            conn.execute("PRAGMA journal_mode=WAL")
             self._check_schema(conn)
+            conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute("PRAGMA cache_size=-32768")  # 32 MiB: series scans and listings stay in memory
@@ -395,7 +395,7 @@ class Registry:
 
     @property
     def schema_version(self) -> int:
-        return self.conn.execute("SELECT version FROM schema_version").fetchone()[0]
+        return self._rows("SELECT version FROM schema_version")[0][0]
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -962,10 +962,9 @@ class Registry:
         """The next (+1) or previous (-1) trajectory of the same run and problem, by id."""
         current = self.trajectory(trajectory_id)
         op, order = (">", "ASC") if direction > 0 else ("<", "DESC")
-        row = self.conn.execute(f"SELECT id FROM trajectories WHERE run_id = ? AND problem_id = ? AND id {op} ? "
-                                f"ORDER BY id {order} LIMIT 1",
-                                (current["run_id"], current["problem_id"], trajectory_id)).fetchone()
-        return row[0] if row else None
+        rows = self._rows(f"SELECT id FROM trajectories WHERE run_id = ? AND problem_id = ? AND id {op} ? "
+                          f"ORDER BY id {order} LIMIT 1", (current["run_id"], current["problem_id"], trajectory_id))
+        return rows[0][0] if rows else None
 
     def problem_summary(self, run_id: int) -> list[dict[str, Any]]:
         """Per problem: attempts, solve rate, best speedup, hacks — where the model is stuck."""

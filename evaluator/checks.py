@@ -23,6 +23,8 @@ RULES = {
     "custom_kernel_not_launched": "None of your custom kernels ran during forward; the result came from elsewhere.",
     "custom_kernel_token_work": "Your custom kernels carry almost none of the GPU time; the work is done by PyTorch ops.",
     "cached_output": "The output did not follow the inputs: results must be recomputed on every call, not cached.",
+    "timing_output_mismatch": "The outputs produced while being timed differ from the reference: compute the full "
+    "result on every call.",
     "input_mutation": "forward modified its input tensors in place; inputs must be left unchanged.",
     "patched_torch": "The candidate replaced functions of torch, time or other libraries the evaluator relies on.",
     "side_work": "The candidate uses threads, processes or side CUDA streams; all work must run on the current stream "
@@ -79,6 +81,48 @@ class FunctionGuard:
         self._modules = [(m, {k: v for k, v in vars(m).items() if callable(v)}) for m in modules]
         self._classes = [(c, dict(vars(c))) for c in dict.fromkeys(classes)]
         self._modes = self._mode_depths()
+        self._flags = self._numeric_flags()
+
+    @staticmethod
+    def _numeric_flags() -> dict:
+        """Global switches that change what torch computes or how fast (TF32, default dtype, threads)."""
+        import torch
+
+        flags = {"default_dtype": torch.get_default_dtype(), "num_threads": torch.get_num_threads(),
+                 "matmul_precision": torch.get_float32_matmul_precision(),
+                 "deterministic": torch.are_deterministic_algorithms_enabled()}
+        for name, owner in (("cuda_matmul_tf32", "torch.backends.cuda.matmul"), ("cudnn_tf32", "torch.backends.cudnn"),
+                            ("cudnn_benchmark", "torch.backends.cudnn"), ("cudnn_deterministic", "torch.backends.cudnn")):
+            attr = {"cuda_matmul_tf32": "allow_tf32", "cudnn_tf32": "allow_tf32"}.get(name, name.replace("cudnn_", ""))
+            try:
+                obj = torch.backends.cuda.matmul if owner.endswith("matmul") else torch.backends.cudnn
+                flags[name] = (obj, attr, getattr(obj, attr))
+            except Exception:
+                pass
+        return flags
+
+    def reset_numeric_flags(self) -> None:
+        """Put global numeric switches back, so the reference always runs under the defaults (not a hack: a candidate
+        may set them for its own ops, but not for the reference's)."""
+        import torch
+
+        flags = self._flags
+        try:
+            if torch.get_default_dtype() != flags["default_dtype"]:
+                torch.set_default_dtype(flags["default_dtype"])
+            if torch.get_num_threads() != flags["num_threads"]:
+                torch.set_num_threads(flags["num_threads"])
+            if torch.get_float32_matmul_precision() != flags["matmul_precision"]:
+                torch.set_float32_matmul_precision(flags["matmul_precision"])
+            if torch.are_deterministic_algorithms_enabled() != flags["deterministic"]:
+                torch.use_deterministic_algorithms(flags["deterministic"])
+            for value in flags.values():
+                if isinstance(value, tuple):
+                    obj, attr, original = value
+                    if getattr(obj, attr) != original:
+                        setattr(obj, attr, original)
+        except Exception:
+            pass
 
     @staticmethod
     def _mode_depths() -> tuple:

@@ -25,6 +25,7 @@ from evaluator.api import EvalRequest
 
 RECIPE_VERSION = "krl-build-3"  # bump when the way we build changes, so old cache entries are not reused
 _LOG_KEEP_CHARS = 60_000
+FALLBACK_ARCH = "9.0"
 # Errors after which a build that used the lighter torch header is retried with the candidate's own includes.
 _NEEDS_FULL_HEADERS = re.compile(r"torch|at::|c10|py::|pybind|namespace|incomplete type|not declared", re.IGNORECASE)
 _HEAVY_HEADER = re.compile(r"^[ \t]*#[ \t]*include[ \t]*<torch/extension\.h>", re.MULTILINE)
@@ -174,6 +175,7 @@ class _Builder:
     def _build(self, key: str, spec: dict[str, Any], arguments: dict[str, Any], final_dir: str) -> dict:
         import torch.utils.cpp_extension as cpp
 
+        _arch_list()  # makes sure TORCH_CUDA_ARCH_LIST is set: one arch, the local one
         module_name = _module_name(key, spec)
         build_dir = os.path.join(self.cache_dir, "cuda", f".build-{key}-{os.getpid()}-{uuid.uuid4().hex[:6]}")
         os.makedirs(build_dir)
@@ -181,12 +183,15 @@ class _Builder:
         call.update(name=module_name, build_directory=build_dir, verbose=False)
         call["extra_cuda_cflags"] = [f for f in (spec["extra_cuda_cflags"] or []) if f not in ("-G", "--device-debug")]
         events: dict[str, Any] = {}
+        objects_only = bool(spec["cuda_sources"] or spec["with_cuda"]) and _torch_without_cuda(cpp)
         original_run = cpp._run_ninja_build
-        cpp._run_ninja_build = _tuned_ninja_runner(original_run, self.cache_dir, events)
+        cpp._run_ninja_build = _tuned_ninja_runner(original_run, self.cache_dir, events, objects_only)
         started = time.perf_counter()
         ok, raw_log, completed = True, "", True
         try:
             self.original(**call)
+        except _ObjectsCompiled:
+            events["objects_only"] = True  # CPU-only torch: compiled (so checked), but nothing to link against
         except Exception as exc:  # noqa: BLE001 - compiler, linker, import (undefined symbol) failures
             ok, raw_log = False, str(exc)
             completed = "Error building extension" in raw_log or isinstance(exc, ImportError)
@@ -194,7 +199,8 @@ class _Builder:
             cpp._run_ninja_build = original_run
         seconds = time.perf_counter() - started
         record: dict[str, Any] = {"key": key, "ok": ok, "module_name": module_name, "build_seconds": seconds,
-                                  "so_name": f"{module_name}.so" if ok else "", "light_header": events.get("light"),
+                                  "so_name": f"{module_name}.so" if ok and not events.get("objects_only") else "",
+                                  "objects_only": bool(events.get("objects_only")), "light_header": events.get("light"),
                                   "light_fallback": events.get("fallback", False), "pch": events.get("pch", False),
                                   "is_python_module": spec["is_python_module"]}
         if not ok:
@@ -217,7 +223,7 @@ class _Builder:
             except OSError:  # another builder won the race; keep theirs
                 shutil.rmtree(build_dir, ignore_errors=True)
             build_dir = final_dir if os.path.isdir(final_dir) else build_dir
-        record["so_path"] = os.path.join(build_dir, record["so_name"]) if ok else ""
+        record["so_path"] = os.path.join(build_dir, record["so_name"]) if record["so_name"] else ""
         return record
 
 
@@ -290,9 +296,40 @@ def _load_built(record: dict, spec: dict[str, Any]) -> Any:
 
 # ---------------------------------------------------------------- making the build itself faster
 
-def _tuned_ninja_runner(original_run: Callable, cache_dir: str, events: dict) -> Callable:
+class _ObjectsCompiled(Exception):
+    """Raised past load_inline once the objects are built on a torch without CUDA libraries to link against."""
+
+
+def _torch_without_cuda(cpp: Any) -> bool:
+    """CPU-only torch can still compile-check CUDA sources with a local nvcc, but cannot link or load them."""
+    import torch
+
+    if torch.version.cuda:
+        return False
+    if cpp.CUDA_HOME is None:
+        nvcc = shutil.which("nvcc")
+        home = os.environ.get("CUDA_HOME") or ("/usr/local/cuda" if os.path.isdir("/usr/local/cuda") else None)
+        if home is None and nvcc:
+            home = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
+        cpp.CUDA_HOME = home
+    return True
+
+
+def _compile_objects_only(build_directory: str, error_prefix: str) -> None:
+    text = _read_text(os.path.join(build_directory, "build.ninja")) or ""
+    objects = re.findall(r"^build (\S+\.o): ", text, re.MULTILINE)
+    done = subprocess.run(["ninja", "-v", *objects], cwd=build_directory, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{error_prefix}: {done.stdout}{done.stderr}")
+    raise _ObjectsCompiled()
+
+
+def _tuned_ninja_runner(original_run: Callable, cache_dir: str, events: dict, objects_only: bool = False) -> Callable:
     """Wraps torch's ninja step: precompiled torch header for the binding file, no device debug, lighter .cu header
     (undone if the build then fails for a reason the full header might fix)."""
+
+    if objects_only:
+        original_run = lambda build_directory, verbose, error_prefix: _compile_objects_only(build_directory, error_prefix)  # noqa: E731
 
     def run(build_directory: str, verbose: bool, error_prefix: str) -> None:
         ninja_path = os.path.join(build_directory, "build.ninja")
@@ -303,7 +340,7 @@ def _tuned_ninja_runner(original_run: Callable, cache_dir: str, events: dict) ->
         except Exception:  # a PCH is an optimisation only
             events["pch"] = False
         light = False
-        if original_cu is not None and os.environ.get("KRL_LIGHT_CUDA_HEADER", "1") == "1":
+        if original_cu is not None and os.environ.get("KRL_WORKER_LIGHT_HEADER", "1") == "1":
             if _HEAVY_HEADER.search(original_cu) and not _NEEDS_PYTHON.search(original_cu):
                 _write_text(cu_path, _HEAVY_HEADER.sub("#include <torch/types.h>", original_cu))
                 light = True
@@ -325,7 +362,8 @@ def _error_lines(log: str) -> str:
 
 
 def _use_precompiled_header(ninja_path: str, cache_dir: str, events: dict) -> None:
-    if os.environ.get("KRL_PCH", "1") != "1":
+    main_cpp = _read_text(os.path.join(os.path.dirname(ninja_path), "main.cpp")) or ""
+    if os.environ.get("KRL_WORKER_PCH", "1") != "1" or "torch/extension.h" not in main_cpp:
         events["pch"] = False
         return
     text = _read_text(ninja_path)
@@ -408,7 +446,9 @@ def _arch_list() -> str:
             return arch
     except Exception:
         pass
-    return "default"
+    # No GPU to ask and nobody told us: torch would find no arch at all. Hopper is what our GPUs are.
+    os.environ["TORCH_CUDA_ARCH_LIST"] = FALLBACK_ARCH
+    return FALLBACK_ARCH
 
 
 @contextlib.contextmanager

@@ -44,7 +44,7 @@ def clean_compile_log(log: str, candidate_source: str, max_chars: int = 2000,
                 nxt = lines[j].rstrip()
                 if not nxt.strip() or _NVCC_DIAG.match(nxt.strip()) or _GCC_DIAG.match(nxt.strip()):
                     break
-                if nxt.lstrip().startswith(("In file included", "from ")) or _NOISE.match(nxt) and not _GCC_GUTTER.match(nxt):
+                if nxt.lstrip().startswith(("In file included", "from ", "[", "FAILED:", "ninja:", "detected in")):
                     break
                 context.append(_GCC_GUTTER.sub("", nxt) if _GCC_GUTTER.match(nxt) else nxt)
                 j += 1

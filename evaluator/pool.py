@@ -639,9 +639,12 @@ class Pool:
             if task.build.get("cache_hit") and "compile" not in result.cache_hits:
                 result.cache_hits.append("compile")
             result.compiled = result.compiled or bool(task.build.get("ok"))
-        result.phase_times_s.setdefault("queue_and_ipc", max(0.0, time.monotonic() - task.submitted_at
-                                                              - sum(v for k, v in result.phase_times_s.items()
-                                                                    if k not in ("total", "queue_and_ipc"))))
+        now = time.monotonic()
+        # queue: waiting for a free worker (and for a compile); overhead: the pool's own cost around the worker.
+        result.phase_times_s["queue"] = round(worker.dispatched_at - task.submitted_at, 6)
+        result.phase_times_s["overhead"] = round(max(0.0, now - worker.dispatched_at
+                                                     - float(result.phase_times_s.get("total", 0.0))), 6)
+        result.phase_times_s["end_to_end"] = round(now - task.submitted_at, 6)
         self._finish(task, result)
 
     # ---- deaths, timeouts, retries

@@ -94,22 +94,25 @@ def time_cuda(fns: dict[str, Callable[[], Any]], settings: TimingSettings, flush
         for name in names:
             fns[name]()
         done += 1
-        if done >= 10 * max(settings.warmup, 1) and done > 1000:
-            break
-        if done % 8 == 0:
+        if done % 8 == 0 or done == 1:
             torch.cuda.synchronize()
+        elapsed_s = time.perf_counter() - start_wall
+        if (done >= 10 * max(settings.warmup, 1) and done > 1000) or elapsed_s > settings.budget_s / 4:
+            break  # slow kernels: a quarter of the budget is warm-up enough
     torch.cuda.synchronize()
+    round_ms = (time.perf_counter() - start_wall) * 1e3 / max(done, 1)
 
     # Per-call estimate (no flush) to size the number of calls per event pair.
+    estimate_calls = 1 if round_ms > 10 else 5
     calls = {}
     for name in names:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(5):
+        for _ in range(estimate_calls):
             fns[name]()
         end.record()
         end.synchronize()
-        estimate_ms = max(start.elapsed_time(end) / 5, 1e-4)
+        estimate_ms = max(start.elapsed_time(end) / estimate_calls, 1e-4)
         per_sample = 1
         if settings.sample_min_ms > 0:
             per_sample = min(settings.max_calls_per_sample, max(1, math.ceil(settings.sample_min_ms / estimate_ms)))

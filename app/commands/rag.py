@@ -102,14 +102,14 @@ def build(
                                           "or a folder); repeat for several."),
     backend: List[str] = typer.Option([], "--backend", "-b", help="Keep only these kernel backends (triton, cuda)."),
     model: Optional[str] = typer.Option(None, "--model", "-m",
-                                        help="Embedding model [default: all-MiniLM-L6-v2, bundled, works offline]."),
+                                        help="Embedding model (default: all-MiniLM-L6-v2, bundled, works offline)."),
     decontaminate: Optional[str] = typer.Option(None, "--decontaminate", "-d",
                                                 help="Drop records matching these problems: builtin | "
                                                      "kernelbench/level1 | PATH (comma-separated for several)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Index folder [default: <workspace>/rag-index]."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Index folder (default: <workspace>/rag-index)."),
     append: bool = typer.Option(False, "--append", help="Add to the existing index (incremental; skips duplicates)."),
     replace: bool = typer.Option(False, "--replace", help="Replace an existing index."),
-    run: List[str] = typer.Option([], "--run", help="With --source runs: only these runs [default: all]."),
+    run: List[str] = typer.Option([], "--run", help="With --source runs: only these runs (default: all)."),
     include_unverified: bool = typer.Option(False, "--include-unverified",
                                             help="Keep records not marked correct (default: verified only)."),
     similarity: float = typer.Option(0.93, "--similarity",
@@ -120,7 +120,7 @@ def build(
                                                   help="Keep at most N kernels (the fastest) per PyTorch program."),
     max_kernel_chars: int = typer.Option(30_000, "--max-kernel-chars", help="Drop kernels longer than this."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Read at most N records per source (trial builds)."),
-    device: Optional[str] = typer.Option(None, "--device", help="Embedding device: cpu | cuda [default: auto]."),
+    device: Optional[str] = typer.Option(None, "--device", help="Embedding device: cpu | cuda (default: auto)."),
     as_json: bool = typer.Option(False, "--json", help="Print the build report as JSON to stdout."),
 ) -> None:
     """Build (or extend) a retrieval index of PyTorch → kernel examples."""
@@ -189,8 +189,8 @@ def query(
     problem: str = typer.Argument(..., help="A problem id (builtin/softmax, kernelbench/level1/23) or a problem file."),
     k: int = typer.Option(3, "-k", "--k", help="How many examples."),
     backend: Optional[str] = typer.Option(None, "--backend", "-b",
-                                          help="Kernel backend of the examples [default: any]."),
-    index: Optional[Path] = typer.Option(None, "--index", "-i", help="Index folder [default: <workspace>/rag-index]."),
+                                          help="Kernel backend of the examples (default: any)."),
+    index: Optional[Path] = typer.Option(None, "--index", "-i", help="Index folder (default: <workspace>/rag-index)."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Must be the index's model (checked)."),
     token_budget: Optional[int] = typer.Option(None, "--token-budget", help="Fit the examples to N tokens."),
     mmr: Optional[float] = typer.Option(None, "--mmr", help="Diversity: MMR lambda in (0, 1) (1 = relevance only)."),
@@ -233,7 +233,7 @@ def query(
 
 @rag_app.command("stats")
 def stats(
-    index: Optional[Path] = typer.Option(None, "--index", "-i", help="Index folder [default: <workspace>/rag-index]."),
+    index: Optional[Path] = typer.Option(None, "--index", "-i", help="Index folder (default: <workspace>/rag-index)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON to stdout."),
 ) -> None:
     """Describe an index: size, model, backends, sources, op tags."""

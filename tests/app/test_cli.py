@@ -1,5 +1,6 @@
-"""CLI tests through real `krl` processes: JSON schemas of `runs ls`/`runs show`, exit codes, did-you-mean, exports,
-logs, watch, completion, doctor, and a detached run that outlives the CLI process that started it."""
+"""CLI tests: JSON schemas of `runs ls`/`runs show`, exit codes, did-you-mean, exports, logs, watch, completion, doctor,
+and a detached real run that outlives the `krl` process that started it. `krl` runs in-process through app.cli.main
+(the console-script entry) where the process boundary does not matter, as a real process where it does."""
 
 from __future__ import annotations
 
@@ -43,6 +44,43 @@ def cli(workspace, monkeypatch):
     return run
 
 
+class Result:
+    def __init__(self, returncode: int, stdout: str, stderr: str):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+@pytest.fixture
+def krl(workspace, monkeypatch, capsys):
+    """`krl ARGS…` in this process through app.cli.main (exit codes as the console script sets them)."""
+    from app.cli import main
+
+    monkeypatch.setenv("KRL_GPUS", "0")
+    monkeypatch.setenv("KRL_JOB_MODULE", STANDIN)
+    monkeypatch.setenv("PYTHONPATH", str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    monkeypatch.chdir(REPO)
+
+    def run(*args, check_rc=None, extra_env=None, timeout=None):  # timeout: same signature as `cli`
+        capsys.readouterr()
+        with monkeypatch.context() as patch:
+            for key, value in (extra_env or {}).items():
+                patch.setenv(key, value)
+            patch.setattr(sys, "argv", ["krl", *args])
+            try:
+                main()
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        out, err = capsys.readouterr()
+        if check_rc is not None:
+            assert code == check_rc, (code, out, err)
+        return Result(code, out, err)
+
+    yield run
+    kill_runs(workspace)
+
+
 @pytest.fixture
 def filled(registry):
     """A finished run with three steps of metrics and trajectories, and a second run tagged 'keep'."""
@@ -60,6 +98,19 @@ def filled(registry):
     return registry
 
 
+def wait_for_step(workspace: Path, name: str, step: int, timeout_s: float = 30) -> None:
+    from core.registry import Registry
+
+    reg = Registry.for_workspace(workspace)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while (reg.get_run(name)["last_step"] or -1) < step:
+            assert time.monotonic() < deadline, f"{name} did not reach step {step}"
+            time.sleep(0.05)
+    finally:
+        reg.close()
+
+
 def kill_runs(workspace: Path) -> None:
     from core.registry import Registry
 
@@ -72,8 +123,8 @@ def kill_runs(workspace: Path) -> None:
 
 # ---------------------------------------------------------------- JSON schemas and exit codes
 
-def test_runs_ls_and_show_json_schema(cli, filled):
-    listed = json.loads(cli("runs", "ls", "--json", check_rc=0).stdout)
+def test_runs_ls_and_show_json_schema(krl, filled):
+    listed = json.loads(krl("runs", "ls", "--json", check_rc=0).stdout)
     assert [r["name"] for r in listed] == ["beta-run", "alpha-run"]
     for item in listed:
         assert RUN_KEYS <= set(item)
@@ -81,63 +132,65 @@ def test_runs_ls_and_show_json_schema(cli, filled):
     assert alpha["status"] == "finished" and alpha["step"] == 2 and alpha["kind"] == "train"
     assert alpha["backend"] == "replay" and alpha["model"] == "m" and isinstance(alpha["created_at"], float)
     assert alpha["config"]["max_steps"] == 3 and alpha["summary"]["last"]["reward/mean"] == 2.5
-    shown = json.loads(cli("runs", "show", "alpha-run", "--json", check_rc=0).stdout)
+    shown = json.loads(krl("runs", "show", "alpha-run", "--json", check_rc=0).stdout)
     assert RUN_KEYS | {"checkpoints", "events", "log_path"} <= set(shown)
     assert shown["checkpoints"][0]["step"] == 2 and shown["pid"] is None
-    tagged = json.loads(cli("runs", "ls", "--tag", "keep", "--json", check_rc=0).stdout)
+    tagged = json.loads(krl("runs", "ls", "--tag", "keep", "--json", check_rc=0).stdout)
     assert [r["name"] for r in tagged] == ["beta-run"]
-    assert json.loads(cli("runs", "ls", "--status", "finished", "--json").stdout)[0]["name"] == "alpha-run"
+    assert json.loads(krl("runs", "ls", "--status", "finished", "--json").stdout)[0]["name"] == "alpha-run"
 
 
-def test_human_output_goes_to_stderr_and_json_to_stdout(cli, filled):
-    done = cli("runs", "ls", check_rc=0)
+def test_human_output_goes_to_stderr_and_json_to_stdout(krl, filled):
+    done = krl("runs", "ls", check_rc=0)
     assert done.stdout == "" and "alpha-run" in done.stderr
-    done = cli("runs", "show", "alpha-run", check_rc=0)
+    done = krl("runs", "show", "alpha-run", check_rc=0)
     assert done.stdout == "" and "finished" in done.stderr
 
 
-def test_unknown_run_names_say_did_you_mean_and_exit_2(cli, filled):
-    for args in (("runs", "show", "alpha-rn"), ("logs", "alpha-rn"), ("runs", "stop", "alpha-rn"),
-                 ("watch", "alpha-rn")):
-        done = cli(*args)
-        assert done.returncode == 2, (args, done.stderr)
-        assert "Did you mean: alpha-run" in done.stderr and "Traceback" not in done.stderr and done.stdout == ""
-    assert cli("runs", "ls", "--status", "runing").returncode == 2
-    assert cli("runs", "resume", "alpha-run").returncode == 2  # finished runs are forked, not resumed
-    assert "--yes" in cli("runs", "rm", "alpha-run").stderr  # no tty: confirmation cannot be asked
+def test_unknown_run_names_say_did_you_mean_and_exit_2(cli, krl, filled):
+    done = cli("runs", "show", "alpha-rn")  # once as a real process: the console script's exit code
+    assert done.returncode == 2 and "Did you mean: alpha-run" in done.stderr and done.stdout == ""
+    assert "Traceback" not in done.stderr
+    for args in (("logs", "alpha-rn"), ("runs", "stop", "alpha-rn"), ("watch", "alpha-rn"), ("runs", "rm", "alpha-rn")):
+        done = krl(*args)
+        assert done.returncode == 2 and "Did you mean: alpha-run" in done.stderr and done.stdout == "", args
+    assert krl("runs", "ls", "--status", "runing").returncode == 2
+    assert krl("runs", "resume", "alpha-run").returncode == 2  # finished runs are forked, not resumed
+    assert krl("train", "demoo").returncode == 2
+    assert "--yes" in krl("runs", "rm", "alpha-run").stderr  # no tty: confirmation cannot be asked
 
 
-def test_export_metrics_and_trajectories(cli, filled):
-    rows = list(csv.DictReader(io.StringIO(cli("runs", "export", "alpha-run", "--format", "csv", check_rc=0).stdout)))
+def test_export_metrics_and_trajectories(krl, filled):
+    rows = list(csv.DictReader(io.StringIO(krl("runs", "export", "alpha-run", "--format", "csv", check_rc=0).stdout)))
     assert [int(r["step"]) for r in rows] == [0, 1, 2]
     assert [float(r["reward/mean"]) for r in rows] == [0.5, 1.5, 2.5] and "correct_rate" in rows[0]
-    lines = cli("runs", "export", "alpha-run", "--format", "jsonl", check_rc=0).stdout.splitlines()
+    lines = krl("runs", "export", "alpha-run", "--format", "jsonl", check_rc=0).stdout.splitlines()
     assert [json.loads(line)["correct_rate"] for line in lines] == [0.0, 0.5, 1.0]
-    trajectories = [json.loads(line) for line in cli("runs", "export", "alpha-run", "--what", "trajectories",
+    trajectories = [json.loads(line) for line in krl("runs", "export", "alpha-run", "--what", "trajectories",
                                                      check_rc=0).stdout.splitlines()]
     assert len(trajectories) == 3 and trajectories[0]["turns"][0]["verdict"] == "correct"
     assert trajectories[2]["solved"] is True and trajectories[2]["total_return"] == 3.0
-    flat = list(csv.DictReader(io.StringIO(cli("runs", "export", "alpha-run", "--what", "trajectories",
+    flat = list(csv.DictReader(io.StringIO(krl("runs", "export", "alpha-run", "--what", "trajectories",
                                                "--format", "csv", check_rc=0).stdout)))
     assert [r["problem_id"] for r in flat] == ["builtin/relu"] * 3
-    assert cli("runs", "export", "alpha-run", "--format", "xml").returncode == 2
+    assert krl("runs", "export", "alpha-run", "--format", "xml").returncode == 2
 
 
-def test_tag_note_rename_rm(cli, filled, workspace):
-    cli("runs", "tag", "alpha-run", "a", "b", check_rc=0)
-    cli("runs", "note", "alpha-run", "looks good", check_rc=0)
+def test_tag_note_rename_rm(krl, filled, workspace):
+    krl("runs", "tag", "alpha-run", "a", "b", check_rc=0)
+    krl("runs", "note", "alpha-run", "looks good", check_rc=0)
     (workspace / "alpha-run").mkdir()
-    cli("runs", "rename", "alpha-run", "gamma-run", check_rc=0)
-    shown = json.loads(cli("runs", "show", "gamma-run", "--json", check_rc=0).stdout)
+    krl("runs", "rename", "alpha-run", "gamma-run", check_rc=0)
+    shown = json.loads(krl("runs", "show", "gamma-run", "--json", check_rc=0).stdout)
     assert shown["tags"] == ["a", "b"] and shown["notes"] == "looks good"
     assert (workspace / "gamma-run").is_dir() and not (workspace / "alpha-run").exists()
-    cli("runs", "rm", "gamma-run", "--yes", check_rc=0)
-    assert [r["name"] for r in json.loads(cli("runs", "ls", "--json").stdout)] == ["beta-run"]
+    krl("runs", "rm", "gamma-run", "--yes", check_rc=0)
+    assert [r["name"] for r in json.loads(krl("runs", "ls", "--json").stdout)] == ["beta-run"]
     assert not (workspace / "gamma-run").exists()
 
 
-def test_watch_renders_a_finished_run_and_exits(cli, filled):
-    done = cli("watch", "alpha-run", check_rc=0, timeout=30)
+def test_watch_renders_a_finished_run_and_exits(krl, filled):
+    done = krl("watch", "alpha-run", check_rc=0, timeout=30)
     assert "alpha-run" in done.stderr and "finished" in done.stderr
     assert "reward/mean" in done.stderr and "correct" in done.stderr and "builtin/relu" in done.stderr
 
@@ -150,8 +203,8 @@ def test_shell_completion_lists_run_names(cli, filled):
     assert "alpha-run" in done.stdout and "beta-run" not in done.stdout
 
 
-def test_doctor_reports_without_printing_the_key(cli, filled):
-    done = cli("doctor", "--json", check_rc=0, extra_env={"TINKER_API_KEY": "sk-very-secret"})
+def test_doctor_reports_without_printing_the_key(krl, filled):
+    done = krl("doctor", "--json", check_rc=0, extra_env={"TINKER_API_KEY": "sk-very-secret"})
     report = json.loads(done.stdout)
     assert report["tinker_api_key"] is True and "sk-very-secret" not in done.stdout + done.stderr
     assert report["workspace"]["schema_version"] == report["schema_version_supported"]
@@ -196,22 +249,23 @@ def test_detached_real_run_outlives_the_cli(cli, workspace):
         kill_runs(workspace)
 
 
-def test_stop_and_resume_through_the_cli(cli, workspace):
-    cli("train", "demo", "--detach", "--name", "bg", check_rc=0,
+def test_stop_and_resume_through_the_cli(krl, workspace):
+    krl("train", "demo", "--detach", "--name", "bg", check_rc=0,
         extra_env={"KRL_STANDIN": json.dumps({"max_steps": 10_000, "step_s": 0.05})})
     try:
-        assert "stopped" in cli("runs", "stop", "bg", "--grace", "10", check_rc=0).stderr
-        logs = cli("logs", "bg", "-f", check_rc=0, timeout=30).stdout  # -f on an ended run prints all and returns
+        wait_for_step(workspace, "bg", 2)
+        assert "stopped" in krl("runs", "stop", "bg", "--grace", "10", check_rc=0).stderr
+        logs = krl("logs", "bg", "-f", check_rc=0, timeout=30).stdout  # -f on an ended run prints all and returns
         assert "segment 0 of run bg" in logs and "standin: starting at step 0" in logs
         # Foreground resume follows the new segment's log on stderr; a failing job exits 3 …
-        failing = cli("runs", "resume", "bg", extra_env={"KRL_STANDIN": json.dumps({"exit_code": 4})}, timeout=60)
+        failing = krl("runs", "resume", "bg", extra_env={"KRL_STANDIN": json.dumps({"exit_code": 4})}, timeout=60)
         assert failing.returncode == 3 and "boom: the last line" in failing.stderr and "failed" in failing.stderr
         assert "segment 0 of run bg" not in failing.stderr  # only the new segment's lines
         # … and a good one runs to the end and exits 0.
-        done = cli("runs", "resume", "bg", check_rc=0, timeout=60,
+        done = krl("runs", "resume", "bg", check_rc=0, timeout=60,
                    extra_env={"KRL_STANDIN": json.dumps({"extra_steps": 3, "step_s": 0.01})})
         assert "finished" in done.stderr
-        shown = json.loads(cli("runs", "show", "bg", "--json", check_rc=0).stdout)
+        shown = json.loads(krl("runs", "show", "bg", "--json", check_rc=0).stdout)
         assert shown["status"] == "finished" and [s["end_status"] for s in shown["segments"]] == \
             ["stopped", "failed", "finished"]
         assert shown["segments"][1]["start_step"] == shown["segments"][2]["start_step"] == \
@@ -220,12 +274,41 @@ def test_stop_and_resume_through_the_cli(cli, workspace):
         kill_runs(workspace)
 
 
-def test_logs_follow_streams_until_the_run_ends(cli, workspace):
-    done = cli("train", "demo", "--detach", "--name", "short", check_rc=0,
+def test_logs_follow_streams_until_the_run_ends(krl, workspace):
+    done = krl("train", "demo", "--detach", "--name", "short", check_rc=0,
                extra_env={"KRL_STANDIN": json.dumps({"max_steps": 20, "step_s": 0.05})})
     try:
-        follow = cli("logs", "short", "-f", check_rc=0, timeout=30)
+        follow = krl("logs", "short", "-f", check_rc=0, timeout=30)
         assert "standin: starting at step 0" in follow.stdout and "finished" in follow.stderr
     finally:
         kill_runs(workspace)
     assert done.returncode == 0
+
+
+def test_watch_follows_a_running_run_until_it_ends(krl, workspace):
+    krl("train", "demo", "--detach", "--name", "w", check_rc=0,
+        extra_env={"KRL_STANDIN": json.dumps({"max_steps": 30, "step_s": 0.05})})
+    done = krl("watch", "w", "--interval", "0.2", check_rc=0)
+    assert "finished" in done.stderr and "reward" in done.stderr
+    assert json.loads(krl("runs", "show", "w", "--json").stdout)["status"] == "finished"
+
+
+def test_fork_starts_a_child_from_the_parent_checkpoint_with_changes(krl, registry):
+    from core.config import load_config
+
+    parent = registry.create_run("parent", config=load_config("demo").model_dump(mode="json"))
+    registry.add_checkpoint(parent["id"], 3, "step-3", None)
+    registry.add_checkpoint(parent["id"], 5, "step-5", None)
+    registry.set_status(parent["id"], "stopped")
+    child = json.loads(krl("runs", "fork", "parent", "max_steps=9", "optim.lr=0.001", "--name", "child", "--step", "4",
+                           "--json", check_rc=0).stdout)
+    assert child["parent"] == "parent" and child["parent_step"] == 3 and child["status"] == "running"
+    assert child["config"]["max_steps"] == 9 and child["config"]["optim"]["lr"] == 0.001
+    assert child["segments"][0]["start_step"] == 4
+    bad = krl("runs", "fork", "parent", "optim.lrr=1", "--name", "child2")
+    assert bad.returncode == 2 and "optim.lr" in bad.stderr
+
+
+def test_an_empty_workspace_lists_no_runs(krl, workspace):
+    assert json.loads(krl("runs", "ls", "--json", check_rc=0).stdout) == []
+    assert not (workspace / "registry.db").exists()  # reading never creates a registry

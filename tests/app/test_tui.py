@@ -405,10 +405,19 @@ async def test_stop_and_resume_real_cpu_run_through_keys(workspace):
             assert reg.last_checkpoint(reg.get_run("live-demo")["id"]) is not None
             assert await _wait_for(pilot, lambda: any(r.name == "live-demo" and r.status == "stopped"
                                                       for r in app.screen.rows), 3)
+            # The job writes `stopped` before its process has exited; procman refuses to resume until it has.
+            assert await _wait_for(pilot, lambda: not procman.run_process_alive(reg.get_run("live-demo")), 60)
             await pilot.press("r")
-            assert await _wait_for(pilot, lambda: (reg.get_run("live-demo")["last_step"] or 0) > stopped_at, 90)
-            assert len(reg.get_run("live-demo")["segments"]) >= 2
+            # Resumed: a new segment with a new live process that starts after the stop checkpoint.
+            assert await _wait_for(pilot, lambda: len(reg.get_run("live-demo")["segments"]) >= 2
+                                   and procman.run_process_alive(reg.get_run("live-demo")), 30)
+            assert reg.get_run("live-demo")["status"] in ("queued", "running")
+            assert reg.get_run("live-demo")["segments"][-1]["start_step"] == stopped_at + 1
+            assert await _wait_for(pilot, lambda: any(r.name == "live-demo" and r.status == "running"
+                                                      for r in app.screen.rows), 5)
     finally:
-        procman.stop_run(reg, "live-demo", force=True)
+        row = reg.get_run("live-demo")
+        if row["status"] in ("queued", "running", "stopping") or procman.run_process_alive(row):
+            procman.stop_run(reg, "live-demo", force=True)
         procman.wait_run(reg, "live-demo", timeout_s=30)
         reg.close()

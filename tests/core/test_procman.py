@@ -322,40 +322,35 @@ def last_step(reg, name):
 
 
 @pytest.mark.slow
-def test_real_job_stop_resume_continues_then_kill_9_crashes(real_pm):
+def test_real_job_queue_stop_resume_continues_then_kill_9_crashes(real_pm, monkeypatch):
+    """The real core.train job on CPU through its whole life, sharing one GPU slot with a second run."""
+    monkeypatch.setenv("KRL_GPUS", "1")
     reg = real_pm
-    row = procman.start_run(tiny_config(), name="real", registry=reg)
-    assert row["status"] == "running"
+    row = procman.start_run(tiny_config(), name="real", gpus=1, registry=reg)
+    other = procman.start_run(tiny_config(max_steps=1), name="other", gpus=1, registry=reg)
+    assert (row["status"], row["gpus"], other["status"]) == ("running", [0], "queued")
     wait_for(lambda: last_step(reg, "real") >= 1, timeout_s=150, poll_s=0.5)
+    assert status(reg, "other") == "queued"  # the slot is still taken
+
     stopped = procman.stop_run(reg, "real", grace_s=60)
     assert stopped["status"] == "stopped", stopped["error"]
     checkpoint = reg.last_checkpoint(stopped["id"])
     assert checkpoint is not None and checkpoint["step"] == stopped["last_step"] >= 1
-    resumed = procman.resume_run(reg, "real")
+    started = reg.get_run("other")  # the first run ended: the queued one got the GPU
+    assert started["status"] == "running" and started["gpus"] == [0]
+
+    assert procman.resume_run(reg, "real")["status"] == "queued"  # now it waits for the other run
+    procman.stop_run(reg, "other", force=True)
+    resumed = reg.get_run("real")
     assert resumed["status"] == "running" and resumed["segments"][-1]["start_step"] == checkpoint["step"] + 1
     wait_for(lambda: last_step(reg, "real") >= checkpoint["step"] + 1, timeout_s=150, poll_s=0.5)
     steps = reg.metric_series(stopped["id"], "progress/step")["step"]
-    assert steps == list(range(len(steps))) and len(steps) >= checkpoint["step"] + 2
-    assert "starting at step" in (reg.workspace / "real" / "logs.log").read_text().split("segment 1")[1]
-    pid = reg.get_run("real")["pid"]
-    os.kill(pid, signal.SIGKILL)
+    assert steps == list(range(len(steps))) and len(steps) >= checkpoint["step"] + 2  # continues, no restart
+
+    os.kill(reg.get_run("real")["pid"], signal.SIGKILL)
     t0 = time.monotonic()
     wait_for(lambda: status(reg, "real") == "crashed", timeout_s=procman.heartbeat_limit_s())
     assert time.monotonic() - t0 < 5
     crashed = reg.get_run("real")
     assert [s["end_status"] for s in crashed["segments"]] == ["stopped", "crashed"]
     assert procman._orphans(crashed, reg.workspace) == []  # its evaluator workers went with it
-
-
-@pytest.mark.slow
-def test_real_jobs_competing_for_one_gpu_slot(real_pm, monkeypatch):
-    monkeypatch.setenv("KRL_GPUS", "1")
-    reg = real_pm
-    first = procman.start_run(tiny_config(max_steps=1), name="first", gpus=1, registry=reg)
-    second = procman.start_run(tiny_config(max_steps=1), name="second", gpus=1, registry=reg)
-    assert (first["status"], second["status"]) == ("running", "queued")
-    final = procman.wait_run(reg, "first", timeout_s=150)
-    assert final["status"] == "finished", final["error"]
-    started = reg.get_run("second")  # wait_run's last reconcile started it
-    assert started["status"] == "running" and started["gpus"] == [0] and started["pid"] != first["pid"]
-    assert procman.stop_run(reg, "second", force=True)["status"] == "stopped"

@@ -197,6 +197,9 @@ RUNTIME_CASES = [
     ("thread_left_running", "hack_thread_hidden.py", "torch", "side_work"),
     ("swallow_via_worker", "hack_swallow.py", "triton", "swallowed_kernel_failure"),
     ("honest_triton", "relu_triton.py", "triton", None),
+    ("garbage_when_timed", "hack_garbage_when_timed.py", "torch", "timing_output_mismatch"),
+    ("mutate_when_timed", "hack_mutate_when_timed.py", "torch", "input_mutation"),
+    ("honest_counting_calls", "relu_torch.py", "torch", None),
 ]
 
 
@@ -227,3 +230,21 @@ def test_patched_functions_are_restored_for_the_next_request(runtime_results):
 
 def test_lingering_thread_retires_the_worker(runtime_results):
     assert runtime_results["thread_left_running"]["_should_retire"] is True
+
+
+ONES_REFERENCE = """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x):
+        return x + torch.ones(x.shape)  # follows the default dtype
+def get_inputs():
+    return [torch.randn(4, 4)]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_global_numeric_switches_are_reset_for_the_reference():
+    [res] = run_batch([request("dtype", ONES_REFERENCE, candidate("honest_sets_global_dtype.py"))])
+    assert res["verdict"] == "correct", res["error_message"]

@@ -60,3 +60,62 @@ def test_synchronized_wall_time_on_cpu():
     wall_ms, issue_ms = timing.synchronized_wall_ms(lambda: time.sleep(0.002), 3, cuda=False)
     assert wall_ms >= 2.0 and issue_ms >= 2.0
     assert wall_ms >= issue_ms
+
+
+class _HostEvent:
+    """Stands in for torch.cuda.Event on a machine without a GPU: records the host clock."""
+
+    def __init__(self, enable_timing=True):
+        self.t = None
+
+    def record(self):
+        self.t = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end):
+        return (end.t - self.t) * 1e3
+
+
+class _CountingFlusher:
+    def __init__(self):
+        self.flushes = 0
+
+    def flush(self):
+        self.flushes += 1
+
+
+@pytest.fixture
+def host_events(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "Event", _HostEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+
+
+def test_cuda_timing_protocol_control_flow(host_events):
+    flusher = _CountingFlusher()
+    settings = timing.TimingSettings(trials=6, warmup=2, warmup_min_ms=0.0)
+    samples = timing.time_cuda({"a": lambda: time.sleep(0.001), "b": lambda: time.sleep(0.003)}, settings, flusher)
+    assert len(samples["a"]) == len(samples["b"]) == 6
+    assert flusher.flushes == 12  # one cold-cache flush before every sample
+    assert timing.summarize(samples["b"]).median_ms > timing.summarize(samples["a"]).median_ms >= 1.0
+
+
+def test_cuda_timing_calls_per_sample_and_extra_trials(host_events):
+    calls = []
+    settings = timing.TimingSettings(trials=4, warmup=1, warmup_min_ms=0.0, sample_min_ms=5.0, max_calls_per_sample=3,
+                                     min_measured_ms=40.0, extra_trials_factor=2, flush_l2=False)
+    samples = timing.time_cuda({"a": lambda: (calls.append(1), time.sleep(0.001))}, settings, None)
+    assert len(samples["a"]) == 8  # trials doubled (capped by the factor) to reach the measured time
+    assert len(calls) >= 1 + 5 + 8 * 3  # warm-up, estimate, then 3 calls per sample
+    assert min(samples["a"]) >= 1.0  # per-call figures, not per-sample sums
+
+
+def test_cuda_timing_respects_budget_for_slow_kernels(host_events):
+    settings = timing.TimingSettings(trials=100, warmup=10, warmup_min_ms=0.0, budget_s=0.3, flush_l2=False)
+    started = time.perf_counter()
+    samples = timing.time_cuda({"slow": lambda: time.sleep(0.02)}, settings, None)
+    assert 3 <= len(samples["slow"]) <= 20
+    assert time.perf_counter() - started < 2.0

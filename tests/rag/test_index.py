@@ -112,3 +112,14 @@ def test_switches_to_hnsw_above_the_threshold_and_still_finds_neighbours(tmp_pat
 def test_missing_index_explains_how_to_build_one(tmp_path):
     with pytest.raises(RagError, match="krl rag build"):
         KernelIndex.open(tmp_path / "nothing")
+
+
+def test_a_damaged_index_is_reported_not_crashed_on(tmp_path, built_index):
+    out = tmp_path / "index"
+    shutil.copytree(built_index, out)
+    (out / "index.faiss").write_bytes(b"not faiss")
+    with pytest.raises(RagError, match="not a readable FAISS index"):
+        KernelIndex.open(out)
+    (out / "meta.sqlite").write_bytes(b"not sqlite either, but long enough to look like a file" * 4)
+    with pytest.raises(RagError, match="not a RAG index database"):
+        KernelIndex.open(out)

@@ -1,0 +1,141 @@
+"""CUDA compile path on a machine without a GPU: build once into the cache, hit it afterwards, load through the
+hook, build safely from two processes at once, and report nvcc errors at the candidate's own line."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from evaluator.api import EvalRequest, Verdict
+from tests.evaluator.pool_support import ROOT, make_evaluator, request
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+
+# A C++-only extension without torch headers: builds and links in seconds, even with CPU-only torch.
+CPP_CANDIDATE = textwrap.dedent('''
+    import torch
+    from torch.utils.cpp_extension import load_inline
+
+    lib_path = load_inline(
+        name="answer_ext",
+        cpp_sources='extern "C" int krl_answer() { return 42; }',
+        is_python_module=False,
+        no_implicit_headers=True,
+    )
+''')
+
+
+def cuda_candidate(body: str) -> str:
+    return textwrap.dedent('''
+        import torch
+        import torch.nn as nn
+        from torch.utils.cpp_extension import load_inline
+
+        cuda_source = """
+        __global__ void scale_kernel(const float* x, float* y, int n) {
+            int i = blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < n) y[i] = %s;
+        }
+        """
+
+        ext = load_inline(name="scale_ext", cpp_sources="", cuda_sources=cuda_source,
+                          no_implicit_headers=True, is_python_module=False)
+
+
+        class ModelNew(nn.Module):
+            def forward(self, x):
+                return x
+    ''') % body
+
+
+def _supports_no_implicit_headers() -> bool:
+    import inspect
+
+    import torch.utils.cpp_extension as cpp
+
+    return "no_implicit_headers" in inspect.signature(cpp.load_inline).parameters
+
+
+pytestmark = pytest.mark.skipif(not _supports_no_implicit_headers(), reason="needs torch >= 2.8 load_inline")
+
+
+@pytest.mark.slow
+def test_build_then_cache_hit_then_load_through_the_hook(tmp_path, monkeypatch):
+    import torch.utils.cpp_extension as cpp
+
+    from evaluator.compile import build_cuda_candidate, install_load_inline_hook
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cpp, "load_inline", cpp.load_inline)  # restored after the hook replaces it
+    cache = str(tmp_path / "cache")
+    req = EvalRequest("p", "", CPP_CANDIDATE, backend="cuda")
+    first = build_cuda_candidate(req, cache)
+    assert first["ok"] and not first["cache_hit"], first
+    second = build_cuda_candidate(req, cache)
+    assert second["ok"] and second["cache_hit"]
+    assert second["seconds"] < first["seconds"] / 5
+    install_load_inline_hook(cache, second)
+    namespace: dict = {}
+    exec(compile(CPP_CANDIDATE, "candidate.py", "exec"), namespace)
+    assert namespace["lib_path"] == second["artifacts"]["builds"][0]["so_path"]
+    assert ctypes.CDLL(namespace["lib_path"]).krl_answer() == 42
+
+
+def test_cache_key_covers_flags_arch_and_sources(monkeypatch):
+    from evaluator.compile import _normalise, extension_key
+
+    base = {"name": "a", "cpp_sources": "int f();", "cuda_sources": "__global__ void k(){}"}
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    key = extension_key(_normalise(base))
+    assert key == extension_key(_normalise(dict(base, name="another_name")))  # the name is ours to choose
+    assert key != extension_key(_normalise(dict(base, extra_cuda_cflags=["-O3"])))
+    assert key != extension_key(_normalise(dict(base, cuda_sources="__global__ void k2(){}")))
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")
+    assert key != extension_key(_normalise(base))
+
+
+@pytest.mark.slow
+def test_two_processes_building_the_same_kernel_build_it_once(tmp_path):
+    script = textwrap.dedent(f'''
+        import json, os, sys
+        sys.path.insert(0, {ROOT!r})
+        os.chdir(sys.argv[2])
+        from evaluator.api import EvalRequest
+        from evaluator.compile import build_cuda_candidate
+        out = build_cuda_candidate(EvalRequest("p", "", {CPP_CANDIDATE!r}, backend="cuda"), sys.argv[1])
+        print(json.dumps({{"ok": out["ok"], "hit": out["cache_hit"], "so": out["artifacts"]["builds"][0]["so_path"]}}))
+    ''')
+    cache = str(tmp_path / "cache")
+    procs = []
+    for k in range(2):
+        (tmp_path / f"w{k}").mkdir()
+        procs.append(subprocess.Popen([sys.executable, "-c", script, cache, str(tmp_path / f"w{k}")],
+                                      stdout=subprocess.PIPE, text=True))
+    outputs = [json.loads(p.communicate(timeout=240)[0].strip().splitlines()[-1]) for p in procs]
+    assert all(o["ok"] for o in outputs)
+    assert sorted(o["hit"] for o in outputs) == [False, True]  # one built, the other waited and reused it
+    assert outputs[0]["so"] == outputs[1]["so"]
+    assert ctypes.CDLL(outputs[0]["so"]).krl_answer() == 42
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_cuda_candidates_through_the_pool_in_cpu_mode(tmp_path):
+    bad = cuda_candidate("x[i] * undefined_factor")
+    good = cuda_candidate("x[i] * 2.0f")
+    with make_evaluator(str(tmp_path / "cache"), compile_workers=1, spare_per_device=0) as ev:
+        results = [ev.evaluate(request(source, backend="cuda")) for source in (bad, good, good)]
+    broken, built, again = results
+    assert broken.verdict == Verdict.COMPILE_ERROR
+    assert "line 9: error: identifier \"undefined_factor\" is undefined" in broken.error_message
+    assert "^" in broken.error_message and "ninja" not in broken.error_message
+    assert len(broken.error_message) < 2000
+    # It compiles; without a GPU it cannot run, and the evaluator says exactly that.
+    assert built.verdict == Verdict.RUNTIME_ERROR and built.compiled and "CPU mode" in built.error_message
+    assert "compile" not in built.cache_hits and "compile" in again.cache_hits
