@@ -148,6 +148,11 @@ def run_process_alive(row: dict[str, Any]) -> bool:
     return _run_is_local(row) and pid_matches(row.get("pid"), row.get("pid_start_time"))
 
 
+def _other_live_process(row: dict[str, Any]) -> bool:
+    """A live process of the run other than this one (a foreground run records the process that ran it)."""
+    return row.get("pid") != os.getpid() and run_process_alive(row)
+
+
 def _signal_run(row: dict[str, Any], sig: int) -> bool:
     """Send `sig` to the run's process group after checking its identity; False when it is not alive."""
     if not run_process_alive(row):
@@ -392,12 +397,34 @@ def _diagnose(registry: Registry, row: dict[str, Any], limit_s: float) -> Option
     return None
 
 
-def _pending_starts(rows: Sequence[dict[str, Any]], detected: list) -> list[tuple[dict[str, Any], list]]:
+LINGER_WINDOW_S = 600.0  # how far back to look for ended runs whose process still holds its GPUs
+
+
+def _lingering_gpus(registry: Registry) -> set:
+    """GPUs of runs that wrote a final status but whose process is still exiting (closing evaluator workers that
+    hold GPU memory). This process itself is left out: a job reconciling at its exit frees its GPUs by exiting."""
+    since = _now() - LINGER_WINDOW_S
+    held = set()
+    for row in registry.list_runs(status=TERMINAL_STATUSES):
+        if (row.get("ended_at") or row.get("heartbeat_at") or 0) < since:
+            continue
+        if row.get("gpus") and row.get("pid") != os.getpid() and run_process_alive(row):
+            held.update(row["gpus"])
+    return held
+
+
+def _pending_starts(registry: Registry, rows: Sequence[dict[str, Any]],
+                    detected: list) -> list[tuple[dict[str, Any], list]]:
     """Queued runs that can start now with their GPU assignment, in creation order."""
+    queued = sorted((r for r in rows if r["status"] == "queued"), key=lambda r: r["id"])
+    if not queued:
+        return []
     held = {g for row in rows if row["status"] in ("running", "stopping") for g in (row.get("gpus") or [])}
+    if any(int(r.get("gpus_requested") or 0) > 0 for r in queued):
+        held |= _lingering_gpus(registry)
     free = [g for g in detected if g not in held]
     starts, blocked = [], False
-    for row in sorted((r for r in rows if r["status"] == "queued"), key=lambda r: r["id"]):
+    for row in queued:
         need = int(row.get("gpus_requested") or 0)
         if need == 0:
             starts.append((row, []))
@@ -418,7 +445,7 @@ def reconcile(registry: Registry, heartbeat_limit: float | None = None) -> list[
         return []
     detected = detect_gpus()
     # A read-only pass first: most calls (TUI refreshes) find nothing to do and take no write lock.
-    if not any(_diagnose(registry, row, limit_s) for row in rows) and not _pending_starts(rows, detected):
+    if not any(_diagnose(registry, row, limit_s) for row in rows) and not _pending_starts(registry, rows, detected):
         return []
     changes: list[dict[str, Any]] = []
     with registry.transaction():
@@ -439,7 +466,7 @@ def reconcile(registry: Registry, heartbeat_limit: float | None = None) -> list[
             if registry.compare_and_set_status(row["id"], (row["status"],), status, message, **fields):
                 changes.append({"name": row["name"], "from": row["status"], "to": status, "message": message})
         rows = registry.list_runs(status=ACTIVE_STATUSES)
-        for row, gpus in _pending_starts(rows, detected):
+        for row, gpus in _pending_starts(registry, rows, detected):
             changes.append(_spawn(registry, row, gpus, detected))
     return changes
 
@@ -709,7 +736,7 @@ def resume_run(registry: Registry, name: str, detach: bool = True, gpus: int | N
                 "queued": " It is waiting for GPUs.", "running": "", "stopping": ""}.get(row["status"], "")
         raise KrlError(f"run '{row['name']}' is {row['status']}; only stopped, failed or crashed runs can be "
                        f"resumed.{hint}")
-    if run_process_alive(row):
+    if _other_live_process(row):
         raise KrlError(f"run '{row['name']}' still has a live process (pid {row['pid']}). "
                        f"Kill it first with `krl runs stop --force {row['name']}`.")
     need = int(gpus if gpus is not None else row.get("gpus_requested") or 0)
@@ -763,7 +790,7 @@ def delete_run(registry: Registry, name: str, remove_files: bool = True) -> dict
     """Delete a run's rows and (by default) its folder; refuses a running or stopping run. Returns the deleted row."""
     reconcile(registry)
     row = registry.get_run(name)
-    if row["status"] in ("running", "stopping") or run_process_alive(row):
+    if row["status"] in ("running", "stopping") or _other_live_process(row):
         raise KrlError(f"run '{row['name']}' is {row['status']} (pid {row['pid']}); stop it first with "
                        f"`krl runs stop {row['name']}`.")
     registry.delete_run(row["id"])
@@ -777,7 +804,7 @@ def rename_run(registry: Registry, name: str, new_name: str) -> dict[str, Any]:
     """Rename a run and its folder; refuses while a job is writing into the folder."""
     reconcile(registry)
     row = registry.get_run(name)
-    if row["status"] in ("running", "stopping") or run_process_alive(row):
+    if row["status"] in ("running", "stopping") or _other_live_process(row):
         raise KrlError(f"run '{row['name']}' is {row['status']}; stop it before renaming (its job writes into "
                        "the run folder).")
     if registry.find_run(new_name) is not None:

@@ -624,7 +624,8 @@ class Registry:
             self._update_summary(run_id, step, metrics, best, summary, last_step)
 
     def log_metrics(self, run_id: int, step: int, metrics: dict[str, float], wall_time: float | None = None) -> None:
-        """Metrics alone (evaluation runs, late additions to a step); existing keys at that step are replaced."""
+        """Metrics alone (evaluation runs, late additions to a step); only these keys at that step are replaced.
+        Log extra metrics for a step after its write_step, not before: write_step replaces the whole step."""
         with self.transaction():
             summary, last_step = self._run_progress(run_id)
             self._insert_metrics(run_id, step, metrics, wall_time if wall_time is not None else time.time())

@@ -316,8 +316,12 @@ class Trainer:
             if same_run:
                 self.last_checkpoint_step = int(state["step"])
             restore_rng(state.get("rng"))
-            log.info("resuming from checkpoint %s (step %d) at step %d", checkpoint["name"], state["step"],
-                     self.start_step)
+            if same_run:
+                self._truncate_metrics_jsonl(self.start_step)
+            message = (f"resuming from checkpoint {checkpoint['name']} (step {state['step']}"
+                       f"{'' if same_run else ' of run ' + str(state.get('run'))}) at step {self.start_step}")
+            log.info(message)
+            self.registry.add_event(self.run_id, "resume", message)
         backend_state = state.get("backend_state_path") if state.get("backend_can_train") else None
         self.backend = open_backend(self.config, state_path=backend_state or None)
         if backend_state and not self.backend.can_train:
@@ -513,6 +517,22 @@ class Trainer:
                  100 * metrics.get("env/all/fast_1", 0.0), advantages.n_dropped, len(advantages.groups),
                  metrics["time/total"])
         return metrics
+
+    def _truncate_metrics_jsonl(self, first_new_step: int) -> None:
+        """Drop lines of steps that will be redone (written after the checkpoint we resume from)."""
+        path = self.run_dir / "metrics.jsonl"
+        if not path.exists():
+            return
+        kept = []
+        for line in path.read_text().splitlines():
+            try:
+                if json.loads(line).get("step", -1) < first_new_step:
+                    kept.append(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a kill mid-write
+        tmp = path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        os.replace(tmp, path)
 
     def _append_metrics_jsonl(self, step: int, metrics: dict[str, float]) -> None:
         with open(self.run_dir / "metrics.jsonl", "a") as handle:

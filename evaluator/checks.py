@@ -160,12 +160,14 @@ class FunctionGuard:
                     found.append(f"{module.__name__}.{key}")
         for cls, snapshot in self._classes:
             current = vars(cls)
+            get = current.get
             for key, value in snapshot.items():
-                if current.get(key, _MISSING) is not value:
+                if get(key, _MISSING) is not value:
                     found.append(f"{cls.__qualname__}.{key}")
-            for key in current.keys() - snapshot.keys():
-                if key not in _CLASS_KEYS_IGNORED:
-                    found.append(f"{cls.__qualname__}.{key}")
+            if len(current) != len(snapshot):  # something was added (the set difference is the slow part)
+                for key in current.keys() - snapshot.keys():
+                    if key not in _CLASS_KEYS_IGNORED:
+                        found.append(f"{cls.__qualname__}.{key}")
         if self._mode_depths() != self._modes:
             found.append("a global torch function/dispatch mode")
         return found
@@ -337,7 +339,9 @@ def untimed_work(event_median_ms: float, wall_ms_per_call: float, issue_ms_per_c
 _PROTECTED_ROOTS = {"torch", "time", "builtins", "triton", "math", "statistics", "numpy", "sys", "gc", "os", "random",
                     "evaluator", "inspect", "importlib", "threading", "functools", "operator", "timeit"}
 # Global numeric switches are restored by the worker around the reference, so setting them is not a patch.
-_ASSIGN_ALLOWED_PREFIXES = ("torch.backends.", "torch._dynamo.config", "torch._inductor.config", "torch._functorch.config")
+# os.environ is reset by the pool between tasks (TORCH_CUDA_ARCH_LIST = ... is common in CUDA candidates).
+_ASSIGN_ALLOWED_PREFIXES = ("torch.backends.", "torch._dynamo.config", "torch._inductor.config", "torch._functorch.config",
+                            "os.environ")
 _SIDE_WORK_MODULES = {"threading", "_thread", "multiprocessing", "concurrent", "asyncio", "subprocess"}
 _SIDE_WORK_CALLS = {"torch.cuda.Stream", "torch.cuda.stream", "torch.cuda.ExternalStream", "torch.Stream",
                     "torch.cuda.set_stream", "torch.cuda.streams.Stream", "os.fork", "os.system", "os.popen",
@@ -356,6 +360,8 @@ class _Analysis:
 
     def __init__(self, tree: ast.AST):
         self.tree = tree
+        self._callees_memo: dict[int, set[str]] = {}
+        self._instance_memo: dict[str, dict[str, str]] = {}
         self.aliases: dict[str, str] = {}
         self.imports: list[str] = []
         for node in ast.walk(tree):
@@ -381,6 +387,9 @@ class _Analysis:
                 self._add_class(node)
         self.triton_kernels = {name for name, fn in self.functions.items()
                                if "." not in name and self._is_triton_kernel(fn)}
+        for node in getattr(tree, "body", []):  # kernel = triton.jit(fn) / triton.autotune(...)(triton.jit(fn))
+            if isinstance(node, ast.Assign) and self._is_triton_wrapper_call(node.value):
+                self.triton_kernels.update(t.id for t in node.targets if isinstance(t, ast.Name))
         self.ext_names: set[str] = set()  # names bound to load_inline(...) results and their functions
         self.ext_attrs: set[str] = set()  # self.<attr> bound to such handles
         self.launchers: set[str] = set()  # names bound to kernel[grid]
@@ -416,6 +425,14 @@ class _Analysis:
             name = self.qualname(target)
             if name.startswith("triton") and name.split(".")[-1] in _TRITON_DECORATORS:
                 return True
+        return False
+
+    def _is_triton_wrapper_call(self, node: ast.AST) -> bool:
+        while isinstance(node, ast.Call):
+            name = self.qualname(node.func)
+            if name.startswith("triton") and name.split(".")[-1] in _TRITON_DECORATORS:
+                return True
+            node = node.func
         return False
 
     def is_build_call(self, node: ast.AST) -> bool:
@@ -460,6 +477,8 @@ class _Analysis:
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self" \
                     and node.attr in self.ext_attrs:
                 return True
+            if isinstance(node, ast.Attribute) and self.is_build_call(node.value):
+                return True  # load_inline(...).relu_cuda
             node = node.func if isinstance(node, ast.Call) else node.value
         return isinstance(node, ast.Name) and node.id in self.ext_names
 
@@ -484,6 +503,12 @@ class _Analysis:
 
     # call graph ---------------------------------------------------------------------------------------------------
     def callees(self, fn: ast.AST) -> set[str]:
+        cached = self._callees_memo.get(id(fn))
+        if cached is None:
+            cached = self._callees_memo[id(fn)] = self._find_callees(fn)
+        return cached
+
+    def _find_callees(self, fn: ast.AST) -> set[str]:
         owner = self.parent_class.get(id(fn))
         found = set()
         instance_classes = self._instance_attrs(owner) if owner else {}
@@ -524,7 +549,9 @@ class _Analysis:
 
     def _instance_attrs(self, owner: str) -> dict[str, str]:
         """self.<attr> = CandidateClass(...) inside the owner's methods."""
-        attrs = {}
+        if owner in self._instance_memo:
+            return self._instance_memo[owner]
+        attrs = self._instance_memo[owner] = {}
         node = self.classes.get(owner)
         if node is None:
             return attrs

@@ -7,7 +7,6 @@ import ast
 import gc
 import hashlib
 import importlib.util
-import math
 import os
 import sys
 import tempfile
@@ -197,7 +196,11 @@ def _cuda_broken(torch: Any, ctx: WorkerContext) -> bool:
 
 
 def _set_seed(torch: Any, seed: int) -> None:
-    torch.manual_seed(seed)
+    if torch.cuda.is_initialized():
+        torch.manual_seed(seed)  # CPU and every CUDA generator, as KernelBench does
+    else:
+        # CPU mode: torch.manual_seed would also queue a lazy CUDA seeding call, with a captured stack, every time.
+        torch.default_generator.manual_seed(seed)
 
 
 def _to_device(torch: Any, values: list, device: str, dtype: Any = None) -> list:
@@ -261,19 +264,17 @@ def _compare_outputs(torch: Any, ref_out: Any, new_out: Any, atol: float, rtol: 
         if new.device != ref.device:
             return {"ok": False, "verdict": Verdict.WRONG_OUTPUT,
                     "message": f"Output{where} is on {new.device}, expected {ref.device}."}
+        if ref.is_complex():  # compare real and imaginary parts as separate elements
+            ref, new = torch.view_as_real(ref.detach().resolve_conj()), torch.view_as_real(new.detach().resolve_conj())
         wide = torch.float64 if not ref.is_floating_point() else torch.float32
         ref_w, new_w = ref.detach().to(wide), new.detach().to(wide)
         ref_bad, new_bad = ~torch.isfinite(ref_w), ~torch.isfinite(new_w)
         if bool(new_bad.any()):
             same_pattern = torch.equal(ref_bad, new_bad) and torch.equal(
                 torch.nan_to_num(ref_w[ref_bad], nan=0.0), torch.nan_to_num(new_w[new_bad], nan=0.0))
-            if not same_pattern:
-                count = int(new_bad.sum())
-                if failure is None:
-                    failure = f"Output{where} contains {count} NaN/Inf value(s) where the reference is finite."
-                max_diff = math.inf
-                mean_diffs.append(math.inf)
-                continue
+            if not same_pattern and failure is None:
+                # The diffs below cover the positions where both are finite (JSON has no infinity).
+                failure = f"Output{where} contains {int(new_bad.sum())} NaN/Inf value(s) where the reference is finite."
         both_ok = ~(ref_bad | new_bad)
         diff = torch.where(both_ok, (new_w - ref_w).abs(), torch.zeros_like(ref_w))
         bound = atol + rtol * torch.where(both_ok, ref_w.abs(), torch.zeros_like(ref_w))
@@ -442,7 +443,7 @@ class _RunState:
             raise _Outcome(Verdict.FORMAT_ERROR, f"Unknown precision {request.precision!r}; use one of {', '.join(PRECISIONS)}.")
         if request.backend == "cuda" and not ctx.is_cuda:
             raise _Outcome(Verdict.RUNTIME_ERROR, "CUDA candidates need a GPU; this worker runs on the CPU.")
-        ctx.guard.restore()  # undo anything an earlier candidate in this process may have patched
+        ctx.guard.reset_numeric_flags()  # (patched functions were already restored by the last cleanup)
         import threading
 
         self.threads_before = {t.ident for t in threading.enumerate()}
@@ -485,7 +486,8 @@ class _RunState:
             self._sync()
             result.compiled = True
 
-        own_names = checks.own_kernel_names(request.candidate_source, self.candidate_module)
+        own_names = (checks.own_kernel_names(request.candidate_source, self.candidate_module)
+                     if request.backend in ("triton", "cuda") else set())
         with _Phase(result, "correctness"):
             last_inputs = self._correctness(reference, ref_model, new_model, watch)
         if request.backend in ("triton", "cuda"):
@@ -581,11 +583,12 @@ class _RunState:
             raise _Outcome(Verdict.RUNTIME_ERROR, f"The reference Model failed (evaluator input error): "
                            f"{type(exc).__name__}: {exc}") from None
 
-    def _call_candidate(self, new_model: Any, inputs: list, watch: _Watch) -> Any:
+    def _call_candidate(self, new_model: Any, inputs: list, watch: _Watch, verify: bool = True) -> Any:
         with watch.candidate():
             output = new_model(*inputs)
             self._sync()  # asynchronous CUDA faults belong to the candidate
-        self._verify_untampered()
+        if verify:
+            self._verify_untampered()
         if watch.reference_calls:
             raise _Outcome(Verdict.HACK_DETECTED, checks.message("reference_model"), "reference_model")
         return output
@@ -608,11 +611,16 @@ class _RunState:
             for value, copy in zip(inputs, pristine):  # a reference that works in place must not change the candidate's inputs
                 if isinstance(value, torch.Tensor) and not _same_tensor_values(torch, value, copy):
                     value.copy_(copy)
-            new_out = self._call_candidate(new_model, inputs, watch)
+            # Function identities are verified once after the trials (a patch is caught either way); the numeric
+            # switches are reset before every reference call.
+            new_out = self._call_candidate(new_model, inputs, watch, verify=False)
+            self.ctx.guard.reset_numeric_flags()
             for value, copy in zip(inputs, pristine):
                 if isinstance(value, torch.Tensor) and not _same_tensor_values(torch, value, copy):
                     raise _Outcome(Verdict.HACK_DETECTED, checks.message("input_mutation"), "input_mutation")
             verdict = _compare_outputs(torch, ref_out, new_out, atol, rtol)
+            if not verdict["ok"]:
+                self._verify_untampered()  # a failure may come from a patched torch: report the patch instead
             if verdict["verdict"] == Verdict.SHAPE_MISMATCH:
                 result.correctness_trials_passed = passed
                 raise _Outcome(Verdict.SHAPE_MISMATCH, verdict["message"])
@@ -629,6 +637,7 @@ class _RunState:
             previous_outputs.append(_snapshot_outputs(torch, new_out))
             del ref_out, new_out
         result.correctness_trials_passed = passed
+        self._verify_untampered()
         if first_failure is not None:
             result.max_abs_diff = first_failure.get("max_abs_diff")
             result.mean_abs_diff = first_failure.get("mean_abs_diff")

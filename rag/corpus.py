@@ -4,6 +4,7 @@ Normalising strips comments, docstrings and layout so the same program written t
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import io
 import re
@@ -48,20 +49,22 @@ class Record:
         if not self.tags:
             self.tags = infer_tags(self.name, self.pytorch_code)
 
-    @property
+    # Cached: normalising parses the code, and a 100k-record build asks for each hash several times.
+    # Records are not edited after loading (only `id`, which no hash uses).
+    @functools.cached_property
     def pytorch_hash(self) -> str:
         return code_hash(self.pytorch_code, "python")
 
-    @property
+    @functools.cached_property
     def kernel_hash(self) -> str:
-        return code_hash(self.kernel_code, kernel_language(self.backend, self.kernel_code))
+        return code_hash(self.kernel_code, self.language)
 
-    @property
+    @functools.cached_property
     def pair_hash(self) -> str:
         """Dedup key: the same PyTorch program with the same kernel, however each is formatted."""
         return hashlib.sha256(f"{self.backend}\0{self.pytorch_hash}\0{self.kernel_hash}".encode()).hexdigest()[:20]
 
-    @property
+    @functools.cached_property
     def language(self) -> str:
         return kernel_language(self.backend, self.kernel_code)
 

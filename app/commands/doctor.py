@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
 from typing import Any
@@ -88,7 +89,7 @@ def _workspace() -> dict[str, Any]:
         now = time.time()
         stale = [r["name"] for r in reg.list_runs(status=("running", "stopping"))
                  if now - max(r.get("heartbeat_at") or 0, r.get("started_at") or 0) > limit_s
-                 or not procman.run_process_alive(r)]
+                 or (r.get("pid") and r.get("host") == socket.gethostname() and not procman.run_process_alive(r))]
         info["stale_runs"] = stale
         info["reconciled"] = procman.reconcile(reg)
         counts: dict[str, int] = {}

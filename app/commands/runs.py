@@ -34,7 +34,10 @@ def run_failed_error(name: str, status: str):
     return error
 
 
-runs_app = typer.Typer(help="List, inspect and control runs (all read and reconcile the registry).",
+runs_app = typer.Typer(help="List, inspect and control runs (listing and control commands reconcile run status first).\n\n"
+                       "Exit codes: 0 success; 1 internal error; 2 user error (unknown run, with 'did you mean'; bad "
+                       "option; run in the wrong state); 3 a run the command waited on ended failed or crashed. "
+                       "JSON (--json) goes to stdout, messages to stderr.",
                        no_args_is_help=True)
 
 
@@ -229,6 +232,11 @@ def show_run(
         ("tags", ", ".join(row.get("tags") or []) or "-"), ("notes", row.get("notes") or "-"),
         ("log", data["log_path"]),
     ]
+    if row["status"] == "queued":
+        usage = procman.gpu_usage(reg)
+        ahead = [r["name"] for r in reg.list_runs(status="queued") if r["id"] < row["id"]]
+        lines.append(("queue", f"waiting for {row.get('gpus_requested') or 0} GPU(s); free {usage['free'] or 'none'}"
+                      f" of {usage['detected'] or 'none'}" + (f"; behind {', '.join(ahead)}" if ahead else "")))
     for key, value in lines:
         console.print(f"  [dim]{key:<10}[/] {value if value is not None else '-'}")
     last = (row.get("summary") or {}).get("last", {})
@@ -307,7 +315,7 @@ def _wait_in_foreground(reg, name: str, log_offset: int) -> None:
     except KeyboardInterrupt:
         console.print(f"\n{name}: {_status_text(reg.get_run(name)['status'])} (interrupted; resume with "
                       f"`krl runs resume {name}`)")
-        raise typer.Exit(130)
+        raise SystemExit(130)  # typer.Exit codes are lost under cli.main's standalone_mode=False
     console.print(f"{name}: {_status_text(final['status'])}")
     if final["status"] in ("failed", "crashed"):
         raise run_failed_error(name, final["status"])

@@ -65,6 +65,8 @@ class RunDetailScreen(Screen):
         self.run: Optional[dict[str, Any]] = None
         self.metric_keys: list[str] = []
         self._loaded_tabs: set[str] = set()
+        self._built_tabs: set[str] = set()
+        self._tab_ready: set[str] = set()
         self._last_step: Any = object()
         self._log_offset = 0
         self.traj_filter = TrajectoryFilter()
@@ -75,34 +77,57 @@ class RunDetailScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Static(id="run-header")
+        # Only the first tab's widgets are built now; the others on first view (opening a run stays fast).
         with TabbedContent(initial=self.initial_tab, id="run-tabs"):
-            with TabPane("Curves", id="curves"):
-                yield CurvesPanel(id="curves-panel")
-            with TabPane("Trajectories", id="trajectories"):
-                with Horizontal(id="traj-filters", classes="filter-bar"):
-                    yield Select([], prompt="all problems", id="traj-problem", allow_blank=True)
-                    yield Select(OUTCOMES, value="all", id="traj-outcome", allow_blank=False)
-                    yield Input(placeholder="steps e.g. 10-20", id="traj-steps")
-                    yield Select(ORDERS, value="return", id="traj-order", allow_blank=False)
-                yield DataTable(id="traj-table", cursor_type="row", zebra_stripes=True)
-            with TabPane("Problems", id="problems"):
-                yield DataTable(id="problems-table", cursor_type="row", zebra_stripes=True)
-            with TabPane("Config", id="config"):
-                with VerticalScroll():
-                    yield ConfigView(id="config-view")
-            with TabPane("Checkpoints", id="checkpoints"):
-                yield DataTable(id="checkpoints-table", cursor_type="row", zebra_stripes=True)
-            with TabPane("Logs", id="logs"):
-                yield Input(placeholder="search the log", id="log-search")
-                yield LogTail(id="log-tail")
+            for tab in TABS:
+                with TabPane(tab.capitalize(), id=tab):
+                    if tab == self.initial_tab:
+                        yield from self._tab_widgets(tab)
         yield Footer()
 
+    def _tab_widgets(self, tab: str) -> list:
+        if tab == "curves":
+            return [CurvesPanel(id="curves-panel")]
+        if tab == "trajectories":
+            return [Horizontal(Select([], prompt="all problems", id="traj-problem", allow_blank=True),
+                               Select(OUTCOMES, value="all", id="traj-outcome", allow_blank=False),
+                               Input(placeholder="steps e.g. 10-20", id="traj-steps"),
+                               Select(ORDERS, value="return", id="traj-order", allow_blank=False),
+                               id="traj-filters", classes="filter-bar"),
+                    DataTable(id="traj-table", cursor_type="row", zebra_stripes=True)]
+        if tab == "problems":
+            return [DataTable(id="problems-table", cursor_type="row", zebra_stripes=True)]
+        if tab == "config":
+            return [VerticalScroll(ConfigView(id="config-view"))]
+        if tab == "checkpoints":
+            return [DataTable(id="checkpoints-table", cursor_type="row", zebra_stripes=True)]
+        return [Input(placeholder="search the log", id="log-search"), LogTail(id="log-tail")]
+
+    def _build_tab(self, tab: str) -> None:
+        pane = self.query_one(f"#{tab}", TabPane)
+        if tab in self._built_tabs:
+            return
+        self._built_tabs.add(tab)
+        if not pane.children:
+            pane.mount_all(self._tab_widgets(tab))
+        self.call_after_refresh(self._setup_tab, tab)
+
+    def _setup_tab(self, tab: str) -> None:
+        if tab == "trajectories":
+            self.query_one("#traj-table", DataTable).add_columns(
+                "id", "step", "group", "sample", "problem", "turns", "return", "solved", "at turn", "speedup", "hack")
+        elif tab == "problems":
+            self.query_one("#problems-table", DataTable).add_columns(
+                "problem", "attempts", "solved", "solve rate", "best speedup", "hacks", "mean return",
+                "mean solve turn")
+        elif tab == "checkpoints":
+            self.query_one("#checkpoints-table", DataTable).add_columns("step", "name", "state path", "sampler path")
+        self._tab_ready.add(tab)
+        if self.run is not None:
+            self._load_tab(tab, force=True)
+
     def on_mount(self) -> None:
-        self.query_one("#traj-table", DataTable).add_columns(
-            "id", "step", "group", "sample", "problem", "turns", "return", "solved", "at turn", "speedup", "hack")
-        self.query_one("#problems-table", DataTable).add_columns(
-            "problem", "attempts", "solved", "solve rate", "best speedup", "hacks", "mean return", "mean solve turn")
-        self.query_one("#checkpoints-table", DataTable).add_columns("step", "name", "state path", "sampler path")
+        self._build_tab(self.initial_tab)
         self.load_header()
         if self.app.live and self.app.refresh_s:
             self.set_interval(self.app.refresh_s, self.load_header)
@@ -197,14 +222,16 @@ class RunDetailScreen(Screen):
         self._render_header()
         step_moved = message.run.get("last_step") != self._last_step
         self._last_step = message.run.get("last_step")
-        panel = self.query_one(CurvesPanel)
+        panels = self.query(CurvesPanel)
         if first:
-            panel.set_keys(self.metric_keys, default_curve_keys(self.metric_keys))
+            if panels:
+                panels.first().set_keys(self.metric_keys, default_curve_keys(self.metric_keys))
             self._load_tab(self.query_one(TabbedContent).active or self.initial_tab)
             return
         if step_moved:
-            panel.set_keys(self.metric_keys, [])
-            panel.refresh_data()
+            if panels:
+                panels.first().set_keys(self.metric_keys, [])
+                panels.first().refresh_data()
             active = self.query_one(TabbedContent).active
             if active in ("trajectories", "problems", "checkpoints"):
                 self._load_tab(active, force=True)
@@ -225,16 +252,21 @@ class RunDetailScreen(Screen):
             text.append("  RECORDED REPLAY DATA (no live model)", style=f"bold reverse {theme_colour(self.app, 'warning')}")
         if run.get("error") and run["status"] in ("failed", "crashed"):
             text.append(f"\n{run['error'].strip().splitlines()[-1][:200]}", style=theme_colour(self.app, "error"))
-        self.query_one("#run-header", Static).update(text)
+        if text != getattr(self, "_header_text", None):  # an unchanged header must not re-layout the screen
+            self._header_text = text
+            self.query_one("#run-header", Static).update(text)
 
     def on_series_loaded(self, message: SeriesLoaded) -> None:
-        self.query_one(CurvesPanel).show_series(message.series)
+        for panel in self.query(CurvesPanel):
+            panel.show_series(message.series)
 
     @on(CurvesPanel.Wanted)
     def _curves_wanted(self, message: CurvesPanel.Wanted) -> None:
         self.load_curves(message.keys, message.max_points)
 
     def on_table_loaded(self, message: TableLoaded) -> None:
+        if message.table not in self._tab_ready:
+            return
         if message.table == "trajectories":
             self._fill_trajectories(message.rows, message.extra.get("problems", []))
         elif message.table == "problems":
@@ -273,9 +305,12 @@ class RunDetailScreen(Screen):
                           key=str(row["id"]))
 
     def on_config_loaded(self, message: ConfigLoaded) -> None:
-        self.query_one(ConfigView).show(message.config, message.overrides)
+        for view in self.query(ConfigView):
+            view.show(message.config, message.overrides)
 
     def on_log_lines(self, message: LogLines) -> None:
+        if not self.query(LogTail):
+            return
         tail = self.query_one(LogTail)
         if message.reset:
             tail.clear()
@@ -290,10 +325,19 @@ class RunDetailScreen(Screen):
 
     @on(TabbedContent.TabActivated)
     def _tab_activated(self, event: TabbedContent.TabActivated) -> None:
-        if self.run is not None:
-            self._load_tab(event.pane.id)
+        tab = event.pane.id
+        if tab not in self._built_tabs:
+            self._build_tab(tab)
+            if tab == "curves" and self.run is not None:
+                self.call_after_refresh(lambda: self.query_one(CurvesPanel).set_keys(
+                    self.metric_keys, default_curve_keys(self.metric_keys)))
+        elif self.run is not None:
+            self._load_tab(tab)
 
     def _load_tab(self, tab: str, force: bool = False) -> None:
+        if tab not in self._tab_ready:
+            self._build_tab(tab)  # loads once its widgets exist
+            return
         if tab in self._loaded_tabs and not force and tab not in ("logs",):
             return
         self._loaded_tabs.add(tab)
@@ -345,8 +389,8 @@ class RunDetailScreen(Screen):
     def _problem_chosen(self, event: DataTable.RowSelected) -> None:
         self.traj_filter.problem_id = str(event.row_key.value)
         self.query_one(TabbedContent).active = "trajectories"
-        self._loaded_tabs.add("trajectories")
-        self.load_trajectory_rows()
+        if "trajectories" in self._tab_ready:
+            self.load_trajectory_rows()
 
     # ---------------------------------------------------------------- actions
 
@@ -357,15 +401,17 @@ class RunDetailScreen(Screen):
         self.query_one(TabbedContent).active = tab
 
     def action_toggle_x(self) -> None:
-        self.query_one(CurvesPanel).toggle_x_axis()
+        for panel in self.query(CurvesPanel):
+            panel.toggle_x_axis()
 
     def action_smoothing(self, direction: int) -> None:
-        self.query_one(CurvesPanel).adjust_smoothing(direction * SMOOTHING_STEP)
+        for panel in self.query(CurvesPanel):
+            panel.adjust_smoothing(direction * SMOOTHING_STEP)
 
     def action_search(self) -> None:
         active = self.query_one(TabbedContent).active
         target = {"logs": "#log-search", "curves": "#metric-filter", "trajectories": "#traj-steps"}.get(active)
-        if target:
+        if target and self.query(target):
             self.query_one(target).focus()
 
     def action_stop(self) -> None:

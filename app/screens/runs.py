@@ -12,7 +12,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import Footer, Input, Static
 
 from app.screens.dialogs import ConfirmScreen, PromptScreen
 from app.screens.loaders import RunRow, load_runs, load_sparklines
@@ -218,9 +218,9 @@ class RunsScreen(Screen):
         self.sort_reverse = not self.sort_reverse
         self._render_table()
 
-    @on(DataTable.HeaderSelected)
-    def _header_clicked(self, event: DataTable.HeaderSelected) -> None:
-        key = str(event.column_key.value)
+    @on(RunTable.HeaderSelected)
+    def _header_clicked(self, event: RunTable.HeaderSelected) -> None:
+        key = event.column
         if key in SORT_KEYS:
             self.sort_reverse = not self.sort_reverse if key == self.sort_key else False
             self.sort_key = key
@@ -242,7 +242,7 @@ class RunsScreen(Screen):
         run_id = self.current_run_id()
         return next((r for r in self.rows if r.id == run_id), None)
 
-    @on(DataTable.RowSelected, "#runs-table")
+    @on(RunTable.RowSelected)
     def _row_selected(self) -> None:
         self.action_open()
 

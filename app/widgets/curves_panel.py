@@ -61,7 +61,7 @@ class CurvesPanel(Horizontal):
     def show_series(self, series: dict[str, Series], total_points: int = 0) -> None:
         self._series.update(series)
         self._total_points = total_points
-        self._redraw()
+        self._redraw(only=set(series))
 
     # ---------------------------------------------------------------- controls
 
@@ -74,9 +74,11 @@ class CurvesPanel(Horizontal):
         self._redraw()
 
     def plot_width(self) -> int:
+        """Points worth fetching per curve: two per braille column of one plot (plots sit two abreast)."""
         grid = self.query_one("#plot-grid")
-        width = grid.size.width // 2 if grid.size.width else 100
-        return max(50, width)
+        # Before the first layout the grid has no size; estimate from the screen (minus the metric picker).
+        width = grid.size.width or max(40, self.app.size.width - 36)
+        return max(50, 2 * (width // 2 - 8))
 
     # ---------------------------------------------------------------- internals
 
@@ -127,17 +129,20 @@ class CurvesPanel(Horizontal):
         if self.selected:
             self.post_message(self.Wanted(self.selected[:MAX_PLOTS], self.plot_width()))
 
-    def _redraw(self) -> None:
+    def _redraw(self, only: set[str] | None = None) -> None:
         shown = 0
         for key in self.selected[:MAX_PLOTS]:
             series = self._series.get(key)
+            if series is not None:
+                shown += len(series.steps)
+            if only is not None and key not in only:
+                continue
             try:
                 plot = self.query_one(f"#{plot_id(key)}", RewardPlot)
             except Exception:
                 continue
             if series is None:
                 continue
-            shown += len(series.steps)
             if self.x_axis == "time" and series.wall_times:
                 start = series.wall_times[0]
                 xs = [(w - start) / 60 for w in series.wall_times]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from rich.text import Text
 from textual.color import Color
 from textual_plotext import PlotextPlot
 
@@ -46,6 +47,18 @@ class RewardPlot(PlotextPlot):
         self._curves: list[Curve] = []
         self._smoothing = 0.6
         self._x_label = "step"
+        self._version = 0
+        self._rendered: tuple = ((), None)
+
+    def render(self):
+        # plotext rebuilds the whole figure on every call; most repaints (cursor moves, other widgets
+        # refreshing) do not change the plot, so reuse the last build.
+        if not self._version:
+            return Text(f"{self.plot_title}\n(loading…)", justify="center")
+        key = (self.size, self._version, self.app.theme)
+        if self._rendered[0] != key:
+            self._rendered = (key, super().render())
+        return self._rendered[1]
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -73,4 +86,5 @@ class RewardPlot(PlotextPlot):
             plt.plot(curve.xs, smoothed, color=_rgb(self.app, curve.colour), marker="braille", label=label)
         if not any(c.xs for c in self._curves):
             plt.title(f"{self.plot_title} (no data yet)")
+        self._version += 1
         self.refresh()

@@ -116,8 +116,8 @@ def kill_runs(workspace: Path) -> None:
 
     reg = Registry.for_workspace(workspace)
     for row in reg.list_runs():
-        if procman.run_process_alive(row):
-            os.killpg(row["pid"], signal.SIGKILL)
+        if row["pid"] != os.getpid() and procman.run_process_alive(row):
+            procman._signal_run(row, signal.SIGKILL)
     reg.close()
 
 
@@ -312,3 +312,10 @@ def test_fork_starts_a_child_from_the_parent_checkpoint_with_changes(krl, regist
 def test_an_empty_workspace_lists_no_runs(krl, workspace):
     assert json.loads(krl("runs", "ls", "--json", check_rc=0).stdout) == []
     assert not (workspace / "registry.db").exists()  # reading never creates a registry
+
+
+def test_foreground_train_that_fails_exits_3(krl):
+    done = krl("train", "demo", "problems=./no-such-problems", "--name", "fg")
+    assert done.returncode == 3 and "failed" in done.stderr
+    shown = json.loads(krl("runs", "show", "fg", "--json", check_rc=0).stdout)
+    assert shown["status"] == "failed" and "no-such-problems" in shown["error"]

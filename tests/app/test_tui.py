@@ -35,13 +35,12 @@ def filled(workspace):
 
 
 def table_names(app) -> list[str]:
-    table = app.screen.query_one(RunTable)
-    return [str(table.get_row_at(i)[1]) for i in range(table.row_count)]
+    return app.screen.query_one(RunTable).names()
 
 
 def move_to(app, name: str) -> None:
     table = app.screen.query_one(RunTable)
-    table.move_cursor(row=table_names(app).index(name), animate=False)
+    table.move_cursor(table_names(app).index(name))
 
 
 async def test_runs_table_filter_and_sort(filled, workspace):
@@ -298,7 +297,7 @@ async def test_status_change_appears_within_a_second(filled, workspace):
             if rows["single-turn-ablation"] == "failed":
                 break
         assert rows["single-turn-ablation"] == "failed"
-        cell = str(app.screen.query_one(RunTable).get_cell(str(ids["single-turn-ablation"]), "status"))
+        cell = app.screen.query_one(RunTable).cell_text(ids["single-turn-ablation"], "status")
         assert "failed" in cell
 
 

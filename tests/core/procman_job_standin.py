@@ -60,6 +60,7 @@ def main() -> int:
         reg.set_status(run["id"], "stopped", "SIGTERM", ended_at=time.time())
     else:
         reg.set_status(run["id"], "finished", "", ended_at=time.time())
+    time.sleep(knobs.get("linger_s", 0))  # like closing evaluator workers after the final status
     return 0
 
 

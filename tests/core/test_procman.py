@@ -33,11 +33,8 @@ def wait_for(predicate, timeout_s: float = 20.0, poll_s: float = 0.05):
 def kill_all_runs(reg) -> None:
     """Leave no process behind: SIGKILL every live run group, then every child this process spawned."""
     for row in reg.list_runs():
-        if procman.run_process_alive(row):
-            try:
-                os.killpg(row["pid"], signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        if row["pid"] != os.getpid() and procman.run_process_alive(row):
+            procman._signal_run(row, signal.SIGKILL)
     for run_id, proc in list(procman._CHILDREN.items()):
         if proc.poll() is None:
             try:
@@ -246,6 +243,17 @@ def test_two_runs_competing_for_one_gpu_queue_in_order(pm, monkeypatch):
     assert "CUDA_VISIBLE_DEVICES=''" in (pm.workspace / "cpu" / "logs.log").read_text()
 
 
+def test_gpus_stay_held_until_the_ended_job_has_exited(pm, monkeypatch):
+    monkeypatch.setenv("KRL_GPUS", "1")
+    first = procman.start_run(standin(max_steps=2, gpus=1, linger_s=2), name="first", registry=pm)
+    procman.start_run(standin(max_steps=2, gpus=1), name="second", registry=pm)
+    wait_for(lambda: pm.get_run("first")["status"] == "finished")
+    assert procman.pid_matches(first["pid"], first["pid_start_time"])  # still closing down
+    assert status(pm, "second") == "queued"
+    wait_for(lambda: status(pm, "second") != "queued", timeout_s=10)
+    assert not procman.pid_matches(first["pid"], first["pid_start_time"])
+
+
 def test_concurrent_readers_start_a_queued_run_once(pm, monkeypatch):
     monkeypatch.setenv("KRL_GPUS", "1")
     # Queued without anyone reconciling yet, as after a run ended while no reader was around.
@@ -256,7 +264,7 @@ def test_concurrent_readers_start_a_queued_run_once(pm, monkeypatch):
         from core.registry import Registry
         procman.reconcile(Registry.for_workspace({str(pm.workspace)!r}))
     """)
-    readers = [subprocess.Popen([sys.executable, "-c", script]) for _ in range(4)]
+    readers = [subprocess.Popen([sys.executable, "-c", script]) for _ in range(3)]
     assert all(r.wait(30) == 0 for r in readers)
     procman.reconcile(pm)
     row = pm.get_run("waiting")

@@ -71,7 +71,7 @@ reg.close()
 
 
 def test_four_writer_processes_and_a_reader_never_see_database_is_locked(workspace, tmp_path):
-    steps, writers = 30, 4
+    steps, writers = 20, 4
     Registry.for_workspace(workspace).close()  # created up front so writers only race on data, not schema
     go = tmp_path / "go"
     procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(i), str(steps), str(go)], cwd=REPO,

@@ -3,6 +3,8 @@ rewards, advantages, metrics except timings, weights) as an uninterrupted run; f
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -63,6 +65,9 @@ def test_a_paused_run_stops_with_a_checkpoint(runs):
     assert [c["step"] for c in registry.checkpoints(paused)] == [0, 1, 2]
     statuses = [e["message"].split(":")[0] for e in registry.events(paused) if e["kind"] == "status"]
     assert statuses[-4:] == ["running", "stopped", "running", "finished"]
+    assert any(e["kind"] == "resume" and "step-000001" in e["message"] for e in registry.events(paused))
+    lines = (registry.run_dir("paused") / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [0, 1, 2]
 
 
 @pytest.mark.slow

@@ -237,7 +237,7 @@ def test_one_training_step_of_the_loop_through_the_sdk(fake_sdk, registry):
         "backend=tinker", "model=Qwen/Qwen3-8B", "problems=builtin/relu", "max_steps=1", "dataset.batch_size=1",
         "dataset.group_size=2", "kernel.backend=torch", "eval.devices=cpu", "eval.timing_trials=3",
         "eval.warmup_trials=1", "eval.correctness_trials=2", "sampling.max_tokens=2048", "optim.lr=2e-5",
-        "optim.warmup_steps=0", "gpus=0"])
+        "optim.warmup_steps=0", "gpus=0", "eval.run_timeout_s=600"])
     run = registry.create_run("tinker-loop", config=config.model_dump(mode="json"), backend="tinker")
     assert execute(registry, run["id"], install_signals=False) == 0
     row = registry.get_run(run["id"])

@@ -141,7 +141,7 @@ def test_checkpoints_are_recorded_in_registry_and_jsonl(finished_run):
 
 @pytest.mark.slow
 def test_demo_preset_replays_recordings_through_the_evaluator(registry):
-    config = load_config("demo", ["max_steps=3", "eval.devices=cpu"])
+    config = load_config("demo", ["max_steps=3", "eval.devices=cpu", "eval.run_timeout_s=600"])
     row = registry.create_run("demo", kind="replay", config=config.model_dump(mode="json"), backend="replay")
     assert execute(registry, row["id"], install_signals=False) == 0
     assert registry.get_run(row["id"])["status"] == "finished"

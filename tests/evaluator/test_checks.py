@@ -126,7 +126,9 @@ def test_static_rule_trips(name, backend, rule):
     (CUDA_TORCH_OPS, "cuda", "custom_kernel_bypassed"),
     (CUDA_FALLBACK, "cuda", "swallowed_kernel_failure"),
     (HEADER + "class ModelNew(nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n", "cuda", "custom_kernel_bypassed"),
-])
+], ids=["calls_Model", "setattr_torch", "Tensor_method", "from_import_alias", "time_alias", "function_mode",
+        "gc_objects", "sys_modules", "thread_pool", "cuda_stream", "cuda_stream_in_cpp", "cuda_token_work",
+        "cuda_build_fallback", "cuda_no_kernel"])
 def test_static_rule_trips_inline(source, backend, rule):
     assert static(source, backend) == rule
 
@@ -142,7 +144,14 @@ def test_static_rule_trips_inline(source, backend, rule):
     (HEADER + "try:\n    import triton\nexcept ImportError:\n    triton = None\n", "torch"),
     (HEADER + "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.model_dim = 3\n"
      "        self.w = nn.Parameter(torch.ones(3))\n", "torch"),
-])
+    (CUDA_HONEST.replace("relu_ext = load_inline(", "import os\nos.environ['TORCH_CUDA_ARCH_LIST'] = '9.0'\n"
+                         "relu_fn = load_inline(").replace("self.ext = relu_ext", "self.fn = relu_fn.relu_cuda")
+     .replace("self.ext.relu_cuda(", "self.fn("), "cuda"),
+    (candidate("relu_triton.py").replace("@triton.jit\ndef relu_kernel(", "def _relu(")
+     .replace("def launch_relu(", "relu_kernel = triton.jit(_relu)\n\n\ndef launch_relu("), "triton"),
+], ids=["triton_relu", "torch_relu", "torch_backend_exempt", "cuda_relu", "cuda_builder_autograd_submodule",
+        "backend_flags_and_local_attrs", "sys_version_current_stream", "optional_import", "model_dim_parameter",
+        "cuda_environ_and_function_handle", "triton_jit_called"])
 def test_honest_candidates_pass_static_rules(source, backend):
     assert static(source, backend) is None
 
@@ -207,6 +216,7 @@ RUNTIME_CASES = [
 def runtime_results():
     requests = [request(rid, RELU, candidate(name), backend=backend, size_overrides=TINY)
                 for rid, name, backend, _ in RUNTIME_CASES]
+    requests.append(request("global_dtype", ONES_REFERENCE, candidate("honest_sets_global_dtype.py")))
     return {r["request_id"]: r for r in run_batch(requests)}
 
 
@@ -245,6 +255,6 @@ def get_init_inputs():
 """
 
 
-def test_global_numeric_switches_are_reset_for_the_reference():
-    [res] = run_batch([request("dtype", ONES_REFERENCE, candidate("honest_sets_global_dtype.py"))])
+def test_global_numeric_switches_are_reset_for_the_reference(runtime_results):
+    res = runtime_results["global_dtype"]
     assert res["verdict"] == "correct", res["error_message"]

@@ -139,3 +139,57 @@ def test_cuda_candidates_through_the_pool_in_cpu_mode(tmp_path):
     # It compiles; without a GPU it cannot run, and the evaluator says exactly that.
     assert built.verdict == Verdict.RUNTIME_ERROR and built.compiled and "CPU mode" in built.error_message
     assert "compile" not in built.cache_hits and "compile" in again.cache_hits
+
+
+# ---------------------------------------------------------------- on a GPU
+
+RELU_CUDA = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+    from torch.utils.cpp_extension import load_inline
+
+    relu_source = """
+    #include <torch/extension.h>
+    #include <cuda_runtime.h>
+
+    __global__ void relu_kernel(const float* x, float* out, int size) {
+        int idx = blockIdx.x * blockDim.x + threadIdx.x;
+        if (idx < size) out[idx] = x[idx] > 0.f ? x[idx] : 0.f;
+    }
+
+    torch::Tensor relu_cuda(torch::Tensor x) {
+        auto out = torch::empty_like(x);
+        int size = x.numel();
+        const int block_size = 256;
+        relu_kernel<<<(size + block_size - 1) / block_size, block_size>>>(x.data_ptr<float>(), out.data_ptr<float>(), size);
+        return out;
+    }
+    """
+
+    relu_ext = load_inline(name="relu_ext", cpp_sources="torch::Tensor relu_cuda(torch::Tensor x);",
+                           cuda_sources=relu_source, functions=["relu_cuda"], verbose=True)
+
+
+    class ModelNew(nn.Module):
+        def __init__(self):
+            super().__init__()
+
+        def forward(self, x):
+            return relu_ext.relu_cuda(x)
+''')
+
+
+@pytest.mark.gpu
+def test_cuda_candidate_compiles_in_a_compile_worker_and_runs_from_the_cache(tmp_path):
+    with make_evaluator(str(tmp_path / "cache"), devices="auto", compile_workers=2) as ev:
+        first = ev.evaluate(request(RELU_CUDA, backend="cuda", compile_timeout_s=600))
+        second = ev.evaluate(request(RELU_CUDA, backend="cuda"))
+        broken_source = RELU_CUDA.replace("out[idx] = x[idx]", "out[idx] = xx[idx]")
+        broken = ev.evaluate(request(broken_source, backend="cuda", compile_timeout_s=600))
+    assert first.verdict == Verdict.CORRECT, first.error_message
+    assert first.compiled and first.speedup and first.speedup > 0
+    assert "compile" not in first.cache_hits and "compile" in second.cache_hits
+    assert second.verdict == Verdict.CORRECT
+    assert broken.verdict == Verdict.COMPILE_ERROR
+    line = next(k for k, l in enumerate(broken_source.splitlines(), 1) if "xx[idx]" in l)
+    assert f"line {line}:" in broken.error_message and "xx" in broken.error_message

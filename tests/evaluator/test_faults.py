@@ -104,3 +104,66 @@ def test_missing_model_new_is_a_format_error(evaluator):
     result, _ = run_then_healthy(evaluator, "import torch\nclass Model2(torch.nn.Module):\n    pass\n")
     assert result.verdict == Verdict.FORMAT_ERROR
     assert "ModelNew" in result.error_message
+
+
+# ---------------------------------------------------------------- on a GPU
+
+TRITON_PRELUDE = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def poke_kernel(x_ptr, out_ptr, n, OFFSET: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs + OFFSET, tl.maximum(x, 0.0), mask=mask)
+
+
+@triton.jit(debug=True)
+def assert_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.device_assert(x < -1000.0, "planted device-side assert")
+    tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)
+'''
+
+
+def triton_candidate(launch: str) -> str:
+    return candidate(f"out = torch.empty_like(x)\nn = x.numel()\n{launch}\ntorch.cuda.synchronize()\nreturn out",
+                     prelude=TRITON_PRELUDE)
+
+
+@pytest.fixture(scope="module")
+def gpu_evaluator(tmp_path_factory):
+    ev = make_evaluator(str(tmp_path_factory.mktemp("cache")), devices="auto", compile_workers=2)
+    yield ev
+    ev.close()
+
+
+@pytest.mark.gpu
+def test_triton_kernel_is_correct_on_the_gpu(gpu_evaluator):
+    result = gpu_evaluator.evaluate(request(triton_candidate("poke_kernel[(triton.cdiv(n, 1024),)](x, out, n, OFFSET=0, BLOCK=1024)"),
+                                            backend="triton"))
+    assert result.verdict == Verdict.CORRECT, result.error_message
+    assert result.timing_clock == "cuda_events" and result.device_name
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("launch", [
+    "poke_kernel[(triton.cdiv(n, 1024),)](x, out, n, OFFSET=2**40, BLOCK=1024)",  # illegal memory access
+    "assert_kernel[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)",  # device-side assert
+])
+def test_sticky_cuda_errors_retire_the_worker_and_the_pool_recovers(gpu_evaluator, launch):
+    before = gpu_evaluator.stats()["stats"]
+    started = time.monotonic()
+    result = gpu_evaluator.evaluate(request(triton_candidate(launch), backend="triton", run_timeout_s=60))
+    assert result.verdict in (Verdict.RUNTIME_ERROR, Verdict.CRASHED), result
+    assert time.monotonic() - started < 45
+    after = gpu_evaluator.evaluate(request(GOOD))
+    assert after.verdict == Verdict.CORRECT, after.error_message
+    assert after.worker_id != result.worker_id
+    stats = gpu_evaluator.stats()["stats"]
+    assert stats.get("retired", 0) + stats.get("crashes", 0) > before.get("retired", 0) + before.get("crashes", 0)

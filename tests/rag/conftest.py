@@ -11,11 +11,14 @@ DATA = Path(__file__).parent / "data"
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _offline(tmp_path_factory):
+def _environment():
     # The default model is bundled: nothing here may reach the network.
     mp = pytest.MonkeyPatch()
     mp.setenv("HF_HUB_OFFLINE", "1")
     mp.setenv("TRANSFORMERS_OFFLINE", "1")
+    # CI runs `pytest -n 2` on 2 cores: two torch threads per worker oversubscribe the CPU and MiniLM then runs
+    # about ten times slower. Embeddings use one thread (the setting is scoped to encode calls).
+    mp.setenv("KRL_RAG_THREADS", "1")
     yield
     mp.undo()
 
