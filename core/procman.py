@@ -210,7 +210,16 @@ def _child_exit_code(run_id: int, pid: int | None) -> Optional[int]:
     proc = _CHILDREN.get(run_id)
     if proc is None or proc.pid != pid:
         return None
-    return proc.poll()  # also reaps it; Popen keeps the code, so repeated calls agree
+    code = proc.poll()  # also reaps it; Popen keeps the code, so repeated calls agree
+    if code is None and os.path.exists("/proc/self/stat"):
+        stat = _proc_stat(proc.pid)
+        if stat is None or stat[0] in ("Z", "X"):
+            # A killed multi-threaded job shows as a zombie before its last thread is gone and waitpid can reap it.
+            try:
+                code = proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                pass
+    return code
 
 
 # ---------------------------------------------------------------- GPUs

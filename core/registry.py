@@ -178,8 +178,9 @@ CREATE INDEX events_run ON events(run_id, id)
 """
 
 # v2: per-block (BLOCK_STEPS consecutive steps) min and max points of each series, a cache that downsampling reads
-# instead of scanning every row (filled lazily by readers; every write to a block deletes its cached row); and an
-# index so deleting a run can find prompt texts no other turn uses.
+# instead of scanning every row (write_step fills a block when a run moves past it, readers fill what bulk loads
+# left; every write to a block deletes its cached row); and an index so deleting a run can find prompt texts no
+# other turn uses.
 _SCHEMA_V2 = """
 CREATE TABLE metric_blocks (
     run_id INTEGER NOT NULL,
@@ -610,6 +611,9 @@ class Registry:
             summary, last_step = self._run_progress(run_id)
             if last_step is not None and step <= last_step:
                 self._delete_step_metrics(run_id, step)
+            elif last_step is not None and step // BLOCK_STEPS > last_step // BLOCK_STEPS:
+                # The previous block is complete: cache its min/max now so readers of a live run never write.
+                self._cache_blocks(run_id, list(metrics), last_step // BLOCK_STEPS)
             self._insert_metrics(run_id, step, metrics, now)
             self.conn.execute("DELETE FROM turns WHERE trajectory_id IN "
                               "(SELECT id FROM trajectories WHERE run_id = ? AND step = ?)", (run_id, step))
@@ -655,6 +659,13 @@ class Registry:
             self.conn.execute("DELETE FROM metric_blocks WHERE run_id = ? AND block BETWEEN ? AND ?",
                               (run_id, min(steps) // BLOCK_STEPS, max(steps) // BLOCK_STEPS))
         return len(rows)
+
+    def _cache_blocks(self, run_id: int, keys: Sequence[str], block: int) -> None:
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO metric_blocks (block, min_step, min_value, min_wall, max_step, max_value, "
+            f"max_wall, run_id, key) SELECT *, :run, :key FROM ({_BLOCKS_SQL})",
+            [{"run": run_id, "key": key, "b0": block, "b1": block, "slo": _MIN_STEP, "shi": 2**63 - 1}
+             for key in keys])
 
     def _run_progress(self, run_id: int) -> tuple[dict[str, Any], Optional[int]]:
         row = self.conn.execute("SELECT summary, last_step FROM runs WHERE id = ?", (run_id,)).fetchone()

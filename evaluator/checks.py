@@ -352,7 +352,6 @@ _INTROSPECTION_CALLS = {"sys._getframe", "inspect.currentframe", "inspect.stack"
 _INTROSPECTION_NAMES = {"sys.modules", "__main__"}
 _GLOBAL_MODE_BASES = ("TorchFunctionMode", "TorchDispatchMode")
 _TRITON_DECORATORS = ("jit", "autotune", "heuristics")
-_BUILD_CALLS = ("load_inline", "cpp_extension.load", "triton.compile")
 
 
 class _Analysis:
@@ -438,9 +437,13 @@ class _Analysis:
     def is_build_call(self, node: ast.AST) -> bool:
         if not isinstance(node, ast.Call):
             return False
+        if isinstance(node.func, ast.Name) and node.func.id in self.builders:
+            return True
         name = self.qualname(node.func)
-        return any(name == b or name.endswith("." + b) or name.endswith(b) and "cpp_extension" in name or
-                   name.split(".")[-1] == b for b in _BUILD_CALLS) or (isinstance(node.func, ast.Name) and node.func.id in self.builders)
+        last = name.split(".")[-1]
+        # load_inline under any alias; cpp_extension.load (file sources); triton.compile
+        return last == "load_inline" or (last == "load" and "cpp_extension" in name) or name == "triton.compile"
+
 
     def _find_extension_handles(self) -> None:
         for _ in range(3):  # handles flow through a few assignments: ext = build(); fn = ext.op; self.fn = fn

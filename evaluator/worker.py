@@ -423,6 +423,9 @@ def evaluate_in_process(request: EvalRequest, ctx: WorkerContext, prebuilt: dict
     return result
 
 
+_MISSING = object()
+
+
 class _RunState:
     """One evaluation's moving parts, so cleanup can undo whatever was reached."""
 
@@ -462,6 +465,7 @@ class _RunState:
                                f"{type(exc).__name__}: {exc}") from None
             ref_cls = reference.Model
             watch = _Watch(ref_cls)
+            self.reference_dicts = [(d, dict(d)) for d in (reference.__dict__, ref_cls.__dict__)]
             model_new_cls = self._load_candidate(prebuilt, watch)
             if isinstance(model_new_cls, type) and issubclass(model_new_cls, ref_cls):
                 raise _Outcome(Verdict.HACK_DETECTED, checks.message("reference_model"), "reference_model")
@@ -469,10 +473,16 @@ class _RunState:
             dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[request.precision]
             self.dtype = dtype
             with self._default_device():
-                _set_seed(torch, request.seed)
-                init_inputs = _to_device(torch, list(reference.get_init_inputs()), ctx.device)
-                _set_seed(torch, request.seed)
-                ref_model = ref_cls(*init_inputs)
+                try:
+                    _set_seed(torch, request.seed)
+                    init_inputs = _to_device(torch, list(reference.get_init_inputs()), ctx.device)
+                    _set_seed(torch, request.seed)
+                    ref_model = ref_cls(*init_inputs)
+                    self.reference_model = ref_model
+                    self.reference_state = self._reference_checksum()  # before the candidate can reach it
+                except Exception as exc:
+                    raise _Outcome(Verdict.RUNTIME_ERROR, f"The reference Model could not be built (evaluator input "
+                                   f"error): {type(exc).__name__}: {exc}") from None
                 _set_seed(torch, request.seed)
                 with watch.candidate():
                     new_model = model_new_cls(*init_inputs)
@@ -484,6 +494,7 @@ class _RunState:
             ref_model = ref_model.to(ctx.device).to(dtype) if dtype != torch.float32 else ref_model.to(ctx.device)
             new_model = new_model.to(ctx.device).to(dtype) if dtype != torch.float32 else new_model.to(ctx.device)
             self._sync()
+            self.reference_state = self._reference_checksum()  # again after our own device/precision cast
             result.compiled = True
 
         own_names = (checks.own_kernel_names(request.candidate_source, self.candidate_module)
@@ -548,8 +559,28 @@ class _RunState:
             raise _Outcome(Verdict.FORMAT_ERROR, "`ModelNew` must be a subclass of torch.nn.Module.")
         return model_new
 
+    def _reference_checksum(self) -> list:
+        """Sums of the reference model's parameters: a candidate that reaches the reference (through gc) and zeroes
+        its weights would otherwise make both sides agree. Buffers are left out: BatchNorm's running stats move."""
+        torch = self.torch
+        sums = [torch.stack([p.detach().double().sum(), p.detach().double().abs().sum()])
+                for p in self.reference_model.parameters() if p.numel()]
+        return torch.stack(sums).cpu().flatten().tolist() if sums else []
+
+    def _reference_changed(self) -> bool:
+        now = self._reference_checksum()
+        return len(now) != len(self.reference_state) or any(
+            abs(a - b) > 1e-9 * (1.0 + abs(b)) for a, b in zip(now, self.reference_state))
+
     def _verify_untampered(self) -> None:
         self.ctx.guard.reset_numeric_flags()
+        for live, snapshot in getattr(self, "reference_dicts", ()):
+            if any(live.get(k, _MISSING) is not v for k, v in snapshot.items()):
+                raise _Outcome(Verdict.HACK_DETECTED, checks.message("reference_model", "the reference was modified"),
+                               "reference_model")
+        if getattr(self, "reference_model", None) is not None and self._reference_changed():
+            raise _Outcome(Verdict.HACK_DETECTED, checks.message("reference_model", "the reference weights were modified"),
+                           "reference_model")
         patched = self.ctx.guard.violations()
         if patched:
             self.ctx.guard.restore()

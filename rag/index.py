@@ -23,7 +23,7 @@ META_FILE = "meta.sqlite"
 # Exact search reads every vector (100k × 384 float32 = 154 MB per query: ~15-20 ms of memory bandwidth on one
 # core), so above 50k records the index turns into HNSW (< 1 ms). KernelBook + Sakana's correct kernels stay exact.
 DEFAULT_HNSW_THRESHOLD = 50_000
-HNSW_M = 32
+HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 80
 HNSW_EF_SEARCH = 128
 

@@ -141,7 +141,7 @@ def build(
             if spec == "runs":
                 from core.registry import Registry
 
-                with Registry.for_workspace() as registry:
+                with Registry.for_workspace(create=False) as registry:
                     harvested, harvest_skipped = harvest_records(registry, run or None)
                 records += harvested[:limit] if limit else harvested
                 console.print(f"harvested {len(harvested)} correct kernels from the registry")

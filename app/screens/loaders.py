@@ -35,7 +35,7 @@ def correct_key(keys: Sequence[str]) -> Optional[str]:
     return pick_key(keys, CORRECT_KEYS, r"correct")
 
 
-def default_curve_keys(keys: Sequence[str], limit: int = 8) -> list[str]:
+def default_curve_keys(keys: Sequence[str], limit: int = 6) -> list[str]:
     """The curves a run opens with: reward, then rates, speedup, eval time (whatever exists)."""
     first = reward_key(keys)
     chosen: list[str] = [first] if first else []
@@ -93,6 +93,24 @@ def run_row(run: dict[str, Any]) -> RunRow:
 
 def load_runs(reg: Registry) -> list[RunRow]:
     return [run_row(run) for run in reg.list_runs()]
+
+
+def refresh_active(reg: Registry, rows: Sequence[RunRow]) -> list[RunRow]:
+    """`rows` with every active run re-read: runs that are active now, and runs that were active before
+    (their status changed, or they were deleted). Newly created runs are active (queued), so they appear."""
+    active = {run["id"]: run_row(run) for run in reg.list_runs(status=("queued", "running", "stopping"))}
+    out = []
+    for row in rows:
+        if row.id in active:
+            out.append(active.pop(row.id))
+        elif row.status in ("queued", "running", "stopping"):
+            run = reg.find_run(row.id)
+            if run is not None:
+                out.append(run_row(run))
+        else:
+            out.append(row)
+    # New runs are the newest: they go first, as list_runs orders by id descending.
+    return sorted(active.values(), key=lambda r: -r.id) + out
 
 
 def load_sparklines(reg: Registry, rows: Sequence[RunRow], points: int = 16) -> dict[int, tuple[list[float], list[float]]]:

@@ -44,15 +44,15 @@ def parse_step_range(text: str) -> tuple[Optional[int], Optional[int]]:
 class RunDetailScreen(Screen):
     BINDINGS = [
         Binding("escape", "back", "Back", id="run.back"),
-        Binding("1", "tab('curves')", "Curves", id="run.tab_curves"),
-        Binding("2", "tab('trajectories')", "Trajectories", id="run.tab_trajectories"),
-        Binding("3", "tab('problems')", "Problems", id="run.tab_problems"),
-        Binding("4", "tab('config')", "Config", id="run.tab_config"),
-        Binding("5", "tab('checkpoints')", "Checkpoints", id="run.tab_checkpoints"),
-        Binding("6", "tab('logs')", "Logs", id="run.tab_logs"),
+        Binding("1", "tab('curves')", "Curves", show=False, id="run.tab_curves"),
+        Binding("2", "tab('trajectories')", "Trajectories", show=False, id="run.tab_trajectories"),
+        Binding("3", "tab('problems')", "Problems", show=False, id="run.tab_problems"),
+        Binding("4", "tab('config')", "Config", show=False, id="run.tab_config"),
+        Binding("5", "tab('checkpoints')", "Checkpoints", show=False, id="run.tab_checkpoints"),
+        Binding("6", "tab('logs')", "Logs", show=False, id="run.tab_logs"),
         Binding("x", "toggle_x", "x: step/time", id="run.x_axis"),
         Binding("right_square_bracket", "smoothing(1)", "Smoother", id="run.smooth_more"),
-        Binding("left_square_bracket", "smoothing(-1)", "Rougher", id="run.smooth_less"),
+        Binding("left_square_bracket", "smoothing(-1)", "Rougher", show=False, id="run.smooth_less"),
         Binding("slash", "search", "Search/filter", id="run.search"),
         Binding("s", "stop", "Stop run", show=False, id="run.stop"),
         Binding("r", "resume", "Resume run", show=False, id="run.resume"),
@@ -68,6 +68,7 @@ class RunDetailScreen(Screen):
         self._built_tabs: set[str] = set()
         self._tab_ready: set[str] = set()
         self._last_step: Any = object()
+        self._data_version: Optional[int] = None
         self._log_offset = 0
         self.traj_filter = TrajectoryFilter()
 
@@ -131,6 +132,11 @@ class RunDetailScreen(Screen):
         self.load_header()
         if self.app.live and self.app.refresh_s:
             self.set_interval(self.app.refresh_s, self.load_header)
+            self.set_interval(self.app.refresh_s, self._tick_logs)
+
+    def _tick_logs(self) -> None:
+        if self.run is not None and "logs" in self._tab_ready and self.query_one(TabbedContent).active == "logs":
+            self.tail_logs()
 
     # ---------------------------------------------------------------- workers
 
@@ -138,7 +144,12 @@ class RunDetailScreen(Screen):
     def load_header(self) -> None:
         from core.errors import KrlError
 
-        reg = self.app.registry("detail")
+        reg = self.app.registry("detail-header")
+        # PRAGMA data_version moves only when another connection commits: a quiet run costs one probe a tick.
+        version = reg.conn.execute("PRAGMA data_version").fetchone()[0]
+        if self.run is not None and version == self._data_version:
+            return
+        self._data_version = version
         try:
             run = reg.get_run(self.run_ref if self.run is None else self.run["id"])
         except KrlError as exc:
@@ -230,13 +241,11 @@ class RunDetailScreen(Screen):
             return
         if step_moved:
             if panels:
-                panels.first().set_keys(self.metric_keys, [])
+                panels.first().set_keys(self.metric_keys, default_curve_keys(self.metric_keys))
                 panels.first().refresh_data()
             active = self.query_one(TabbedContent).active
             if active in ("trajectories", "problems", "checkpoints"):
                 self._load_tab(active, force=True)
-        if self.query_one(TabbedContent).active == "logs":
-            self.tail_logs()
 
     def _render_header(self) -> None:
         run = self.run
@@ -319,6 +328,7 @@ class RunDetailScreen(Screen):
 
     def on_action_done(self, message: ActionDone) -> None:
         self.notify(message.text, severity="error" if message.error else "information")
+        self._data_version = None
         self.load_header()
 
     # ---------------------------------------------------------------- tabs and filters

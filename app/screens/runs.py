@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 import threading
+import time
 from typing import Optional
 
 from rich.text import Text
@@ -15,11 +16,14 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from app.screens.dialogs import ConfirmScreen, PromptScreen
-from app.screens.loaders import RunRow, load_runs, load_sparklines
+from app.screens.loaders import RunRow, load_runs, load_sparklines, refresh_active
 from app.screens.messages import ActionDone, RunsLoaded, SparksLoaded
 from app.widgets.run_table import SORT_KEYS, RunTable, elapsed_s
 
 SPARK_ROWS = 60  # sparklines are read for the first rows on screen only
+# Between full reads only active runs are re-read (cheap with thousands of finished runs); a full read every
+# FULL_REFRESH_S picks up tags, notes or deletions made elsewhere.
+FULL_REFRESH_S = 10.0
 ACTIVE = ("queued", "running", "stopping")
 
 
@@ -71,6 +75,7 @@ class RunsScreen(Screen):
         self.sort_key, self.sort_reverse = "created", False
         self.filter_text = ""
         self._data_version: Optional[int] = None
+        self._full_read_at = 0.0
         self._tick_lock = threading.Lock()
         self.loaded = threading.Event()  # set after the first rows arrive (tests, benchmarks)
 
@@ -100,7 +105,12 @@ class RunsScreen(Screen):
             version = reg.conn.execute("PRAGMA data_version").fetchone()[0]
             if force or version != self._data_version:
                 self._data_version = version
-                self.post_message(RunsLoaded(load_runs(reg), changed=True))
+                now = time.monotonic()
+                if force or not self.rows or now - self._full_read_at > FULL_REFRESH_S:
+                    self._full_read_at = now
+                    self.post_message(RunsLoaded(load_runs(reg), changed=True))
+                else:
+                    self.post_message(RunsLoaded(refresh_active(reg, self.rows), changed=True))
             elif any(r.status in ("running", "stopping") for r in self.rows):
                 self.post_message(RunsLoaded(self.rows, changed=False))  # elapsed clocks move
         finally:
@@ -145,7 +155,8 @@ class RunsScreen(Screen):
                 self._beats[row.id] = beat
             self.rows = message.rows
             self.selected &= {r.id for r in self.rows}
-            self.app.known_runs = [r.name for r in self.rows]
+            if len(self.app.known_runs) != len(self.rows):
+                self.app.known_runs = [r.name for r in self.rows]
         self._render_table()
         self.loaded.set()
 

@@ -40,6 +40,7 @@ class CurvesPanel(Horizontal):
         self.x_axis = "step"
         self._series: dict[str, Series] = {}
         self._total_points = 0
+        self._user_chose = False  # once the user picks metrics, new keys no longer change the selection
 
     def compose(self) -> ComposeResult:
         with Vertical(id="metric-picker"):
@@ -52,8 +53,10 @@ class CurvesPanel(Horizontal):
     # ---------------------------------------------------------------- data in
 
     def set_keys(self, keys: Sequence[str], selected: Sequence[str]) -> None:
+        if list(keys) == self.all_keys and (self.selected or self._user_chose):
+            return
         self.all_keys = list(keys)
-        if not self.selected:
+        if not self.selected and not self._user_chose:
             self.selected = [k for k in selected if k in keys]
         self._fill_list(self.query_one("#metric-filter", Input).value)
         self._sync_plots()
@@ -104,6 +107,7 @@ class CurvesPanel(Horizontal):
         listing = event.selection_list
         visible = {str(listing.get_option_at_index(i).value) for i in range(listing.option_count)}
         chosen = set(event.selection_list.selected)
+        self._user_chose = True
         # Keys hidden by the filter keep their state; visible ones follow the checkboxes.
         self.selected = [k for k in self.all_keys if k in chosen or (k in self.selected and k not in visible)]
         self._sync_plots()

@@ -289,16 +289,18 @@ async def test_status_change_appears_within_a_second(filled, workspace):
     app = make_app(workspace, live=True, refresh_s=0.25)
     async with app.run_test(size=(140, 36)) as pilot:
         await settle(pilot)
-        reg.set_status(ids["single-turn-ablation"], "failed", "boom")
+        reg.set_status(ids["kevin-8b-lr3e-5"], "crashed", "heartbeat lost")
+        created = reg.create_run("brand-new", status="queued")
         started = time.monotonic()
         while time.monotonic() - started < 1.0:
             await pilot.pause(0.05)
             rows = {r.name: r.status for r in app.screen.rows}
-            if rows["single-turn-ablation"] == "failed":
+            if rows["kevin-8b-lr3e-5"] == "crashed" and "brand-new" in rows:
                 break
-        assert rows["single-turn-ablation"] == "failed"
-        cell = app.screen.query_one(RunTable).cell_text(ids["single-turn-ablation"], "status")
-        assert "failed" in cell
+        assert rows["kevin-8b-lr3e-5"] == "crashed" and rows["brand-new"] == "queued"
+        assert "crashed" in app.screen.query_one(RunTable).cell_text(ids["kevin-8b-lr3e-5"], "status")
+        assert table_names(app)[0] == "brand-new"
+        assert created["id"] not in app.screen.selected
 
 
 async def test_logs_tab_tails_live_and_searches(filled, workspace):
@@ -419,4 +421,43 @@ async def test_stop_and_resume_real_cpu_run_through_keys(workspace):
         if row["status"] in ("queued", "running", "stopping") or procman.run_process_alive(row):
             procman.stop_run(reg, "live-demo", force=True)
         procman.wait_run(reg, "live-demo", timeout_s=30)
+        reg.close()
+
+
+@pytest.mark.slow
+async def test_new_run_form_launches_through_procman(workspace):
+    """The form's changed fields become overrides of the chosen preset; launch registers and starts the run."""
+    from core import procman
+    from core.registry import Registry
+    from textual.widgets import Select
+
+    reg = Registry.for_workspace(workspace)
+    app = make_app(workspace)
+    try:
+        async with app.run_test(size=(140, 50)) as pilot:
+            await settle(pilot)
+            await pilot.press("n")
+            await settle(pilot)
+            screen = app.screen
+            screen.query_one("#new-preset", Select).value = "demo"
+            await settle(pilot)
+            assert screen.query_one("#new-backend", Select).value == "replay"
+            screen.query_one("#new-name", Input).value = "from-form"
+            screen.query_one("#new-steps", Input).value = "2"
+            await pilot.press("ctrl+s")
+            for _ in range(100):
+                await pilot.pause(0.1)
+                if reg.find_run("from-form"):
+                    break
+            run = reg.get_run("from-form")
+            assert run["preset"] == "demo" and run["config"]["max_steps"] == 2 and run["total_steps"] == 2
+            assert run["status"] in ("queued", "running", "finished")
+            await settle(pilot)
+            assert not isinstance(app.screen, NewRunScreen)  # back on the runs screen
+    finally:
+        row = reg.find_run("from-form")
+        if row and row["status"] in ("queued", "running", "stopping"):
+            procman.stop_run(reg, "from-form", force=True)
+        if row:
+            procman.wait_run(reg, "from-form", timeout_s=30)
         reg.close()

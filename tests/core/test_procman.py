@@ -120,7 +120,7 @@ def test_sigterm_ignored_escalates_to_sigkill_after_grace(pm):
 def test_stop_without_wait_is_escalated_by_a_later_reconcile(pm):
     procman.start_run(standin(ignore_term=True), name="a", registry=pm)
     wait_for(lambda: pm.get_run("a")["last_step"] is not None)
-    assert procman.stop_run(pm, "a", grace_s=0.5, wait=False)["status"] == "stopping"
+    assert procman.stop_run(pm, "a", grace_s=2, wait=False)["status"] == "stopping"
     assert status(pm, "a") == "stopping"  # still inside its grace period
     wait_for(lambda: status(pm, "a") == "stopped", timeout_s=10)
 
@@ -143,7 +143,7 @@ def test_kill_9_is_crashed_on_the_next_read_and_its_leftover_workers_are_killed(
     os.kill(row["pid"], signal.SIGKILL)
     t0 = time.monotonic()
     wait_for(lambda: status(pm, "a") == "crashed", timeout_s=procman.heartbeat_limit_s())
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 10  # seen on the next read, not after the heartbeat limit
     assert "signal 9" in pm.events(row["id"])[-1]["message"]
     assert "killed 1 leftover" in pm.events(row["id"])[-1]["message"]
     wait_for(lambda: not procman.pid_matches(child_pid, child_start), timeout_s=5)
@@ -162,13 +162,13 @@ def test_kill_9_seen_by_another_reader_is_crashed_with_the_log_tail(pm):
 
 
 def test_stale_heartbeat_of_a_hung_job_is_crashed(pm, monkeypatch):
-    monkeypatch.setenv("KRL_HEARTBEAT_LIMIT_S", "1.5")
+    monkeypatch.setenv("KRL_HEARTBEAT_LIMIT_S", "3")
     row = procman.start_run(standin(), name="a", registry=pm)
     wait_for(lambda: pm.get_run("a")["last_step"] is not None)
     os.killpg(row["pid"], signal.SIGSTOP)  # alive, but no heartbeat any more
     try:
         assert status(pm, "a") == "running"
-        wait_for(lambda: status(pm, "a") == "crashed", timeout_s=6)
+        wait_for(lambda: status(pm, "a") == "crashed", timeout_s=12)
         assert "no heartbeat" in pm.events(row["id"])[-1]["message"]
         with pytest.raises(KrlError, match="live process"):
             procman.resume_run(pm, "a")
@@ -183,13 +183,13 @@ def test_stale_heartbeat_of_a_hung_job_is_crashed(pm, monkeypatch):
 
 def test_a_job_gets_a_startup_grace_before_its_first_heartbeat(pm, monkeypatch):
     monkeypatch.setenv("KRL_HEARTBEAT_LIMIT_S", "0.5")
-    monkeypatch.setenv("KRL_STARTUP_GRACE_S", "2")
+    monkeypatch.setenv("KRL_STARTUP_GRACE_S", "4")
     t0 = time.monotonic()
     procman.start_run(standin(startup_sleep_s=30), name="slow", registry=pm)
     time.sleep(1.0)
     assert status(pm, "slow") == "running"  # past the heartbeat limit, inside the startup grace
-    wait_for(lambda: status(pm, "slow") == "crashed", timeout_s=6)
-    assert time.monotonic() - t0 >= 2
+    wait_for(lambda: status(pm, "slow") == "crashed", timeout_s=12)
+    assert time.monotonic() - t0 >= 4
 
 
 def test_nonzero_exit_is_failed_with_the_last_log_lines(pm):
@@ -259,12 +259,20 @@ def test_concurrent_readers_start_a_queued_run_once(pm, monkeypatch):
     # Queued without anyone reconciling yet, as after a run ended while no reader was around.
     waiting = pm.create_run("waiting", config=standin(max_steps=3, gpus=1), gpus_requested=1)
     pm.update_run(waiting["id"], command={"argv": procman._job_argv(waiting["id"], pm.workspace), "cwd": str(REPO)})
+    # The readers import first, then all reconcile at the same moment (a start barrier), so they really race.
     script = textwrap.dedent(f"""
+        import os, sys, time
         from core import procman
         from core.registry import Registry
-        procman.reconcile(Registry.for_workspace({str(pm.workspace)!r}))
+        reg = Registry.for_workspace({str(pm.workspace)!r})
+        open(sys.argv[1], "w").close()
+        while not os.path.exists({str(pm.workspace / "go")!r}):
+            time.sleep(0.001)
+        procman.reconcile(reg)
     """)
-    readers = [subprocess.Popen([sys.executable, "-c", script]) for _ in range(3)]
+    readers = [subprocess.Popen([sys.executable, "-c", script, str(pm.workspace / f"ready{i}")]) for i in range(3)]
+    wait_for(lambda: all((pm.workspace / f"ready{i}").exists() for i in range(3)), timeout_s=60)
+    (pm.workspace / "go").touch()
     assert all(r.wait(30) == 0 for r in readers)
     procman.reconcile(pm)
     row = pm.get_run("waiting")
@@ -358,7 +366,7 @@ def test_real_job_queue_stop_resume_continues_then_kill_9_crashes(real_pm, monke
     os.kill(reg.get_run("real")["pid"], signal.SIGKILL)
     t0 = time.monotonic()
     wait_for(lambda: status(reg, "real") == "crashed", timeout_s=procman.heartbeat_limit_s())
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 10  # seen on the next read, not after the heartbeat limit
     crashed = reg.get_run("real")
     assert [s["end_status"] for s in crashed["segments"]] == ["stopped", "crashed"]
     assert procman._orphans(crashed, reg.workspace) == []  # its evaluator workers went with it

@@ -9,7 +9,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -38,11 +37,6 @@ def _trajectory(group: int = 0, sample: int = 0, problem_id: str = "builtin/relu
                 prompt: str = "write a relu kernel", **kwargs) -> TrajectoryRecord:
     return TrajectoryRecord(group=group, sample=sample, problem_id=problem_id,
                             turns=[_turn(t, prompt=f"{prompt} (turn {t})") for t in range(n_turns)], **kwargs)
-
-
-def _python(code: str, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kwargs)
 
 
 # ---------------------------------------------------------------- concurrency
@@ -647,3 +641,23 @@ def test_write_to_unknown_run_is_refused(registry):
     with pytest.raises(KrlError, match="does not exist"):
         registry.insert_metric_rows(999, [("a", 0, 1.0, 0.0)])
     assert registry.conn.execute("SELECT COUNT(*) FROM metrics").fetchone()[0] == 0
+
+
+def test_live_run_blocks_are_cached_by_the_writer_so_readers_stay_read_only(workspace):
+    writer = Registry.for_workspace(workspace)
+    reader = Registry.for_workspace(workspace)
+    run = writer.create_run("live")
+    rng = random.Random(3)
+    values = []
+    for step in range(BLOCK_STEPS * 12 + 5):
+        values.append(rng.uniform(-1, 1) if step != 300 else 9.0)
+        writer.write_step(run["id"], step, {"reward": values[-1]})
+    cached = writer.conn.execute("SELECT COUNT(*) FROM metric_blocks WHERE run_id = ?", (run["id"],)).fetchone()[0]
+    assert cached == 12  # every block the run has moved past; not the one it is writing
+    before = reader.conn.total_changes
+    series = reader.metric_series(run["id"], "reward", max_points=13)
+    assert reader.conn.total_changes == before
+    assert 300 in series["step"] and series["step"][-1] == len(values) - 1
+    assert min(series["value"]) == min(values)
+    writer.close()
+    reader.close()

@@ -217,6 +217,9 @@ def runtime_results():
     requests = [request(rid, RELU, candidate(name), backend=backend, size_overrides=TINY)
                 for rid, name, backend, _ in RUNTIME_CASES]
     requests.append(request("global_dtype", ONES_REFERENCE, candidate("honest_sets_global_dtype.py")))
+    requests.append(request("zero_reference_weights", LINEAR_REFERENCE, candidate("hack_zero_reference_weights.py")))
+    requests.append(request("rebind_reference_torch", RELU, candidate("hack_rebind_reference_torch.py"),
+                            size_overrides=TINY))
     return {r["request_id"]: r for r in run_batch(requests)}
 
 
@@ -258,3 +261,26 @@ def get_init_inputs():
 def test_global_numeric_switches_are_reset_for_the_reference(runtime_results):
     res = runtime_results["global_dtype"]
     assert res["verdict"] == "correct", res["error_message"]
+
+
+LINEAR_REFERENCE = """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+    def forward(self, x):
+        return self.linear(x)
+def get_inputs():
+    return [torch.randn(4, 16)]
+def get_init_inputs():
+    return [16, 8]
+"""
+
+
+@pytest.mark.parametrize("rid", ["zero_reference_weights", "rebind_reference_torch"])
+def test_tampering_with_the_reference_is_caught(runtime_results, rid):
+    res = runtime_results[rid]
+    assert (res["verdict"], res["hack_rule"]) == ("hack_detected", "reference_model"), res["error_message"]
+    assert "reference" in res["error_message"]

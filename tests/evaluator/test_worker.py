@@ -153,6 +153,8 @@ class ModelNew(nn.Module):
         return y
 '''
 
+BROKEN_REFERENCE = RELU.replace("return torch.relu(x)", "return torch.relu(x) @ torch.ones(1, 1, 7)")
+
 CASES = {
     "torch_correct": request("torch_correct", RELU, candidate("relu_torch.py"), size_overrides=TINY),
     "torch_cached_reference": request("torch_cached_reference", RELU, candidate("relu_torch.py"), size_overrides=TINY),
@@ -176,6 +178,7 @@ CASES = {
     "no_timing": request("no_timing", RELU, candidate("relu_torch.py"), size_overrides=TINY, measure_timing=False),
     "unknown_backend": request("unknown_backend", RELU, candidate("relu_torch.py"), backend="opencl"),
     "cuda_on_cpu": request("cuda_on_cpu", RELU, candidate("relu_torch.py"), backend="cuda"),
+    "broken_reference": request("broken_reference", BROKEN_REFERENCE, candidate("relu_torch.py"), size_overrides=TINY),
 }
 
 
@@ -303,3 +306,9 @@ def test_request_errors(results):
     assert results["unknown_backend"]["verdict"] == "format_error"
     assert results["cuda_on_cpu"]["verdict"] == "runtime_error"
     assert "GPU" in results["cuda_on_cpu"]["error_message"]
+
+
+def test_a_failing_reference_is_reported_as_an_input_error(results):
+    res = results["broken_reference"]
+    assert res["verdict"] == "runtime_error"
+    assert "reference Model failed" in res["error_message"]
