@@ -204,6 +204,7 @@ class Trainer:
         self.evaluator: Any = None
         self.schedule = StageSchedule.from_config(self.config)
         self.retriever: Any = None
+        self.env_config: RunConfig = self.config  # what episodes see (eval.size may be adapted to a CPU evaluator)
         self.problems: list[Problem] = []
         self.last_completed_step: Optional[int] = None
         self.last_checkpoint_step: Optional[int] = None
@@ -336,6 +337,15 @@ class Trainer:
                                        cpu_workers=self.config.eval.cpu_workers)
         except EvaluatorError as exc:
             raise KrlError(f"cannot start the evaluator: {exc}") from None
+        self.env_config = self.config
+        if getattr(self.evaluator, "cpu_mode", False) and self.config.eval.size == "gpu":
+            # gpu_sizes make each reference run for seconds on a CPU: keep the files' own sizes there.
+            eval_section = self.config.eval.model_copy(update={"size": "default"})
+            self.env_config = self.config.model_copy(update={"eval": eval_section})
+            message = ("the evaluator runs on the CPU: problems keep their own sizes instead of eval.size=gpu "
+                       "(GPU sizes would take minutes per kernel)")
+            log.warning(message)
+            self.registry.add_event(self.run_id, "warning", message)
         width = min(MAX_ROLLOUT_THREADS, self.config.dataset.batch_size * self.config.dataset.group_size)
         self._pool = ThreadPoolExecutor(max_workers=max(1, width), thread_name_prefix="krl-rollout")
         self._tb = _tensorboard_writer(self.run_dir)
@@ -367,7 +377,7 @@ class Trainer:
 
     def _rollout(self, step: int, group: int, sample: int, problem: Problem, epoch: int,
                  first_turn: _SharedFirstTurn) -> Rollout:
-        cfg = self.config
+        cfg = self.env_config
         group_size = cfg.dataset.group_size
         env = KernelEnv(problem, cfg, self.retriever, train_step=step, schedule=self.schedule)
         messages = env.initial_prompt()

@@ -381,7 +381,11 @@ def _use_precompiled_header(ninja_path: str, cache_dir: str, events: dict) -> No
     gch = header + ".gch"
     if not os.path.exists(gch):
         os.makedirs(pch_dir, exist_ok=True)
-        with _file_lock(pch_dir + ".lock"):
+        # If another build is making this PCH right now, do not queue behind it: build this one without.
+        with _file_lock(pch_dir + ".lock", wait=False) as got_lock:
+            if not got_lock:
+                events["pch"] = False
+                return
             if not os.path.exists(gch):
                 _write_text(header, "#pragma once\n#include <torch/extension.h>\n")
                 partial = f"{gch}.{os.getpid()}.tmp"
@@ -452,12 +456,17 @@ def _arch_list() -> str:
 
 
 @contextlib.contextmanager
-def _file_lock(path: str) -> Iterator[None]:
-    """An flock: released by the kernel if the holder is killed, so a timed-out build never wedges the cache."""
+def _file_lock(path: str, wait: bool = True) -> Iterator[bool]:
+    """An flock: released by the kernel if the holder is killed, so a timed-out build never wedges the cache.
+    Yields whether the lock is held (always True when wait=True)."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
     finally:
         try:
             fcntl.flock(fd, fcntl.LOCK_UN)

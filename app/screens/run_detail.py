@@ -131,11 +131,19 @@ class RunDetailScreen(Screen):
         self._build_tab(self.initial_tab)
         self.load_header()
         if self.app.live and self.app.refresh_s:
-            self.set_interval(self.app.refresh_s, self.load_header)
+            self.set_interval(self.app.refresh_s, self._tick)
             self.set_interval(self.app.refresh_s, self._tick_logs)
 
+    def _tick(self) -> None:
+        if self.is_current:  # a trajectory screen on top: nothing here is visible
+            self.load_header()
+
+    def on_screen_resume(self) -> None:
+        if self.run is not None:
+            self.load_header()
+
     def _tick_logs(self) -> None:
-        if self.run is not None and "logs" in self._tab_ready and self.query_one(TabbedContent).active == "logs":
+        if self.is_current and self.run is not None and "logs" in self._tab_ready and self.query_one(TabbedContent).active == "logs":
             self.tail_logs()
 
     # ---------------------------------------------------------------- workers

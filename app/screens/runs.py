@@ -89,7 +89,16 @@ class RunsScreen(Screen):
         self.query_one(RunTable).focus()
         self.refresh_runs(force=True)
         if self.app.live and self.app.refresh_s:
-            self.set_interval(self.app.refresh_s, self.refresh_runs)
+            self.set_interval(self.app.refresh_s, self._tick)
+
+    def _tick(self) -> None:
+        # Under another screen nobody sees the table: skip, and catch up on resume.
+        if self.is_current:
+            self.refresh_runs()
+
+    def on_screen_resume(self) -> None:
+        if self.rows:
+            self.refresh_runs()
 
     # ---------------------------------------------------------------- workers
 

@@ -62,9 +62,11 @@ class CurvesPanel(Horizontal):
         self._sync_plots()
 
     def show_series(self, series: dict[str, Series], total_points: int = 0) -> None:
+        changed = {key for key, value in series.items() if self._series.get(key) != value}
         self._series.update(series)
         self._total_points = total_points
-        self._redraw(only=set(series))
+        if changed:
+            self._redraw(only=changed)
 
     # ---------------------------------------------------------------- controls
 

@@ -239,7 +239,10 @@ async def settle(pilot, delay: float = 0.05, rounds: int = 40) -> None:
             if not [w for w in app.workers if w.is_running]:
                 return
         else:
-            await app.workers.wait_for_complete(busy)
+            try:
+                await app.workers.wait_for_complete(busy)
+            except Exception:  # an exclusive worker replaced by a newer one reports itself cancelled
+                pass
     await pilot.pause()
 
 

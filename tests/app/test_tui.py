@@ -399,6 +399,15 @@ async def test_stop_and_resume_real_cpu_run_through_keys(workspace):
             # The table shows it running, and the step column moves without any key press.
             assert await _wait_for(pilot, lambda: any(r.name == "live-demo" and r.status == "running"
                                                       for r in app.screen.rows), 3)
+            # Its detail screen says the data is recorded and the curves fill from the live run.
+            move_to(app, "live-demo")
+            await pilot.press("enter")
+            assert await _wait_for(pilot, lambda: isinstance(app.screen, RunDetailScreen) and app.screen.run
+                                   and app.screen.query(CurvesPanel)
+                                   and app.screen.query_one(CurvesPanel)._series, 20)
+            assert "RECORDED" in str(app.screen.query_one("#run-header").render())
+            await pilot.press("escape")
+            await settle(pilot)
             move_to(app, "live-demo")
             await pilot.press("s")
             assert await _wait_for(pilot, lambda: status() == "stopped", 60), status()
@@ -461,3 +470,16 @@ async def test_new_run_form_launches_through_procman(workspace):
         if row:
             procman.wait_run(reg, "from-form", timeout_s=30)
         reg.close()
+
+
+async def test_command_palette_offers_screen_actions_and_runs(filled, workspace):
+    app = make_app(workspace)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(pilot)
+        titles = [command.title for command in app.get_system_commands(app.screen)]
+        for title in ("Stop", "Resume", "Fork", "Compare", "New run", "Theme: krl-light", "Open run: demo-replay"):
+            assert title in titles
+        opener = next(c for c in app.get_system_commands(app.screen) if c.title == "Open run: demo-replay")
+        opener.callback()
+        await settle(pilot)
+        assert isinstance(app.screen, RunDetailScreen) and app.screen.run["name"] == "demo-replay"

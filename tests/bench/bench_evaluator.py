@@ -507,7 +507,7 @@ def bench_self_speedup(ev: Evaluator, repeats: int) -> None:
             f"{inside * 100:.0f}% within 0.95–1.05 (n={len(speedups)}); p2.5 {pct(speedups, 0.025):.3f} p97.5 {pct(speedups, 0.975):.3f}")
 
 
-def bench_compile(cache_root: str) -> None:
+def bench_compile(cache_root: str, stock: bool = True) -> None:
     say("== compile time per load_inline kernel (one at a time, this machine)")
     import subprocess
 
@@ -516,12 +516,15 @@ def bench_compile(cache_root: str) -> None:
     kernels = [elementwise_candidate("gelu", "simple"), elementwise_candidate("tanh", "ldg"),
                elementwise_candidate("sigmoid", "ldg")]
     # 1. stock torch load_inline in a fresh process (what KernelBench does), local arch only.
+    if not stock:
+        kernels = [kernels[0].replace("0.5f * v", "0.5f * (v)")] + kernels[1:]
     stock_dir = tempfile.mkdtemp(prefix="stock-", dir=cache_root)
     script = (f"import time, torch, sys\nsys.argv=['x']\nt=time.perf_counter()\n"
               f"exec(compile({kernels[0]!r}, 'k.py', 'exec'), {{}})\nprint('BUILD_S', time.perf_counter()-t)\n")
     env = dict(os.environ, TORCH_EXTENSIONS_DIR=stock_dir)
     started = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    out = subprocess.run([sys.executable, "-c", script if stock else "print('BUILD_S nan')"], capture_output=True,
+                         text=True, env=env)
     stock_total = time.perf_counter() - started
     stock_build = next((float(l.split()[1]) for l in out.stdout.splitlines() if l.startswith("BUILD_S")), float("nan"))
     say(f"  stock load_inline (torch/extension.h in both files, -O3 host flags as written): {stock_build:.1f} s build, "
@@ -545,12 +548,12 @@ def bench_compile(cache_root: str) -> None:
         third = compile_mod.build_cuda_candidate(EvalRequest("b", "", kernels[2], backend="cuda"), cache)
         say(f"  ours, cache hit: {third['seconds'] * 1000:.1f} ms (cache_hit={third['cache_hit']})")
         # 5. the same new kernel with each optimisation off, to attribute the gain.
-        for label, env_name in (("without the lighter .cu header", "KRL_WORKER_LIGHT_HEADER"), ("without the PCH", "KRL_WORKER_PCH")):
+        for label, env_name in (("without the lighter .cu header (PCH warm)", "KRL_WORKER_LIGHT_HEADER"),
+                                ("without the PCH (lighter header)", "KRL_WORKER_PCH")):
             os.environ[env_name] = "0"
             try:
                 variant = kernels[2].replace("__ldg(x + idx)", "x[idx]") + f"\n# {env_name}\n"
-                other = compile_mod.build_cuda_candidate(EvalRequest("b", "", variant, backend="cuda"),
-                                                         os.path.join(cache_root, "compile-bench-" + env_name))
+                other = compile_mod.build_cuda_candidate(EvalRequest("b", "", variant, backend="cuda"), cache)
                 say(f"  ours {label}: {other['seconds']:.1f} s ok={other['ok']}")
             finally:
                 os.environ.pop(env_name, None)
@@ -635,8 +638,8 @@ def main() -> None:
                 bench_crash_recovery(ev, args.crash_n)
             if "spread" in sections:
                 bench_self_speedup(ev, args.spread_n)
-    if "compile" in sections:
-        bench_compile(cache_root)
+    if "compile" in sections or "compile-nostock" in sections:
+        bench_compile(cache_root, stock="compile" in sections)
     if "batch" in sections:
         bench_batch(cache_root, args.compile_workers, args.batch_limit)
 

@@ -277,6 +277,8 @@ def test_concurrent_readers_start_a_queued_run_once(pm, monkeypatch):
     procman.reconcile(pm)
     row = pm.get_run("waiting")
     assert row["status"] in ("running", "finished") and len(row["segments"]) == 1
+    log = (pm.workspace / "waiting" / "logs.log").read_text()
+    assert log.count("=== krl: segment") == 1  # one job spawned, not one per reader
 
 
 def test_a_run_needing_more_gpus_than_the_machine_has_is_refused(pm, monkeypatch):

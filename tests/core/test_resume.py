@@ -1,9 +1,16 @@
 """Exact resume: a run stopped after its second step and resumed produces the same third step (responses, verdicts,
-rewards, advantages, metrics except timings, weights) as an uninterrupted run; forks start from the parent's checkpoint."""
+rewards, advantages, metrics except timings, weights) as an uninterrupted run; forks start from the parent's checkpoint;
+SIGTERM on a real `python -m core.train` process checkpoints and stops."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -106,3 +113,50 @@ def test_fork_starts_from_the_parent_checkpoint(runs):
     parent_step = step_data(registry, straight, 2)["trajectories"]
     fork_step = step_data(registry, fork["id"], 2)["trajectories"]
     assert [t["turns"][0][0] for t in fork_step] == [t["turns"][0][0] for t in parent_step]
+
+
+# ---------------------------------------------------------------- SIGTERM on a real job process
+
+def _group_gone(pgid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_and_stops_a_job_process(registry, workspace):
+    config = load_config("kevin", OVERRIDES + ["max_steps=200", "checkpoint_every=100"])
+    row = registry.create_run("sigterm", config=config.model_dump(mode="json"), backend="local")
+    log = open(workspace / "job.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "core.train", str(row["id"]), "--workspace", str(workspace)],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            cwd=str(Path(__file__).resolve().parents[2]))
+    try:
+        deadline = time.monotonic() + 120
+        # Signal once setup is done (the job logs its plan): step 0 is then in flight and gets abandoned.
+        while "run sigterm:" not in (workspace / "job.log").read_text():
+            assert proc.poll() is None, (workspace / "job.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "the job did not start within 120 s"
+            time.sleep(0.2)
+        running = registry.get_run(row["id"])
+        assert running["status"] == "running" and time.time() - running["heartbeat_at"] < 10
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        assert _group_gone(proc.pid, timeout_s=15), "evaluator workers outlived the job"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+    stopped = registry.get_run(row["id"])
+    assert stopped["status"] == "stopped" and stopped["exit_code"] == 0
+    checkpoint = registry.last_checkpoint(row["id"])
+    assert checkpoint is not None and checkpoint["step"] == (stopped["last_step"] if stopped["last_step"] is not None
+                                                            else -1)
+    assert Path(checkpoint["state_path"]).is_file()
+    assert "SIGTERM received" in (workspace / "job.log").read_text()

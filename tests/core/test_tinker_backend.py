@@ -257,3 +257,5 @@ def test_one_training_step_of_the_loop_through_the_sdk(fake_sdk, registry):
     verdicts = sorted(t["verdict"] for traj in registry.trajectories(run["id"])
                       for t in registry.trajectory_turns(traj["id"]))
     assert verdicts == ["correct", "format_error"]
+    # eval.size=gpu (from the preset) is not used on a CPU evaluator; the run says so.
+    assert any("problems keep their own sizes" in e["message"] for e in registry.events(run["id"]))

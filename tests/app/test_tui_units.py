@@ -1,0 +1,99 @@
+"""Unit tests of the TUI's pure pieces: EMA smoothing, sparklines, diff rendering helpers, form validation,
+step ranges, config comparison and the runs screen's active-only refresh."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.screens.loaders import compare_configs, default_curve_keys, load_runs, refresh_active, reward_key
+from app.screens.new_run import build_overrides, form_defaults
+from app.screens.run_detail import parse_step_range
+from app.screens.runs import row_matches, sort_rows
+from app.widgets.kernel_diff import kernel_language
+from app.widgets.reward_plot import debiased_ema
+from app.widgets.sparkline import BLOCKS, sparkline_text
+from tests.app.fixtures import FIXED_NOW, populate
+
+
+def test_debiased_ema_starts_at_the_first_value_and_smooths():
+    values = [10.0, 0.0, 10.0, 0.0]
+    smoothed = debiased_ema(values, 0.6)
+    assert smoothed[0] == pytest.approx(10.0)  # no pull toward zero at the start
+    assert max(smoothed[1:]) < 10.0 and min(smoothed[1:]) > 0.0
+    assert debiased_ema(values, 0.0) == values
+    assert debiased_ema([3.0] * 50, 0.9) == pytest.approx([3.0] * 50)
+
+
+def test_sparkline_scales_to_range_and_width():
+    line = sparkline_text([0, 1, 2, 3, 4, 5, 6, 7], 8)
+    assert line == BLOCKS
+    assert len(sparkline_text(list(range(100)), 8)) == 8
+    assert sparkline_text([], 4) == "    "
+    assert set(sparkline_text([2, 2, 2], 3)) == {BLOCKS[3]}
+
+
+def test_parse_step_range():
+    assert parse_step_range("") == (None, None)
+    assert parse_step_range("10-20") == (10, 20)
+    assert parse_step_range("10-") == (10, None)
+    assert parse_step_range("-20") == (None, 20)
+    assert parse_step_range("7") == (7, 7)
+    with pytest.raises(ValueError):
+        parse_step_range("a-b")
+
+
+def test_build_overrides_only_changed_fields_and_errors():
+    config = {"model": "m", "backend": "tinker", "problems": "builtin", "max_turns": 4, "max_steps": 100, "gpus": 1,
+              "dataset": {"batch_size": 8, "group_size": 4}, "reward": {"weights": {"correct": 1.0, "speed": 0.5}}}
+    defaults = form_defaults(config)
+    values = dict(defaults, steps="50", backend="replay", extra="optim.lr=1e-5")
+    overrides, errors = build_overrides(values, defaults)
+    assert not errors
+    assert sorted(overrides) == ["backend=replay", "max_steps=50", "optim.lr=1e-5"]
+    values = dict(defaults, batch="-1", weights="correct=abc", name="a b", extra="novalue", model="")
+    overrides, errors = build_overrides(values, defaults)
+    assert set(errors) == {"batch", "weights", "name", "extra", "model"}
+    weights = dict(defaults, weights="correct=2 speed=0.5")
+    assert build_overrides(weights, defaults)[0] == ["reward.weights.correct=2", "reward.weights.speed=0.5"]
+
+
+def test_kernel_language():
+    assert kernel_language("#include <cuda.h>\n__global__ void k() {}") == "cuda"
+    assert kernel_language("__global__ void k(float* x) {}") == "cuda"
+    assert kernel_language("import torch\nsrc = '__global__ void k() {}'") == "python"
+    assert kernel_language("import triton\n@triton.jit\ndef k(): pass") == "python"
+
+
+def test_compare_configs_keeps_only_differences():
+    diff = compare_configs([{"a": 1, "b": {"c": 2, "d": 3}}, {"a": 1, "b": {"c": 5, "d": 3}, "e": 1}])
+    assert diff == {"b.c": [2, 5], "e": [None, 1]}
+
+
+def test_metric_key_choice_prefers_training_names():
+    keys = ["env/all/reward/format", "env/all/reward/total", "env/all/correct_rate", "env/all/turn0/correct_rate",
+            "env/all/compile_rate", "time/eval_mean", "optim/lr"]
+    assert reward_key(keys) == "env/all/reward/total"
+    chosen = default_curve_keys(keys)
+    assert chosen[:3] == ["env/all/reward/total", "env/all/correct_rate", "env/all/compile_rate"]
+    assert "time/eval_mean" in chosen and "optim/lr" not in chosen
+
+
+def test_refresh_active_rereads_only_active_runs(registry):
+    ids = populate(registry)
+    rows = load_runs(registry)
+    registry.set_status(ids["kevin-8b-lr3e-5"], "finished")
+    registry.create_run("newcomer")
+    registry.delete_run(ids["kevin-32b-queued"])
+    refreshed = {r.name: r for r in refresh_active(registry, rows)}
+    assert refreshed["kevin-8b-lr3e-5"].status == "finished"
+    assert "newcomer" in refreshed and "kevin-32b-queued" not in refreshed
+    assert len(refreshed) == 6
+
+
+def test_filter_and_sort_rows(registry):
+    populate(registry)
+    rows = load_runs(registry)
+    assert {r.name for r in rows if row_matches(r, ["replay"])} == {"demo-replay"}
+    by_reward = sort_rows(rows, "reward", False, FIXED_NOW)
+    rewards = [r.reward for r in by_reward if r.reward is not None]
+    assert rewards == sorted(rewards, reverse=True) and by_reward[-1].reward is None
