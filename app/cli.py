@@ -14,7 +14,8 @@ from app.commands import check, demo, doctor, problems, rag, runs, train
 app = typer.Typer(
     name="krl",
     help="kernelrl: run, watch and compare RL training runs that teach LLMs to write GPU kernels.\n\n"
-    "Exit codes: 0 success, 1 internal error, 2 user error (bad input, unknown run, missing setting).",
+    "Exit codes: 0 success, 1 internal error, 2 user error (bad input, unknown run, missing setting), "
+    "3 a run the command waited on failed or crashed.",
     no_args_is_help=False,
     invoke_without_command=True,
     pretty_exceptions_enable=False,
@@ -47,7 +48,9 @@ def main() -> None:
     from core.errors import KrlError
 
     try:
-        app(standalone_mode=False)
+        # Without standalone mode click returns a command's exit code instead of raising it.
+        code = app(standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else 0)
     except KrlError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from core.errors import KrlError
-from core.registry import ACTIVE_STATUSES, Registry, workspace_path
+from core.registry import ACTIVE_STATUSES, Registry
 
 # Run lifecycle
 #     start_run → row `queued` → reconcile() spawns `python -m core.train <run-id> --workspace W` when its GPUs are free
@@ -257,12 +257,19 @@ def detect_gpus() -> list:
 
 
 def gpu_usage(registry: Registry) -> dict[str, Any]:
-    """{"detected": [...], "held": {gpu: run name}, "free": [...]} — for `krl doctor` and the TUI."""
+    """{"detected": [...], "held": {gpu: run name}, "free": [...]} — for `krl doctor` and the TUI. Runs still exiting
+    after their final status hold their GPUs until their process is gone, as in queueing."""
     detected = detect_gpus()
     held = {}
     for row in registry.list_runs(status=("running", "stopping")):
         for gpu in row.get("gpus") or []:
             held[gpu] = row["name"]
+    lingering = _lingering_gpus(registry)
+    if lingering:
+        for row in registry.list_runs(status=TERMINAL_STATUSES):
+            for gpu in row.get("gpus") or []:
+                if gpu in lingering and gpu not in held and run_process_alive(row):
+                    held[gpu] = row["name"]
     return {"detected": detected, "held": held, "free": [g for g in detected if g not in held]}
 
 
@@ -876,11 +883,6 @@ def run_json(registry: Registry, row: dict[str, Any], detail: bool = False) -> d
                                "sampler_path": c["sampler_path"], "created_at": c["created_at"]}
                               for c in registry.checkpoints(row["id"])]
         out["events"] = [{"time": e["time"], "kind": e["kind"], "message": e["message"]}
-                         for e in registry.events(row["id"])[-50:]]
+                         for e in registry.events(row["id"], limit=1_000_000)[-50:]]
         out["log_path"] = str(log_path(registry, row["name"]))
     return out
-
-
-def workspace_registry(workspace: Any = None, create: bool = True) -> Registry:
-    """The registry of a workspace (default $KRL_WORKSPACE or ./runs)."""
-    return Registry.for_workspace(workspace_path(workspace), create=create)

@@ -1,5 +1,5 @@
 """The training loop a run executes: sample groups → evaluate → per-turn rewards/advantages → update → registry.
-`python -m core.train <run-id> --workspace W` runs a registered run (procman spawns it); run_foreground() runs in-process."""
+`python -m core.train <run-id> --workspace W` runs a registered run (procman spawns it); run_foreground() runs here."""
 
 from __future__ import annotations
 
@@ -29,15 +29,15 @@ from core.env import KernelEnv, make_retriever, messages_to_text
 from core.errors import KrlError
 from core.problems import Problem, load_problem_set
 from core.registry import Registry, TrajectoryRecord
+from core.train_metrics import rollout_metrics
 from core.reward import BatchAdvantages, StageSchedule, per_turn_advantages
-from evaluator.api import EvalResult, Verdict
+from evaluator.api import EvalResult
 
 log = logging.getLogger("krl.train")
 
 HEARTBEAT_INTERVAL_S = 2.0  # contract: at least every 5 s
 WAIT_POLL_S = 0.25  # how often waiting threads look at the stop flag
 MAX_ROLLOUT_THREADS = 64
-FAST_THRESHOLDS = (1.0, 1.2)
 
 
 class StopRequested(Exception):
@@ -59,7 +59,8 @@ def epoch_order(n_problems: int, epoch: int, seed: int, shuffle: bool) -> list[i
     return order
 
 
-def batch_for_step(n_problems: int, step: int, batch_size: int, seed: int, shuffle: bool = True) -> list[tuple[int, int]]:
+def batch_for_step(n_problems: int, step: int, batch_size: int, seed: int,
+                   shuffle: bool = True) -> list[tuple[int, int]]:
     """(problem index, epoch) for each group of a step: a pure function of the seed, so a resume sees the same order."""
     batch = []
     for position in range(step * batch_size, (step + 1) * batch_size):
@@ -122,66 +123,6 @@ class _SharedFirstTurn:
             if self._result is None:
                 self._result = produce()
             return self._result
-
-
-# ---------------------------------------------------------------- metrics
-
-def _mean(values: Sequence[float]) -> Optional[float]:
-    return sum(values) / len(values) if values else None
-
-
-def rollout_metrics(rollouts: Sequence[Rollout], config: RunConfig) -> dict[str, float]:
-    """Kernel and reward metrics of one step (tinker-cookbook names where they exist)."""
-    trajectories = [r.env.trajectory for r in rollouts]
-    transitions = [t for traj in trajectories for t in traj.transitions]
-    metrics: dict[str, Optional[float]] = {}
-    n_turns = len(transitions)
-    verdicts = [t.eval_result.verdict for t in transitions]
-    metrics["env/all/reward/total"] = _mean([discounted_total(traj.scores, config.reward.gamma) for traj in trajectories])
-    metrics["env/all/reward/score_sum"] = _mean([sum(traj.scores) for traj in trajectories])
-    metrics["env/all/reward/turn_mean"] = _mean([t.score for t in transitions])
-    for component in ("format", "compile", "correctness", "speed", "thinking", "length", "hack"):
-        metrics[f"env/all/reward/{component}"] = _mean([t.breakdown.get(component, 0.0) for t in transitions])
-    if n_turns:
-        metrics["env/all/format_rate"] = sum(t.parsed.format_ok for t in transitions) / n_turns
-        metrics["env/all/kernel_found_rate"] = sum(t.parsed.kernel is not None for t in transitions) / n_turns
-        metrics["env/all/compile_rate"] = sum(bool(t.eval_result.compiled) for t in transitions) / n_turns
-        metrics["env/all/correct_rate"] = sum(v == Verdict.CORRECT for v in verdicts) / n_turns
-        metrics["env/all/hack_rate"] = sum(v == Verdict.HACK_DETECTED for v in verdicts) / n_turns
-        metrics["env/all/truncation_rate"] = sum(t.parsed.truncated for t in transitions) / n_turns
-        metrics["env/all/thinking_rate"] = sum(t.parsed.has_thinking for t in transitions) / n_turns
-        for verdict in Verdict:
-            metrics[f"env/all/verdict/{verdict.value}"] = sum(v == verdict for v in verdicts) / n_turns
-    if trajectories:
-        metrics["env/all/solved_rate"] = sum(traj.solved for traj in trajectories) / len(trajectories)
-        metrics["env/all/turns_per_episode"] = n_turns / len(trajectories)
-        for threshold in FAST_THRESHOLDS:
-            fast = sum(1 for traj in trajectories if traj.best_speedup is not None and traj.best_speedup > threshold)
-            metrics[f"env/all/fast_{threshold:g}"] = fast / len(trajectories)
-    for turn in range(config.max_turns):
-        reached = [traj.transitions[turn] for traj in trajectories if len(traj.transitions) > turn]
-        if reached:
-            metrics[f"env/all/turn{turn}/correct_rate"] = (
-                sum(t.eval_result.verdict == Verdict.CORRECT for t in reached) / len(reached))
-    speedups = [traj.best_speedup for traj in trajectories if traj.best_speedup is not None]
-    metrics["env/all/speedup/mean"] = _mean(speedups)
-    metrics["env/all/speedup/max"] = max(speedups) if speedups else None
-    metrics["env/all/ac_tokens_per_turn"] = _mean([t.tokens_out for t in transitions])
-    metrics["env/all/ob_tokens_per_turn"] = _mean([t.tokens_in for t in transitions])
-    metrics["env/all/total_ac_tokens"] = float(sum(t.tokens_out for t in transitions))
-    eval_times = [t.eval_result.phase_times_s.get("total") for t in transitions if t.eval_result.request_id]
-    eval_times = [x for x in eval_times if isinstance(x, (int, float))]
-    metrics["time/eval_mean"] = _mean(eval_times)
-    metrics["time/eval_sum"] = float(sum(eval_times))
-    metrics["env/all/evaluated"] = float(sum(1 for t in transitions if t.eval_result.request_id))
-    return {k: float(v) for k, v in metrics.items() if v is not None}
-
-
-def discounted_total(scores: Sequence[float], gamma: float) -> float:
-    total = 0.0
-    for score in reversed(scores):
-        total = score + gamma * total
-    return total
 
 
 # ---------------------------------------------------------------- the trainer
@@ -267,7 +208,8 @@ class Trainer:
             skipped = [p.id for p in problems if p.id not in have]
             problems = [p for p in problems if p.id in have]
             if skipped:
-                message = f"replay: {len(skipped)} problem(s) have no recordings and are skipped: {', '.join(skipped[:6])}"
+                message = (f"replay: {len(skipped)} problem(s) have no recordings and are skipped: "
+                           f"{', '.join(skipped[:6])}")
                 log.info(message)
                 self.registry.add_event(self.run_id, "warning", message)
             if not problems:
@@ -503,7 +445,7 @@ class Trainer:
             adv = advantages.groups[rollout.group]
             records.append(rollout.env.trajectory.to_record(rollout.group, rollout.sample, adv.returns[rollout.sample],
                                                             adv.advantages[rollout.sample], cfg.reward.gamma))
-        metrics = rollout_metrics(rollouts, cfg)
+        metrics = rollout_metrics([r.env.trajectory for r in rollouts], cfg)
         metrics.update(advantages.metrics())
         metrics.update(self.schedule.metrics(step))
         metrics.update(train_metrics)
@@ -649,7 +591,8 @@ def _close_segment(row: dict[str, Any], status: str, note: str = "") -> list[dic
     return segments
 
 
-def _finish(registry: Registry, run_id: int, status: str, message: str, exit_code: int, error: str | None = None) -> None:
+def _finish(registry: Registry, run_id: int, status: str, message: str, exit_code: int,
+            error: str | None = None) -> None:
     row = registry.get_run(run_id)
     fields: dict[str, Any] = {"ended_at": time.time(), "exit_code": exit_code,
                               "segments": _close_segment(row, status, message if status != "finished" else "")}
@@ -658,7 +601,8 @@ def _finish(registry: Registry, run_id: int, status: str, message: str, exit_cod
     registry.set_status(run_id, status, message, **fields)
 
 
-def execute(registry: Registry, run_id: int, install_signals: bool = True, stop_after_step: Optional[int] = None) -> int:
+def execute(registry: Registry, run_id: int, install_signals: bool = True,
+            stop_after_step: Optional[int] = None) -> int:
     """Run a registered run to its end in this process; returns the exit code (0 finished/stopped, 1 failed).
     Signals: SIGTERM (and SIGINT) → checkpoint → `stopped`. stop_after_step: stop (as on SIGTERM) once that step is
     done — a pause at a known point, e.g. to test resume."""

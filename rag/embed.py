@@ -18,6 +18,9 @@ _BUNDLED_ALIASES = {DEFAULT_MODEL, "all-MiniLM-L6-v2", "all-minilm-l6-v2", "mini
 THREADS_ENV = "KRL_RAG_THREADS"
 _MODELS: dict[tuple[str, str], object] = {}
 _LOCK = threading.Lock()
+# Models are shared by every Embedder of a process, and HF fast tokenizers raise "Already borrowed" when two
+# threads use one at once: model calls take turns.
+_MODEL_CALLS = threading.Lock()
 
 
 def canonical_model_name(name: Optional[str]) -> str:
@@ -102,8 +105,6 @@ class Embedder:
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
         self._cache_lock = threading.Lock()
-        # HF fast tokenizers raise "Already borrowed" when two threads use one at once.
-        self._model_lock = threading.Lock()
 
     def encode(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
         """Unit vectors, one row per text, float32."""
@@ -119,7 +120,7 @@ class Embedder:
                     out[row] = cached
         if missing:
             unique = list(dict.fromkeys(texts[row] for row in missing))
-            with self._model_lock, self._threads():
+            with _MODEL_CALLS, self._threads():
                 vectors = self.model.encode(unique, batch_size=self.batch_size, show_progress_bar=progress,
                                             convert_to_numpy=True, normalize_embeddings=True).astype(np.float32)
             by_text = dict(zip(unique, vectors))
@@ -152,6 +153,6 @@ class Embedder:
 
     def count_tokens(self, text: str) -> int:
         """Tokens of `text` under this model's tokenizer (no special tokens, no truncation)."""
-        with self._model_lock:
+        with _MODEL_CALLS:
             encoded = self.model.tokenizer(text, add_special_tokens=False, truncation=False, verbose=False)
         return len(encoded["input_ids"])

@@ -11,8 +11,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Select, Static
+from textual.widgets import DataTable, Select, Static
 
+from app.widgets.key_bar import KeyBar
 from app.screens.loaders import compare_configs, default_curve_keys, load_series
 from app.screens.messages import SeriesLoaded, TableLoaded
 from app.widgets.format import theme_colour
@@ -48,7 +49,7 @@ class CompareScreen(Screen):
         yield RewardPlot(id="compare-plot")
         yield Static("config: keys that differ", classes="section-title")
         yield DataTable(id="config-diff", zebra_stripes=True)
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.load_runs()

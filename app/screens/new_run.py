@@ -11,8 +11,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Button, Footer, Input, Label, Select, Static
+from textual.widgets import Button, Input, Label, Select, Static
 
+from app.widgets.key_bar import KeyBar
 from app.screens.loaders import flatten
 from app.screens.messages import ActionDone
 
@@ -136,7 +137,7 @@ class NewRunScreen(Screen):
             with Horizontal(id="new-buttons"):
                 yield Button("Launch (ctrl+s)", variant="primary", id="new-launch")
                 yield Button("Cancel (esc)", id="new-cancel")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.load_presets()

@@ -12,8 +12,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Select, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Input, Select, Static, TabbedContent, TabPane
 
+from app.widgets.key_bar import KeyBar
 from app.screens.loaders import (TrajectoryFilter, config_overrides, default_curve_keys, load_series,
                                  load_trajectories)
 from app.screens.messages import (ActionDone, ConfigLoaded, LogLines, RunHeaderLoaded, SeriesLoaded, TableLoaded)
@@ -84,7 +85,7 @@ class RunDetailScreen(Screen):
                 with TabPane(tab.capitalize(), id=tab):
                     if tab == self.initial_tab:
                         yield from self._tab_widgets(tab)
-        yield Footer()
+        yield KeyBar()
 
     def _tab_widgets(self, tab: str) -> list:
         if tab == "curves":

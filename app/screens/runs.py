@@ -13,8 +13,9 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
+from app.widgets.key_bar import KeyBar
 from app.screens.dialogs import ConfirmScreen, PromptScreen
 from app.screens.loaders import RunRow, load_runs, load_sparklines, refresh_active
 from app.screens.messages import ActionDone, RunsLoaded, SparksLoaded
@@ -83,7 +84,7 @@ class RunsScreen(Screen):
         yield Static(id="runs-title")
         yield Input(placeholder="filter runs: name, status, model, backend, tag…", id="runs-filter")
         yield RunTable(id="runs-table")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.query_one(RunTable).focus()

@@ -12,8 +12,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
+from app.widgets.key_bar import KeyBar
 from app.screens.loaders import TrajectoryDetail, load_trajectory
 from app.screens.messages import TrajectoryLoaded
 from app.widgets.feedback_panel import VERDICT_COLOUR, FeedbackPanel
@@ -44,7 +45,7 @@ class TrajectoryScreen(Screen):
             yield DataTable(id="turn-list", cursor_type="row")
             yield KernelView(id="kernel-view")
             yield FeedbackPanel(id="feedback-panel")
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self) -> None:
         self.query_one("#turn-list", DataTable).add_columns("turn", "verdict", "score")

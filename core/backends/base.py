@@ -1,5 +1,5 @@
 """The TrainingBackend protocol every policy backend implements, with Tinker semantics, and its plain data types.
-Targets are pre-shifted (input_tokens[i] predicts target_tokens[i]) and losses are summed over tokens, as Tinker does."""
+Targets are pre-shifted (input_tokens[i] predicts target_tokens[i]); losses are summed over tokens, as in Tinker."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The `local` backend: a transformers causal LM with a peft LoRA adapter, trained in this process (GPU or CPU).
-Same loss semantics as Tinker; `model: tiny-random` builds a small random-weight model and tokenizer in code (no download)."""
+Same loss semantics as Tinker; `model: tiny-random` builds a small random model and tokenizer in code (no download)."""
 
 from __future__ import annotations
 
@@ -170,7 +170,8 @@ class LocalBackend:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if torch.cuda.is_available() else torch.float32)
+        default_dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
+        torch_dtype = getattr(torch, dtype) if dtype else default_dtype
         try:
             tokenizer = AutoTokenizer.from_pretrained(model)
             base = AutoModelForCausalLM.from_pretrained(model, dtype=torch_dtype)

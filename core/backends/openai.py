@@ -1,5 +1,5 @@
 """The `openai` backend: sampling only, from any OpenAI-compatible chat server (vLLM, SGLang, …) over httpx.
-For evaluation runs of a served model; token ids are not returned by these APIs, logprobs are when the server gives them."""
+For evaluation runs of a served model; these APIs return no token ids, and logprobs only when the server gives them."""
 
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ import json
 from importlib import resources
 from pathlib import Path
 
-from core.backends.base import STOP_EOS, STOP_LENGTH, Prompt, SampleContext, SampledSequence, SamplingOnlyBackend, SamplingParams
+from core.backends.base import (STOP_EOS, STOP_LENGTH, Prompt, SampleContext, SampledSequence, SamplingOnlyBackend,
+                                SamplingParams)
 from core.errors import KrlError
 
 PACKAGED_DEMO = "core/data/demo/recordings.jsonl"
@@ -32,7 +33,8 @@ def load_recordings(path: Path) -> dict[str, dict[int, dict[int, tuple[str, bool
             continue
         try:
             row = json.loads(line)
-            problem_id, sample, turn, response = row["problem_id"], int(row["sample"]), int(row["turn"]), row["response"]
+            problem_id, response = row["problem_id"], row["response"]
+            sample, turn = int(row["sample"]), int(row["turn"])
         except (ValueError, KeyError, TypeError) as exc:
             raise KrlError(f"{path}:{number}: not a recording ({exc}). Each line must be a JSON object with "
                            "problem_id, sample, turn and response.") from None

@@ -1,4 +1,4 @@
-"""The `tinker` backend: LoRA training and sampling on the Tinker service through its SDK (0.38, future-returning calls).
+"""The `tinker` backend: LoRA training and sampling on the Tinker service through its SDK (0.38: calls return futures).
 A missing or rejected TINKER_API_KEY fails with a KrlError before any work starts."""
 
 from __future__ import annotations

@@ -225,19 +225,19 @@ def test_doctor_human_report(filled, monkeypatch):
 
 # ---------------------------------------------------------------- detached runs through the CLI
 
-TINY = ["backend=local", "model=tiny-random", "max_steps=200", "dataset.batch_size=1", "dataset.group_size=2",
-        "max_turns=1", "sampling.max_tokens=16", "eval.devices=cpu", "eval.cpu_workers=1"]
+DEMO = ["max_steps=200", "dataset.batch_size=1", "dataset.group_size=2", "max_turns=1", "eval.devices=cpu",
+        "eval.cpu_workers=1"]
 
 
 @pytest.mark.slow
 def test_detached_real_run_outlives_the_cli(cli, workspace):
     t0 = time.monotonic()
-    done = cli("train", "demo", *TINY, "--detach", "--name", "bg", "--json", check_rc=0,
+    done = cli("train", "demo", *DEMO, "--detach", "--name", "bg", "--json", check_rc=0,
                extra_env={"KRL_JOB_MODULE": ""})
     assert time.monotonic() - t0 < 20  # returns at once, long before the job's first step
     row = json.loads(done.stdout)
     try:
-        assert row["status"] == "running" and row["preset"] == "demo" and row["config"]["model"] == "tiny-random"
+        assert row["status"] == "running" and row["preset"] == "demo" and row["config"]["backend"] == "replay"
         assert row["command"]["argv"][1:3] == ["-m", "core.train"]
         assert procman.pid_matches(row["pid"], row["segments"][0]["pid_start_time"])  # the CLI is gone; the run goes on
         listed = json.loads(cli("runs", "ls", "--json", check_rc=0).stdout)

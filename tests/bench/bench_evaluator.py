@@ -598,10 +598,18 @@ def bench_batch(cache_root: str, compile_workers: int, limit: int) -> None:
         f"run per kernel median {statistics.median(run_s):.2f} s")
     say(f"  same batch again (all compile cache hits): {wall_again:.1f} s; verdicts equal: "
         f"{sorted(r.verdict.value for r in again) == sorted(r.verdict.value for r in results)}")
+    second = {r.request_id[:-1]: r for r in again}
     for result in sorted(results, key=lambda r: r.request_id):
-        extra = f"speedup {result.speedup:.2f}x" if result.speedup else result.error_message.splitlines()[1][:110] \
-            if result.error_message.count("\n") else result.error_message[:110]
-        say(f"    {result.request_id:<22} {result.verdict.value:<14} compile {result.phase_times_s.get('compile', 0):6.1f}s  {extra}")
+        extra = f"speedup {result.speedup:.2f}x" if result.speedup else ""
+        if result.hack_rule:
+            extra += f" rule={result.hack_rule}: {result.error_message.splitlines()[0][-90:]}"
+        elif result.verdict != Verdict.CORRECT:
+            lines = result.error_message.splitlines()
+            extra += (lines[1] if len(lines) > 1 else result.error_message)[:110]
+        rerun = second.get(result.request_id)
+        rerun_text = f" | again: {rerun.verdict.value}{' ' + rerun.hack_rule if rerun and rerun.hack_rule else ''}" if rerun else ""
+        say(f"    {result.request_id:<22} {result.verdict.value:<14} compile {result.phase_times_s.get('compile', 0):6.1f}s  "
+            f"{extra}{rerun_text}")
     del ready
 
 

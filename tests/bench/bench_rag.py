@@ -129,7 +129,7 @@ def main() -> None:
     from rag.embed import Embedder
 
     embedder = Embedder(device="cpu")
-    for size in (int(s) for s in args.sizes.split(",")):
+    for size in (int(s) for s in args.sizes.split(",") if s.strip()):
         bench_index(size, args.queries, hnsw_threshold=10**9, embedder=embedder, label="exact (flat)")
         if args.hnsw:
             bench_index(size, args.queries, hnsw_threshold=0, embedder=embedder, label="hnsw")

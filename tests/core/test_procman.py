@@ -250,6 +250,7 @@ def test_gpus_stay_held_until_the_ended_job_has_exited(pm, monkeypatch):
     wait_for(lambda: pm.get_run("first")["status"] == "finished")
     assert procman.pid_matches(first["pid"], first["pid_start_time"])  # still closing down
     assert status(pm, "second") == "queued"
+    assert procman.gpu_usage(pm)["held"] == {0: "first"}
     wait_for(lambda: status(pm, "second") != "queued", timeout_s=10)
     assert not procman.pid_matches(first["pid"], first["pid_start_time"])
 
@@ -316,13 +317,13 @@ def test_delete_refuses_a_running_run_and_removes_the_folder(pm):
 
 # ---------------------------------------------------------------- the real job (core.train) on CPU
 
-def tiny_config(**changes):
-    """The demo preset on the local backend with the tiny-random model: a real CPU training job, one problem per step."""
+def demo_config(**changes):
+    """The demo preset (replay backend: recorded responses through the real evaluator and reward) on CPU, one problem
+    per step and a checkpoint every step: the real training job, at its fastest."""
     from core.config import load_config
 
-    overrides = {"backend": "local", "model": "tiny-random", "max_steps": 200, "dataset.batch_size": 1,
-                 "dataset.group_size": 2, "max_turns": 1, "sampling.max_tokens": 16, "eval.devices": "cpu",
-                 "eval.cpu_workers": 1, "checkpoint_every": 1, **changes}
+    overrides = {"max_steps": 200, "dataset.batch_size": 1, "dataset.group_size": 2, "max_turns": 1,
+                 "eval.devices": "cpu", "eval.cpu_workers": 1, "checkpoint_every": 1, **changes}
     return load_config("demo", [f"{k}={v}" for k, v in overrides.items()])
 
 
@@ -344,8 +345,8 @@ def test_real_job_queue_stop_resume_continues_then_kill_9_crashes(real_pm, monke
     """The real core.train job on CPU through its whole life, sharing one GPU slot with a second run."""
     monkeypatch.setenv("KRL_GPUS", "1")
     reg = real_pm
-    row = procman.start_run(tiny_config(), name="real", gpus=1, registry=reg)
-    other = procman.start_run(tiny_config(max_steps=1), name="other", gpus=1, registry=reg)
+    row = procman.start_run(demo_config(), name="real", gpus=1, registry=reg)
+    other = procman.start_run(demo_config(max_steps=1), name="other", gpus=1, registry=reg)
     assert (row["status"], row["gpus"], other["status"]) == ("running", [0], "queued")
     wait_for(lambda: last_step(reg, "real") >= 1, timeout_s=150, poll_s=0.5)
     assert status(reg, "other") == "queued"  # the slot is still taken

@@ -160,3 +160,35 @@ def test_a_user_error_marks_the_run_failed(registry):
     failed = registry.get_run(row["id"])
     assert failed["status"] == "failed" and failed["exit_code"] == 1
     assert "not_a_problem" in failed["error"]
+
+
+def test_rollout_metrics_fast_p_speedups_and_per_turn_rates():
+    from core.env import Trajectory, Transition, parse_response
+    from core.train_metrics import rollout_metrics
+    from evaluator.api import EvalResult, Verdict
+
+    parsed = parse_response("<think>plan</think>\n<KERNEL>\n```python\nx = 1\n```\n</KERNEL>")
+
+    def turn(index, verdict, speedup=None, score=0.0):
+        result = EvalResult(request_id=f"r{index}", problem_id="p", verdict=verdict, speedup=speedup,
+                            compiled=verdict != Verdict.COMPILE_ERROR, phase_times_s={"total": 0.5})
+        return Transition(turn=index, prompt=[], response="", parsed=parsed, eval_result=result, score=score,
+                          breakdown={"correctness": score}, feedback="", done=False, tokens_in=10, tokens_out=4)
+
+    fast = Trajectory("p", [turn(0, Verdict.COMPILE_ERROR), turn(1, Verdict.CORRECT, 1.5, 1.0)])
+    slow = Trajectory("p", [turn(0, Verdict.CORRECT, 1.1, 1.0)])
+    hack = Trajectory("p", [turn(0, Verdict.HACK_DETECTED, score=-1.0), turn(1, Verdict.WRONG_OUTPUT)])
+    metrics = rollout_metrics([fast, slow, hack], tiny_config())
+    assert metrics["env/all/fast_1"] == pytest.approx(2 / 3)
+    assert metrics["env/all/fast_1.2"] == pytest.approx(1 / 3)
+    assert metrics["env/all/speedup/max"] == pytest.approx(1.5)
+    assert metrics["env/all/speedup/mean"] == pytest.approx(1.3)
+    assert metrics["env/all/turn0/correct_rate"] == pytest.approx(1 / 3)
+    assert metrics["env/all/turn1/correct_rate"] == pytest.approx(1 / 2)
+    assert metrics["env/all/hack_rate"] == pytest.approx(1 / 5)
+    assert metrics["env/all/compile_rate"] == pytest.approx(4 / 5)
+    assert metrics["env/all/solved_rate"] == pytest.approx(2 / 3)
+    assert metrics["time/eval_sum"] == pytest.approx(2.5)
+    # gamma 0.4: returns 0 + 0.4 * 1, 1, -1 + 0.4 * 0
+    assert metrics["env/all/reward/total"] == pytest.approx((0.4 + 1.0 - 1.0) / 3)
+    assert "env/all/speedup/mean" not in rollout_metrics([hack], tiny_config())

@@ -92,3 +92,14 @@ def test_language_fences(retriever, data_dir):
 def test_fence_outgrows_backticks_in_code():
     fenced = fence('doc = """\n```python\nx\n```\n"""', "python")
     assert fenced.startswith("````python\n") and fenced.endswith("\n````")
+
+
+def test_concurrent_queries_from_threads(retriever, data_dir):
+    """Training evaluates groups in threads: queries (and token counting) must not trip over each other."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    problems = [problem_file(data_dir, stem) for stem in ("online_softmax", "gelu_variant", "relu_problem")] * 4
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda p: retriever.examples(p[1], p[0], "triton", 2, token_budget=2000), problems))
+    assert all(results) and results[0][0]["name"] == "RowSoftmax"
+    assert [r[0]["id"] for r in results[:3]] == [r[0]["id"] for r in results[3:6]]
