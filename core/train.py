@@ -709,6 +709,16 @@ def run_foreground(config: RunConfig, name: str | None = None, workspace: Any = 
         registry.close()
 
 
+def _start_queued_runs(registry: Registry) -> None:
+    """A job that ends frees its GPUs: start queued runs now rather than at the next reader's reconcile."""
+    try:
+        from core import procman
+
+        procman.reconcile(registry)
+    except Exception as exc:  # never turn a finished run into a failed exit
+        print(f"warning: could not start queued runs: {exc}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m core.train", description="Run a registered kernelrl run.")
     parser.add_argument("run", help="run id or name (from the registry)")
@@ -721,7 +731,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         row = (registry.find_run(int(args.run)) if args.run.isdigit() else None) or registry.find_run(args.run)
         if row is None:
             registry.get_run(args.run)  # raises with did-you-mean
-        return execute(registry, row["id"])
+        code = execute(registry, row["id"])
+        _start_queued_runs(registry)
+        return code
     except KrlError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -202,7 +202,10 @@ class Evaluator:
             raise EvaluatorError("workers_per_device and cpu_workers must be at least 1.")
         cpu_mode = device_list == ["cpu"]
         if compile_workers is None:
-            compile_workers = (os.cpu_count() or 1) if shutil.which("nvcc") or os.environ.get("CUDA_HOME") else 0
+            # One per core, less one per GPU worker so timing keeps a core (compile workers also run at nice 10).
+            gpu_workers = 0 if cpu_mode else len(device_list) * workers_per_device
+            compile_workers = max(1, (os.cpu_count() or 1) - gpu_workers) \
+                if shutil.which("nvcc") or os.environ.get("CUDA_HOME") else 0
         cache_dir = cache_dir or os.environ.get("KRL_CACHE_DIR") or os.path.join(
             os.path.expanduser("~"), ".cache", "kernelrl", "evaluator")
         os.makedirs(cache_dir, exist_ok=True)

@@ -15,7 +15,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import types
 import uuid
@@ -112,6 +111,8 @@ class _Builder:
         self.original = original
         self.candidate_source: Optional[str] = None  # for mapping compiler line numbers; else the caller's file
         os.makedirs(os.path.join(cache_dir, "cuda"), exist_ok=True)
+        if mode == "compile":
+            _remove_stale_builds(os.path.join(cache_dir, "cuda"))
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -472,6 +473,21 @@ def _file_lock(path: str, wait: bool = True) -> Iterator[bool]:
             fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
+
+
+def _remove_stale_builds(folder: str, max_age_s: float = 2 * 3600) -> None:
+    """Build folders left by builds that were killed (timeouts) are never renamed into place: drop old ones."""
+    now = time.time()
+    try:
+        entries = [e for e in os.scandir(folder) if e.name.startswith(".build-")]
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if now - entry.stat().st_mtime > max_age_s:
+                shutil.rmtree(entry.path, ignore_errors=True)
+        except OSError:
+            pass
 
 
 def _read_json(path: str) -> Optional[dict]:

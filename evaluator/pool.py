@@ -162,6 +162,12 @@ def _child_main(argv: list[str]) -> int:
     cache_dir = os.environ.get("KRL_WORKER_CACHE_DIR", "")
     worker_module = os.environ.get("KRL_WORKER_MODULE", "evaluator.worker")
 
+    if role == "compile":
+        # Builds must not starve a GPU worker's host thread: timing (and its wall-clock cross-check) runs there.
+        try:
+            os.nice(10)
+        except OSError:
+            pass
     ctx = None
     hello: dict[str, Any] = {"type": "ready", "worker_id": worker_id, "pid": os.getpid()}
     if role == "eval":

@@ -30,6 +30,8 @@ def check(
     as_json: bool = typer.Option(False, "--json", help="Print the EvalResult as JSON to stdout."),
 ) -> None:
     """Check one kernel against a problem: verdict, correctness, speedup. Exit 0 whatever the verdict."""
+    import os
+    import shutil
     from pathlib import Path
 
     from core.errors import KrlError
@@ -67,7 +69,8 @@ def check(
     console = Console(stderr=True)
     try:
         with console.status(f"evaluating {path.name} on {chosen.id} ({request.backend}, {precision})…") if not as_json else _null():
-            with Evaluator(devices=device_arg, workers_per_device=1, cpu_workers=1, spare_per_device=0) as evaluator:
+            with Evaluator(devices=device_arg, workers_per_device=1, cpu_workers=1, spare_per_device=0,
+                           compile_workers=1 if shutil.which("nvcc") or os.environ.get("CUDA_HOME") else 0) as evaluator:
                 result = evaluator.evaluate(request)
     except EvaluatorError as exc:
         raise KrlError(f"the evaluator could not run: {exc}") from None

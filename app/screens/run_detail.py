@@ -136,7 +136,7 @@ class RunDetailScreen(Screen):
             self.set_interval(self.app.refresh_s, self._tick_logs)
 
     def _tick(self) -> None:
-        if self.is_current:  # a trajectory screen on top: nothing here is visible
+        if self.app.screen is self:  # a trajectory screen on top: nothing here is visible
             self.load_header()
 
     def on_screen_resume(self) -> None:
@@ -144,7 +144,7 @@ class RunDetailScreen(Screen):
             self.load_header()
 
     def _tick_logs(self) -> None:
-        if self.is_current and self.run is not None and "logs" in self._tab_ready and self.query_one(TabbedContent).active == "logs":
+        if self.app.screen is self and self.run is not None and "logs" in self._tab_ready and self.query_one(TabbedContent).active == "logs":
             self.tail_logs()
 
     # ---------------------------------------------------------------- workers
@@ -268,8 +268,10 @@ class RunDetailScreen(Screen):
                              f" · best {fmt_speedup((run.get('summary') or {}).get('best_speedup'))}")
         if run.get("backend") == "replay":
             text.append("  RECORDED REPLAY DATA (no live model)", style=f"bold reverse {theme_colour(self.app, 'warning')}")
-        if run.get("error") and run["status"] in ("failed", "crashed"):
+        failed = bool(run.get("error")) and run["status"] in ("failed", "crashed")
+        if failed:
             text.append(f"\n{run['error'].strip().splitlines()[-1][:200]}", style=theme_colour(self.app, "error"))
+        self.query_one("#run-header", Static).set_class(failed, "-error")
         if text != getattr(self, "_header_text", None):  # an unchanged header must not re-layout the screen
             self._header_text = text
             self.query_one("#run-header", Static).update(text)

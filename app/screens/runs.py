@@ -94,7 +94,7 @@ class RunsScreen(Screen):
 
     def _tick(self) -> None:
         # Under another screen nobody sees the table: skip, and catch up on resume.
-        if self.is_current:
+        if self.app.screen is self:
             self.refresh_runs()
 
     def on_screen_resume(self) -> None:

@@ -18,6 +18,9 @@ from app.widgets.reward_plot import Curve, RewardPlot
 
 SMOOTHING_STEP = 0.1
 MAX_PLOTS = 12
+# Live runs redraw their plots at most this often: each redraw rebuilds every plot, and a run writing a step a
+# second would otherwise keep a core busy.
+LIVE_REFRESH_S = 2.0
 
 
 def plot_id(key: str) -> str:
@@ -40,7 +43,9 @@ class CurvesPanel(Horizontal):
         self.x_axis = "step"
         self._series: dict[str, Series] = {}
         self._total_points = 0
-        self._user_chose = False  # once the user picks metrics, new keys no longer change the selection
+        self._user_chose = False
+        self._last_refresh = 0.0
+        self._refresh_pending = False  # once the user picks metrics, new keys no longer change the selection
 
     def compose(self) -> ComposeResult:
         with Vertical(id="metric-picker"):
@@ -131,9 +136,24 @@ class CurvesPanel(Horizontal):
         self._redraw()
 
     def refresh_data(self) -> None:
-        """Ask again for every shown key (new steps arrived)."""
-        if self.selected:
-            self.post_message(self.Wanted(self.selected[:MAX_PLOTS], self.plot_width()))
+        """Ask again for every shown key (new steps arrived), at most once per LIVE_REFRESH_S."""
+        import time
+
+        if not self.selected or self._refresh_pending:
+            return
+        wait_s = self._last_refresh + LIVE_REFRESH_S - time.monotonic()
+        if wait_s > 0:
+            self._refresh_pending = True
+            self.set_timer(wait_s, self._refresh_now)
+            return
+        self._refresh_now()
+
+    def _refresh_now(self) -> None:
+        import time
+
+        self._refresh_pending = False
+        self._last_refresh = time.monotonic()
+        self.post_message(self.Wanted(self.selected[:MAX_PLOTS], self.plot_width()))
 
     def _redraw(self, only: set[str] | None = None) -> None:
         shown = 0

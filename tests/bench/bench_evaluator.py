@@ -9,7 +9,6 @@ import os
 import statistics
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
