@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
+from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
@@ -77,6 +78,15 @@ class KrlApp(App):
     def on_mount(self) -> None:
         if self.open_run:
             self.open_run_detail(self.open_run)
+        # After the first paint, so it does not compete with it for the GIL.
+        self.set_timer(1.5, self._warm_up)
+
+    @work(thread=True, group="warm-up", exit_on_error=False)
+    def _warm_up(self) -> None:
+        """Load the syntax lexers off the UI thread so the first trajectory opens fast."""
+        from app.widgets.kernel_diff import warm_lexers
+
+        warm_lexers()
 
     def open_run_detail(self, run: int | str, tab: str = "curves") -> None:
         from app.screens.run_detail import RunDetailScreen

@@ -15,6 +15,23 @@ from textual.widgets import Static
 from app.widgets.format import theme_colour
 
 MODES = ("code", "unified", "split")
+_LEXERS: dict = {}
+
+
+def lexer_for(language: str):
+    """A cached pygments lexer: looking one up by name scans plugins (~100 ms the first time), so it is done
+    once, ideally early in a background thread (see warm_lexers)."""
+    lexer = _LEXERS.get(language)
+    if lexer is None:
+        from pygments.lexers import get_lexer_by_name
+
+        lexer = _LEXERS[language] = get_lexer_by_name(language)
+    return lexer
+
+
+def warm_lexers() -> None:
+    for language in ("python", "cuda"):
+        lexer_for(language)
 
 
 def kernel_language(source: str, run_backend: str = "") -> str:
@@ -102,7 +119,7 @@ class KernelView(VerticalScroll):
             return
         if self.mode == "code" or self._previous is None:
             theme = "monokai" if self.app.current_theme.dark else "default"
-            code.update(Syntax(self._source, self._language, theme=theme, line_numbers=True, word_wrap=False,
+            code.update(Syntax(self._source, lexer_for(self._language), theme=theme, line_numbers=True, word_wrap=False,
                                background_color=self.app.theme_variables.get("surface")))
             if self.mode != "code":
                 self.border_subtitle = "first turn: nothing to diff"

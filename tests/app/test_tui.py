@@ -249,9 +249,8 @@ async def test_delete_key_goes_through_procman(filled, workspace):
         await pilot.press("d")
         await settle(pilot)
         await pilot.press("y")
-        await settle(pilot, rounds=60)
-        assert reg.find_run("tiny-local-smoke") is None
-        assert "tiny-local-smoke" not in table_names(app)
+        assert await _wait_for(pilot, lambda: reg.find_run("tiny-local-smoke") is None
+                               and "tiny-local-smoke" not in table_names(app), 10)
 
 
 async def test_stop_key_dequeues_a_queued_run_through_procman(filled, workspace, monkeypatch):
@@ -262,11 +261,9 @@ async def test_stop_key_dequeues_a_queued_run_through_procman(filled, workspace,
         await settle(pilot)
         move_to(app, "kevin-32b-queued")
         await pilot.press("s")
-        await settle(pilot, rounds=60)
-        assert reg.get_run("kevin-32b-queued")["status"] == "stopped"
-        await settle(pilot)
-        row = next(r for r in app.screen.rows if r.name == "kevin-32b-queued")
-        assert row.status == "stopped"
+        assert await _wait_for(pilot, lambda: reg.get_run("kevin-32b-queued")["status"] == "stopped", 10)
+        assert await _wait_for(pilot, lambda: next(r for r in app.screen.rows if r.name == "kevin-32b-queued")
+                               .status == "stopped", 5)
 
 
 async def test_tag_key_adds_and_removes_tags(filled, workspace):
@@ -280,8 +277,7 @@ async def test_tag_key_adds_and_removes_tags(filled, workspace):
         prompt = app.screen.query_one("#prompt-input", Input)
         prompt.value = "keep -lr-sweep"
         await pilot.press("enter")
-        await settle(pilot, rounds=60)
-        assert reg.get_run("kevin-8b-lr3e-5")["tags"] == ["keep"]
+        assert await _wait_for(pilot, lambda: reg.get_run("kevin-8b-lr3e-5")["tags"] == ["keep"], 10)
 
 
 async def test_status_change_appears_within_a_second(filled, workspace):
