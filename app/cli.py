@@ -27,7 +27,7 @@ app = typer.Typer(
 def _global(
     ctx: typer.Context,
     workspace: Optional[str] = typer.Option(
-        None, "--workspace", "-w", envvar="KRL_WORKSPACE", help="Workspace folder holding the registry and run folders [default: ./runs]."
+        None, "--workspace", "-w", envvar="KRL_WORKSPACE", help="Workspace folder holding the registry and run folders (default: ./runs)."
     ),
     theme: Optional[str] = typer.Option(None, "--theme", help="TUI theme (remembered)."),
 ) -> None:

@@ -23,6 +23,8 @@ from evaluator.api import BACKENDS, PRECISIONS, EvalRequest, EvalResult, Verdict
 MAX_MESSAGE_CHARS = 2000
 # Calls in the device-wide synchronised cross-check of the event timing.
 CROSS_CHECK_CALLS = 20
+CROSS_CHECK_REPEATS = 5  # batches per attempt; the fastest counts
+CROSS_CHECK_ATTEMPTS = 3  # a finding must hold in every attempt
 FULL_GC_EVERY = 32
 FULL_GC_CUDA_BYTES = 2 * 2**30
 
@@ -769,8 +771,7 @@ class _RunState:
         if kernel_stats.median_ms > 0:
             result.speedup = reference_stats.median_ms / kernel_stats.median_ms
         if ctx.is_cuda:
-            wall_ms, issue_ms = timing.synchronized_wall_ms(candidate_call, CROSS_CHECK_CALLS, cuda=True)
-            finding = checks.untimed_work(kernel_stats.median_ms, wall_ms, issue_ms)
+            finding = self._untimed_work_finding(candidate_call, kernel_stats.median_ms)
             if finding:
                 raise _Outcome(Verdict.HACK_DETECTED, finding.message, finding.rule)
         self._sync()
@@ -786,6 +787,19 @@ class _RunState:
             raise _Outcome(Verdict.HACK_DETECTED, checks.message("timing_output_mismatch"), "timing_output_mismatch")
         self.timing_inputs = inputs
         self.timed_output = timed_output
+
+    def _untimed_work_finding(self, candidate_call, event_median_ms: float):
+        """The device-wide cross-check, robust to a busy host: descheduling (parallel compiles, other jobs) only ever
+        adds wall time, so each attempt keeps the fastest of several batches, and a finding must repeat in every
+        attempt. Hidden side-stream work costs time in every batch and still trips the rule."""
+        finding = None
+        for _ in range(CROSS_CHECK_ATTEMPTS):
+            wall_ms, issue_ms = timing.synchronized_wall_ms(candidate_call, CROSS_CHECK_CALLS, cuda=True,
+                                                            repeats=CROSS_CHECK_REPEATS)
+            finding = checks.untimed_work(event_median_ms, wall_ms, issue_ms)
+            if finding is None:
+                return None
+        return finding
 
     def _recheck_fresh_inputs(self, reference, ref_model, new_model, watch) -> None:
         """After timing, refill the very input tensors in place with fresh values: a candidate that memoises by

@@ -551,7 +551,9 @@ def bench_compile(cache_root: str, stock: bool = True) -> None:
                                 ("without the PCH (lighter header)", "KRL_WORKER_PCH")):
             os.environ[env_name] = "0"
             try:
-                variant = kernels[2].replace("__ldg(x + idx)", "x[idx]") + f"\n# {env_name}\n"
+                # The change must be inside the CUDA source, or the build is a cache hit.
+                variant = kernels[2].replace("__ldg(x + idx)", "x[idx]").replace(
+                    "#include <cuda_runtime.h>", f"#include <cuda_runtime.h>\n// {env_name}")
                 other = compile_mod.build_cuda_candidate(EvalRequest("b", "", variant, backend="cuda"), cache)
                 say(f"  ours {label}: {other['seconds']:.1f} s ok={other['ok']}")
             finally:
