@@ -154,6 +154,9 @@ def _cap_entries(header: str, entries: list[str], max_chars: int) -> str:
 
 # ---------------------------------------------------------------- Python tracebacks
 
+_COMPILER_DIAGNOSTIC = re.compile(r"(\.(cu|cuh|cpp|cc|h|hpp)\(\d+\)|:\d+(:\d+)?): (fatal )?error")
+
+
 def clean_traceback(exc: BaseException, candidate_filename: str, max_chars: int = 2000) -> str:
     """The exception with only the frames in the candidate's file (and a compile log or Triton error cleaned)."""
     triton_text = _triton_message(exc, candidate_filename)
@@ -161,7 +164,8 @@ def clean_traceback(exc: BaseException, candidate_filename: str, max_chars: int 
         return _cap(triton_text, max_chars)
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if _same_file(f.filename, candidate_filename)]
     message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    if "Error building extension" in message or re.search(r"\berror:", message):
+    # Only a build log is cleaned as one: runtime messages such as "CUDA error: an illegal memory access" are not.
+    if "Error building extension" in message or _COMPILER_DIAGNOSTIC.search(message):
         source = _read(candidate_filename)
         cleaned = clean_compile_log(message, source or "", max_chars=max_chars)
         message = f"{type(exc).__name__}: {cleaned}"

@@ -4,7 +4,7 @@ Only screen workers call these, off the UI thread; widgets receive their results
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from core.registry import Registry
@@ -210,12 +210,6 @@ def _call_overrides(core_config: Any, config: dict[str, Any], preset: str) -> An
         return core_config.overrides_of(config, preset)
     except TypeError:
         return core_config.overrides_of(config)
-
-
-@dataclass
-class RunDetail:
-    run: dict[str, Any]
-    overrides: dict[str, Any] = field(default_factory=dict)
 
 
 def compare_configs(configs: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:

@@ -135,3 +135,14 @@ def test_triton_compilation_error_names_the_candidate_line(tmp_path):
     cleaned = clean_traceback(error, str(path))
     store_line = next(k for k, l in enumerate(source.splitlines(), 1) if "undefined_thing" in l)
     assert f"line {store_line}" in cleaned and "undefined_thing is not defined" in cleaned
+
+
+def test_cuda_runtime_error_is_not_reported_as_a_compile_failure():
+    from evaluator.errclean import clean_traceback
+
+    try:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    except RuntimeError as exc:
+        text = clean_traceback(exc, "candidate.py")
+    assert "illegal memory access" in text
+    assert "Compilation failed" not in text
