@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
+from core.config import flatten  # re-exported: screens and widgets flatten configs for display
 from core.registry import Registry
 
 # Preferred metric keys for the runs table's reward / correct-rate columns, then regexes as fallbacks, so the
@@ -172,18 +173,6 @@ def load_trajectory(reg: Registry, trajectory_id: int) -> TrajectoryDetail:
     language = ((run.get("config") or {}).get("kernel") or {}).get("backend") or "cuda"
     return TrajectoryDetail(trajectory, reg.trajectory_turns(trajectory_id), run["name"], run.get("backend") or "",
                             language)
-
-
-def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": 1}} -> {"a.b": 1}; lists stay values."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(flatten(value, dotted + "."))
-        else:
-            out[dotted] = value
-    return out
 
 
 def config_overrides(run: dict[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ unified or side by side. Pure rendering of two strings; the inspector decides wh
 from __future__ import annotations
 
 import difflib
+import threading
 from typing import Optional
 
 from rich.syntax import Syntax
@@ -16,17 +17,21 @@ from app.widgets.format import theme_colour
 
 MODES = ("code", "unified", "split")
 _LEXERS: dict = {}
+# Pygments builds a lexer class's token tables on first instantiation, non-atomically: the warm-up thread and the UI
+# thread creating the same lexer at once gave differently highlighted code (seen as a flaky snapshot).
+_LEXERS_LOCK = threading.Lock()
 
 
 def lexer_for(language: str):
     """A cached pygments lexer: looking one up by name scans plugins (~100 ms the first time), so it is done
     once, ideally early in a background thread (see warm_lexers)."""
-    lexer = _LEXERS.get(language)
-    if lexer is None:
-        from pygments.lexers import get_lexer_by_name
+    with _LEXERS_LOCK:
+        lexer = _LEXERS.get(language)
+        if lexer is None:
+            from pygments.lexers import get_lexer_by_name
 
-        lexer = _LEXERS[language] = get_lexer_by_name(language)
-    return lexer
+            lexer = _LEXERS[language] = get_lexer_by_name(language)
+        return lexer
 
 
 def warm_lexers() -> None:
