@@ -463,8 +463,8 @@ class Trainer:
                 self._tb.add_scalar(key, value, step)
             self._tb.flush()
         self.last_completed_step = step
-        log.info("step %d/%d  reward %.3f  correct %.0f%%  solved %.0f%%  fast_1 %.0f%%  dropped %d/%d  %.1fs",
-                 step, cfg.max_steps - 1, metrics.get("env/all/reward/total", 0.0),
+        log.info("step %d (%d/%d)  reward %.3f  correct %.0f%%  solved %.0f%%  fast_1 %.0f%%  dropped %d/%d  %.1fs",
+                 step, step + 1, cfg.max_steps, metrics.get("env/all/reward/total", 0.0),
                  100 * metrics.get("env/all/correct_rate", 0.0), 100 * metrics.get("env/all/solved_rate", 0.0),
                  100 * metrics.get("env/all/fast_1", 0.0), advantages.n_dropped, len(advantages.groups),
                  metrics["time/total"])
