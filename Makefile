@@ -1,6 +1,7 @@
 # Two commands from a clean clone: `make demo` and `make test`.
-# The venv sees system site-packages so a user's own CUDA torch is used when present;
-# without one we install the CPU build (a local wheel on our CI machines).
+# torch is not pinned in the package metadata: the Makefile installs torch==2.13.0 (a local CPU wheel on our CI
+# machines, the CUDA build from PyPI elsewhere) and falls back to the newest torch. To use a torch you already
+# have, create the venv yourself first: `python3 -m venv --system-site-packages .venv`.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -9,7 +10,7 @@ STAMP := $(VENV)/.installed-dev
 .PHONY: demo test venv install-dev bench bench-registry bench-evaluator bench-rag bench-tui clean wheels
 
 $(BIN)/python:
-	$(PY) -m venv --system-site-packages $(VENV)
+	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(VENV)/.torch: $(BIN)/python
