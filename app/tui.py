@@ -3,6 +3,7 @@ Screens do the work; this module wires them together and owns the per-thread reg
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from pathlib import Path
@@ -17,6 +18,8 @@ from core.registry import Registry, workspace_path
 from themes.palettes import ALIASES, DEFAULT_THEME, THEMES, VARIABLE_DEFAULTS
 from themes.settings import load_settings, save_setting
 
+# Young-generation threshold once start-up is over (CPython's default is 700).
+GC_THRESHOLD_0 = 10_000
 THEME_DIR = Path(__file__).resolve().parent.parent / "themes"
 
 
@@ -80,6 +83,15 @@ class KrlApp(App):
             self.open_run_detail(self.open_run)
         # After the first paint, so it does not compete with it for the GIL.
         self.set_timer(1.5, self._warm_up)
+        self.set_timer(1.0, self._freeze_heap)
+
+    def _freeze_heap(self) -> None:
+        """Move what start-up built (modules, Textual, the runs table) out of the collector's sight: a full
+        collection otherwise walks all of it, and one landing while a screen opens cost 100-200 ms. Young
+        collections are also made less frequent (most objects a frame allocates die within it)."""
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(GC_THRESHOLD_0, *gc.get_threshold()[1:])
 
     @work(thread=True, group="warm-up", exit_on_error=False)
     def _warm_up(self) -> None:
@@ -91,12 +103,46 @@ class KrlApp(App):
     def open_run_detail(self, run: int | str, tab: str = "curves") -> None:
         from app.screens.run_detail import RunDetailScreen
 
-        self.push_screen(RunDetailScreen(run, tab=tab))
+        if tab != "curves":
+            self.push_screen(RunDetailScreen(run, tab=tab))
+            return
+        self._open_run_loaded(run)
+
+    @work(thread=True, exclusive=True, group="open-run", exit_on_error=False)
+    def _open_run_loaded(self, run: int | str) -> None:
+        """Read the run and its default curves first (a few ms, off the UI thread), then push the screen with
+        them: it lays out its plots and paints once, instead of placeholders first and every plot again after."""
+        from app.screens.loaders import default_curve_keys, load_series
+        from app.screens.run_detail import RunDetailScreen
+        from app.widgets.curves_panel import points_for_width
+
+        preload = None
+        try:
+            reg = self.registry("open-run")
+            row = reg.get_run(run)
+            keys = reg.metric_keys(row["id"])
+            # The plot grid spans the screen less the metric picker and the grid's scrollbar gutter.
+            points = points_for_width(max(40, self.size.width - 36))
+            preload = (row, keys, load_series(reg, row["id"], default_curve_keys(keys), points))
+        except Exception:  # noqa: BLE001 - the screen reads the run itself and reports what is wrong
+            preload = None
+        self.call_from_thread(self.push_screen, RunDetailScreen(run, tab="curves", preload=preload))
 
     def open_trajectory(self, trajectory_id: int) -> None:
+        """Read the trajectory first (a few ms, off the UI thread), then push its screen with the data in hand:
+        the screen lays out and paints once, full, instead of empty and then again filled."""
+        self._open_trajectory_loaded(trajectory_id)
+
+    @work(thread=True, exclusive=True, group="open-trajectory", exit_on_error=False)
+    def _open_trajectory_loaded(self, trajectory_id: int) -> None:
+        from app.screens.loaders import load_trajectory
         from app.screens.trajectory import TrajectoryScreen
 
-        self.push_screen(TrajectoryScreen(trajectory_id))
+        try:
+            detail = load_trajectory(self.registry("trajectory-open"), trajectory_id)
+        except Exception:  # noqa: BLE001 - the screen loads it again and reports what is wrong
+            detail = None
+        self.call_from_thread(self.push_screen, TrajectoryScreen(trajectory_id, detail=detail))
 
     def open_compare(self, run_ids: list[int]) -> None:
         from app.screens.compare import CompareScreen

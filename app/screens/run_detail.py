@@ -59,8 +59,9 @@ class RunDetailScreen(Screen):
         Binding("r", "resume", "Resume run", show=False, id="run.resume"),
     ]
 
-    def __init__(self, run: int | str, tab: str = "curves") -> None:
+    def __init__(self, run: int | str, tab: str = "curves", preload: Optional[tuple] = None) -> None:
         super().__init__()
+        self._preload = preload  # (run, metric keys, default series) read before the screen was pushed
         self.run_ref = run
         self.initial_tab = tab if tab in TABS else "curves"
         self.run: Optional[dict[str, Any]] = None
@@ -130,6 +131,12 @@ class RunDetailScreen(Screen):
 
     def on_mount(self) -> None:
         self._build_tab(self.initial_tab)
+        if self._preload is not None:  # fill the curves before the first paint
+            run, keys, series = self._preload
+            self._preload = None
+            for panel in self.query(CurvesPanel):
+                panel.show_series(series)
+            self.on_run_header_loaded(RunHeaderLoaded(run, keys))
         self.load_header()
         if self.app.live and self.app.refresh_s:
             self.set_interval(self.app.refresh_s, self._tick)

@@ -32,10 +32,11 @@ class TrajectoryScreen(Screen):
         Binding("left_square_bracket", "neighbour(-1)", "Prev of problem", id="traj.prev_trajectory"),
     ]
 
-    def __init__(self, trajectory_id: int) -> None:
+    def __init__(self, trajectory_id: int, detail: Optional[TrajectoryDetail] = None) -> None:
         super().__init__()
         self.trajectory_id = trajectory_id
         self.detail: Optional[TrajectoryDetail] = None
+        self._preloaded = detail
         self.turn_index = 0
         self.mode = "code"
 
@@ -50,7 +51,11 @@ class TrajectoryScreen(Screen):
     def on_mount(self) -> None:
         self.query_one("#turn-list", DataTable).add_columns("turn", "verdict", "score")
         self.query_one(KernelView).border_title = "kernel"
-        self.load(self.trajectory_id)
+        if self._preloaded is not None:  # read before the screen was pushed: fill it before its first paint
+            detail, self._preloaded = self._preloaded, None
+            self.on_trajectory_loaded(TrajectoryLoaded(detail))
+        else:
+            self.load(self.trajectory_id)
 
     # ---------------------------------------------------------------- workers
 

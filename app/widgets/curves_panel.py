@@ -23,6 +23,11 @@ MAX_PLOTS = 12
 LIVE_REFRESH_S = 2.0
 
 
+def points_for_width(grid_width: int) -> int:
+    """Points worth fetching per curve for a plot grid this wide: two per braille column of one plot."""
+    return max(50, 2 * (grid_width // 2 - 8))
+
+
 def plot_id(key: str) -> str:
     return "plot-" + re.sub(r"[^A-Za-z0-9_-]", "_", key)
 
@@ -88,7 +93,7 @@ class CurvesPanel(Horizontal):
         grid = self.query_one("#plot-grid")
         # Before the first layout the grid has no size; estimate from the screen (minus the metric picker).
         width = grid.size.width or max(40, self.app.size.width - 36)
-        return max(50, 2 * (width // 2 - 8))
+        return points_for_width(width)
 
     # ---------------------------------------------------------------- internals
 
