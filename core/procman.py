@@ -567,7 +567,8 @@ def _config_dict(config: Any) -> dict[str, Any]:
     raise TypeError(f"config must be a RunConfig or a dict, not {type(config).__name__}")
 
 
-def _unique_name(registry: Registry, base: str) -> str:
+def unique_run_name(registry: Registry, base: str) -> str:
+    """A free run name from a base (preset or backend) and the time: `kevin-1122-0412`, then `-2`, `-3` …"""
     base = "".join(c if c.isalnum() or c in "-_." else "-" for c in base).strip("-.") or "run"
     name = f"{base}-{time.strftime('%m%d-%H%M%S')}"
     candidate, n = name, 2
@@ -601,7 +602,7 @@ def start_run(config: Any, name: str | None = None, gpus: int | None = None, pre
     reg = registry or _open(workspace)
     try:
         cfg = _config_dict(config)
-        name = name or cfg.get("name") or _unique_name(reg, preset or cfg.get("preset") or cfg.get("backend") or "run")
+        name = name or cfg.get("name") or unique_run_name(reg, preset or cfg.get("preset") or cfg.get("backend") or "run")
         if "name" in cfg:
             cfg["name"] = name
         preset = preset or cfg.get("preset")

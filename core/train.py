@@ -664,25 +664,16 @@ def _configure_logging(log_file: Path | None = None) -> list[logging.Handler]:
     return handlers
 
 
-def _unique_name(registry: Registry, base: str) -> str:
-    base = "".join(c if c.isalnum() or c in "-_." else "-" for c in base).strip("-.") or "run"
-    name = f"{base}-{time.strftime('%m%d-%H%M%S')}"
-    candidate, n = name, 2
-    while registry.find_run(candidate) is not None:
-        candidate, n = f"{name}-{n}", n + 1
-    return candidate
-
-
 def run_foreground(config: RunConfig, name: str | None = None, workspace: Any = None) -> dict[str, Any]:
     """Register a run and execute it in this process (`krl train` without --detach); progress goes to stderr and
     <ws>/<name>/logs.log. Returns the final runs row. Ctrl-C stops it with a checkpoint (resumable)."""
-    from core.procman import process_identity
+    from core.procman import process_identity, unique_run_name
 
     registry = Registry.for_workspace(workspace)
     handlers: list[logging.Handler] = []
     try:
         cfg = config.model_dump(mode="json")
-        name = name or config.name or _unique_name(registry, config.preset or config.backend)
+        name = name or config.name or unique_run_name(registry, config.preset or config.backend)
         cfg["name"] = name
         row = registry.create_run(
             name, kind="replay" if config.backend == "replay" else "train", config=cfg, preset=config.preset,

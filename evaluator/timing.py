@@ -166,27 +166,20 @@ def time_cpu(fns: dict[str, Callable[[], Any]], settings: TimingSettings) -> dic
     return samples
 
 
-def synchronized_wall_ms(fn: Callable[[], Any], calls: int, cuda: bool, repeats: int = 1) -> tuple[float, float]:
-    """(wall ms per call with a device-wide synchronize around a batch of calls, host ms per call to issue them),
-    from the fastest of `repeats` batches.
+def synchronized_wall_ms(fn: Callable[[], Any], calls: int, cuda: bool) -> tuple[float, float]:
+    """(wall ms per call with a device-wide synchronize around the whole batch, host ms per call to issue them).
 
     Device-wide synchronisation waits for every stream, so work a candidate hides on a side stream or behind an
-    event it never waits for shows up here but not in the event timing of the current stream. Host preemption
-    only adds time, so the fastest batch is the truest one."""
+    event it never waits for shows up here but not in the event timing of the current stream."""
     import torch
 
-    best: tuple[float, float] | None = None
-    for _ in range(max(1, repeats)):
-        if cuda:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        issued = time.perf_counter()
-        if cuda:
-            torch.cuda.synchronize()
-        t1 = time.perf_counter()
-        sample = ((t1 - t0) * 1e3 / calls, (issued - t0) * 1e3 / calls)
-        if best is None or sample[0] < best[0]:
-            best = sample
-    return best
+    if cuda:
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    issued = time.perf_counter()
+    if cuda:
+        torch.cuda.synchronize()
+    t1 = time.perf_counter()
+    return (t1 - t0) * 1e3 / calls, (issued - t0) * 1e3 / calls

@@ -23,8 +23,7 @@ from evaluator.api import BACKENDS, PRECISIONS, EvalRequest, EvalResult, Verdict
 MAX_MESSAGE_CHARS = 2000
 # Calls in the device-wide synchronised cross-check of the event timing.
 CROSS_CHECK_CALLS = 20
-CROSS_CHECK_REPEATS = 5  # batches per attempt; the fastest counts
-CROSS_CHECK_ATTEMPTS = 3  # a finding must hold in every attempt
+CROSS_CHECK_BATCHES = 15  # untimed_work fires only if every batch exceeds its allowance
 FULL_GC_EVERY = 32
 FULL_GC_CUDA_BYTES = 2 * 2**30
 
@@ -793,13 +792,13 @@ class _RunState:
         self.timed_output = timed_output
 
     def _untimed_work_finding(self, candidate_call, event_median_ms: float):
-        """The device-wide cross-check, robust to a busy host: descheduling (parallel compiles, other jobs) only ever
-        adds wall time, so each attempt keeps the fastest of several batches, and a finding must repeat in every
-        attempt. Hidden side-stream work costs time in every batch and still trips the rule."""
+        """The device-wide cross-check, robust to a busy host: descheduling (parallel compiles, other jobs) only
+        ever adds wall time, so one batch within the allowance clears the candidate, and a finding needs every
+        batch to exceed it. Hidden side-stream work costs time in every batch; an honest kernel usually clears on
+        the first, so the extra batches are paid only when something looks wrong."""
         finding = None
-        for _ in range(CROSS_CHECK_ATTEMPTS):
-            wall_ms, issue_ms = timing.synchronized_wall_ms(candidate_call, CROSS_CHECK_CALLS, cuda=True,
-                                                            repeats=CROSS_CHECK_REPEATS)
+        for _ in range(CROSS_CHECK_BATCHES):
+            wall_ms, issue_ms = timing.synchronized_wall_ms(candidate_call, CROSS_CHECK_CALLS, cuda=True)
             finding = checks.untimed_work(event_median_ms, wall_ms, issue_ms)
             if finding is None:
                 return None

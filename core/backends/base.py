@@ -129,6 +129,19 @@ def finite_or_none(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
+class ChatRendering:
+    """render/count_tokens for backends that hold a `tokenizer` with render_chat and encode. A template that ends
+    in `<think>` pre-fills the thinking, which the parser must know."""
+
+    def render(self, messages: list[dict[str, str]]) -> Prompt:
+        text = self.tokenizer.render_chat(messages)
+        return Prompt(messages=list(messages), tokens=self.tokenizer.encode(text),
+                      prefilled_think=text.rstrip().endswith("<think>"))
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer.encode(text))
+
+
 @runtime_checkable
 class TrainingBackend(Protocol):
     """A policy the loop can sample from and (when can_train) update.

@@ -8,8 +8,8 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
-from core.backends.base import (STOP_EOS, STOP_LENGTH, AdamParams, CheckpointPaths, Datum, Prompt, SampleContext,
-                                SampledSequence, SamplingParams, check_loss_kind, token_loss)
+from core.backends.base import (STOP_EOS, STOP_LENGTH, AdamParams, ChatRendering, CheckpointPaths, Datum, Prompt,
+                                SampleContext, SampledSequence, SamplingParams, check_loss_kind, token_loss)
 from core.errors import KrlError
 
 TINY_RANDOM = "tiny-random"
@@ -128,7 +128,7 @@ class _HFTokenizer:
 
 # ---------------------------------------------------------------- the backend
 
-class LocalBackend:
+class LocalBackend(ChatRendering):
     """transformers + peft LoRA; sampling and training serialised by one lock (deterministic, simple)."""
 
     name = "local"
@@ -181,14 +181,6 @@ class LocalBackend:
         return base, _HFTokenizer(tokenizer)
 
     # ------------------------------------------------------------ prompts
-
-    def render(self, messages: list[dict[str, str]]) -> Prompt:
-        text = self.tokenizer.render_chat(messages)
-        return Prompt(messages=list(messages), tokens=self.tokenizer.encode(text),
-                      prefilled_think=text.rstrip().endswith("<think>"))
-
-    def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer.encode(text))
 
     # ------------------------------------------------------------ sampling
 

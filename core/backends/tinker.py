@@ -8,8 +8,8 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
-from core.backends.base import (STOP_EOS, STOP_LENGTH, AdamParams, CheckpointPaths, Datum, Prompt, SampleContext,
-                                SampledSequence, SamplingParams, check_loss_kind)
+from core.backends.base import (STOP_EOS, STOP_LENGTH, AdamParams, ChatRendering, CheckpointPaths, Datum, Prompt,
+                                SampleContext, SampledSequence, SamplingParams, check_loss_kind)
 from core.backends.local import _HFTokenizer
 from core.errors import KrlError
 
@@ -27,7 +27,7 @@ def check_api_key_present() -> None:
                    "for a run without Tinker use backend=local.")
 
 
-class TinkerBackend:
+class TinkerBackend(ChatRendering):
     """One Tinker LoRA training client plus a sampling client refreshed after each optimizer step."""
 
     name = "tinker"
@@ -67,14 +67,6 @@ class TinkerBackend:
                            "TINKER_BASE_URL.") from None
 
     # ------------------------------------------------------------ prompts and sampling
-
-    def render(self, messages: list[dict[str, str]]) -> Prompt:
-        text = self.tokenizer.render_chat(messages)
-        return Prompt(messages=list(messages), tokens=self.tokenizer.encode(text),
-                      prefilled_think=text.rstrip().endswith("<think>"))
-
-    def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer.encode(text))
 
     def _sampling_client(self):
         with self._lock:
