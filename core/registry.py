@@ -296,7 +296,6 @@ class Registry:
         if not self.path.exists() and not create:
             raise KrlError(f"no registry at {self.path}. Start a run first, or pass --workspace.")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._check_is_registry_file()
         self._lock = threading.RLock()
         self._depth = 0
         conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
@@ -312,6 +311,11 @@ class Registry:
             conn.execute("PRAGMA temp_store=MEMORY")
         except sqlite3.DatabaseError as exc:
             conn.close()
+            # The header is judged by SQLite itself: reading the file with open()/close() here would drop every
+            # POSIX lock this process holds on it (they are per process), breaking its other connections.
+            if "file is not a database" in str(exc):
+                raise KrlError(f"{self.path} is not a kernelrl registry (not an SQLite database). "
+                               "Move it away or pass --workspace to use another folder.") from None
             raise KrlError(f"{self.path} is not a usable kernelrl registry ({exc}). "
                            "Pass --workspace to point at another workspace folder.") from None
         except BaseException:
@@ -347,13 +351,6 @@ class Registry:
         self.close()
 
     # ------------------------------------------------------------ plumbing
-
-    def _check_is_registry_file(self) -> None:
-        if self.path.exists() and self.path.stat().st_size > 0:
-            with open(self.path, "rb") as handle:
-                if not handle.read(16).startswith(b"SQLite format 3"):
-                    raise KrlError(f"{self.path} is not a kernelrl registry (not an SQLite database). "
-                                   "Move it away or pass --workspace to use another folder.")
 
     def _check_schema(self, conn: sqlite3.Connection) -> None:
         """Read-only look at an existing database: KrlError if it is foreign or from a newer kernelrl."""

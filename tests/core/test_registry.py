@@ -661,3 +661,21 @@ def test_live_run_blocks_are_cached_by_the_writer_so_readers_stay_read_only(work
     assert min(series["value"]) == min(values)
     writer.close()
     reader.close()
+
+
+def test_opening_a_second_registry_keeps_the_first_ones_locks(tmp_path):
+    """POSIX locks belong to the process: closing any descriptor of the database file drops them all. Opening a
+    second Registry in the same process must not do that, or another process closing its last connection deletes
+    the shared-memory file under the first one (seen as 'disk I/O error')."""
+    path = tmp_path / "registry.db"
+    first = Registry(path)
+    first.create_run("a")
+    second = Registry(path)
+    closer = "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('SELECT 1 FROM runs').fetchall(); c.close()"
+    subprocess.run([sys.executable, "-c", closer, str(path)], check=True)
+    assert Path(str(path) + "-shm").exists()
+    assert [row["name"] for row in first.list_runs()] == ["a"]
+    second.create_run("b")
+    assert sorted(row["name"] for row in first.list_runs()) == ["a", "b"]
+    first.close()
+    second.close()
