@@ -44,7 +44,7 @@ bench-tui: $(STAMP)
 bench: bench-registry bench-evaluator bench-rag bench-tui
 
 # Wheels for an offline GPU machine (Python 3.12, x86_64) that lacks these pure-Python packages; see README Notes.
-GPU_WHEELS := textual==8.2.8 mdit-py-plugins platformdirs textual-plotext==1.0.1 plotext==5.3.2 \
+GPU_WHEELS := textual==8.2.8 mdit-py-plugins platformdirs \
 	sqlite-utils==4.2.1 sqlite-fts4 click-default-group pydantic==2.14.3 pydantic-core==2.50.4 \
 	annotated-types typing-inspection
 wheels:

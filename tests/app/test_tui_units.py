@@ -10,6 +10,9 @@ from app.screens.new_run import build_overrides, form_defaults
 from app.screens.run_detail import parse_step_range
 from app.screens.runs import row_matches, sort_rows
 from app.widgets.kernel_diff import kernel_language
+from rich.style import Style
+
+from app.widgets.braille import Series, nice_ticks, render_plot, tick_label
 from app.widgets.reward_plot import debiased_ema
 from app.widgets.sparkline import BLOCKS, sparkline_text
 from tests.app.fixtures import FIXED_NOW, populate
@@ -97,3 +100,37 @@ def test_filter_and_sort_rows(registry):
     by_reward = sort_rows(rows, "reward", False, FIXED_NOW)
     rewards = [r.reward for r in by_reward if r.reward is not None]
     assert rewards == sorted(rewards, reverse=True) and by_reward[-1].reward is None
+
+
+def test_nice_ticks_are_round_and_inside_the_range():
+    assert nice_ticks(0.0, 1.0, 5) == pytest.approx([0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
+    assert nice_ticks(0.0012, 0.0031, 4) == pytest.approx([0.0015, 0.002, 0.0025, 0.003])
+    assert nice_ticks(-7.0, 93.0, 4) == pytest.approx([0.0, 20.0, 40.0, 60.0, 80.0])
+    assert tick_label(150_000.0, 50_000.0) == "150k" and tick_label(0.25, 0.05) == "0.25"
+
+
+def test_braille_plot_fills_its_box_and_draws_each_series_in_its_colour():
+    red, blue = Style(color="red"), Style(color="blue")
+    xs = list(range(100))
+    text = render_plot([Series(xs, [x * 0.01 for x in xs], red), Series(xs, [1 - x * 0.01 for x in xs], blue, "b")],
+                       60, 14, "reward/total", "step")
+    lines = text.plain.split("\n")
+    assert len(lines) == 14 and max(len(line) for line in lines) <= 60
+    assert lines[0].strip() == "reward/total" and lines[-1].endswith("step")
+    assert "▬ b" in lines[1]
+    canvas = "\n".join(lines[1:-2])
+    assert sum("\u2800" < ch <= "\u28ff" for ch in canvas) > 60  # two diagonal lines of dots
+    styles = {span.style for span in text.spans}
+    assert red in styles and blue in styles
+    # The rising line starts bottom left and the falling one top left.
+    first_column = [line.split("┤" if "┤" in line else "│", 1)[1][:1] for line in lines[1:-2]]
+    assert first_column[0] != " " and first_column[-1] != " "
+
+
+def test_braille_plot_copes_with_empty_flat_and_non_finite_data():
+    empty = render_plot([], 40, 8, "loss")
+    assert "(no data yet)" in empty.plain and len(empty.plain.split("\n")) == 8
+    flat = render_plot([Series([0, 1, 2], [3.0, 3.0, 3.0], Style())], 40, 8, "flat")
+    assert "3.0" in flat.plain or "3" in flat.plain
+    holes = render_plot([Series([0, 1, 2, 3], [1.0, float("nan"), float("inf"), 2.0], Style())], 40, 8, "holes")
+    assert len(holes.plain.split("\n")) == 8
