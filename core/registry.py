@@ -214,8 +214,30 @@ def _migration_2(db: sqlite_utils.Database) -> None:
     _run_statements(db, _SCHEMA_V2)
 
 
+# v3: a counter that moves whenever a run is created, deleted, renamed, re-tagged, annotated or changes status, in
+# any process. Viewers poll it to know when a full re-read of the runs list is due; heartbeats and steps (which
+# update runs every second) leave it alone.
+_RUN_LIST_FIELDS = ("name", "status", "tags", "notes")
+_SCHEMA_V3 = [
+    "CREATE TABLE runs_changes (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL)",
+    "INSERT INTO runs_changes (id, version) VALUES (1, 0)",
+    "CREATE TRIGGER runs_changed_insert AFTER INSERT ON runs "
+    "BEGIN UPDATE runs_changes SET version = version + 1; END",
+    "CREATE TRIGGER runs_changed_delete AFTER DELETE ON runs "
+    "BEGIN UPDATE runs_changes SET version = version + 1; END",
+    f"CREATE TRIGGER runs_changed_update AFTER UPDATE OF {', '.join(_RUN_LIST_FIELDS)} ON runs "
+    f"WHEN {' OR '.join(f'OLD.{f} IS NOT NEW.{f}' for f in _RUN_LIST_FIELDS)} "
+    "BEGIN UPDATE runs_changes SET version = version + 1; END",
+]
+
+
+def _migration_3(db: sqlite_utils.Database) -> None:
+    for statement in _SCHEMA_V3:  # triggers hold semicolons: one statement per entry
+        db.conn.execute(statement)
+
+
 # Forward migrations: MIGRATIONS[i] brings a database from version i to i + 1 (all inside one transaction).
-MIGRATIONS = [_migration_1, _migration_2]
+MIGRATIONS = [_migration_1, _migration_2, _migration_3]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 BLOCK_STEPS = 64  # steps per metric_blocks row
@@ -394,6 +416,10 @@ class Registry:
     @property
     def schema_version(self) -> int:
         return self._rows("SELECT version FROM schema_version")[0][0]
+
+    def runs_list_version(self) -> int:
+        """Moves whenever a run is created, deleted, renamed, re-tagged, annotated or changes status."""
+        return self._rows("SELECT version FROM runs_changes")[0][0]
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -924,10 +950,9 @@ class Registry:
 
     # ------------------------------------------------------------ trajectories
 
-    def trajectories(self, run_id: int, *, problem_id: str | None = None, outcome: str | None = None,
-                     solved_at_turn: int | None = None, step_min: int | None = None, step_max: int | None = None,
-                     order: str = "return", limit: int = 500, offset: int = 0) -> list[dict[str, Any]]:
-        """outcome: solved | unsolved | hack; order: return | step | speedup."""
+    @staticmethod
+    def _trajectory_filter(run_id: int, problem_id: str | None, outcome: str | None, solved_at_turn: int | None,
+                           step_min: int | None, step_max: int | None) -> tuple[str, list[Any]]:
         clauses, params = ["run_id = ?"], [run_id]
         if problem_id:
             clauses.append("problem_id = ?")
@@ -949,12 +974,26 @@ class Registry:
         if step_max is not None:
             clauses.append("step <= ?")
             params.append(step_max)
+        return " AND ".join(clauses), params
+
+    def trajectories(self, run_id: int, *, problem_id: str | None = None, outcome: str | None = None,
+                     solved_at_turn: int | None = None, step_min: int | None = None, step_max: int | None = None,
+                     order: str = "return", limit: int = 500, offset: int = 0) -> list[dict[str, Any]]:
+        """outcome: solved | unsolved | hack; order: return | step | speedup."""
+        where, params = self._trajectory_filter(run_id, problem_id, outcome, solved_at_turn, step_min, step_max)
         order_by = {"return": "total_return DESC, id", "step": "step, group_index, sample_index",
                     "speedup": "best_speedup DESC NULLS LAST, id"}.get(order)
         if order_by is None:
             raise KrlError(f"order must be return, step or speedup, not '{order}'.")
-        return self._query(f"SELECT * FROM trajectories WHERE {' AND '.join(clauses)} ORDER BY {order_by} "
-                           "LIMIT ? OFFSET ?", (*params, limit, offset))
+        return self._query(f"SELECT * FROM trajectories WHERE {where} ORDER BY {order_by} LIMIT ? OFFSET ?",
+                           (*params, limit, offset))
+
+    def count_trajectories(self, run_id: int, *, problem_id: str | None = None, outcome: str | None = None,
+                           solved_at_turn: int | None = None, step_min: int | None = None,
+                           step_max: int | None = None) -> int:
+        """How many trajectories `trajectories` would page through with the same filters."""
+        where, params = self._trajectory_filter(run_id, problem_id, outcome, solved_at_turn, step_min, step_max)
+        return self._rows(f"SELECT COUNT(*) FROM trajectories WHERE {where}", params)[0][0]
 
     def trajectory(self, trajectory_id: int) -> dict[str, Any]:
         rows = self._query("SELECT * FROM trajectories WHERE id = ?", (trajectory_id,))

@@ -150,12 +150,21 @@ class TrajectoryFilter:
     order: str = "return"
 
 
-def load_trajectories(reg: Registry, run_id: int, flt: TrajectoryFilter, limit: int = 500) -> list[dict[str, Any]]:
+TRAJECTORY_PAGE = 500
+
+
+def load_trajectories(reg: Registry, run_id: int, flt: TrajectoryFilter, offset: int = 0,
+                      limit: int = TRAJECTORY_PAGE) -> tuple[list[dict[str, Any]], int]:
+    """One page of the run's trajectories under the filter, and how many match in all."""
     outcome, solved_at = flt.outcome, None
     if outcome and outcome.startswith("turn:"):
         outcome, solved_at = "solved", int(outcome.split(":", 1)[1])
-    return reg.trajectories(run_id, problem_id=flt.problem_id, outcome=outcome, solved_at_turn=solved_at,
-                            step_min=flt.step_min, step_max=flt.step_max, order=flt.order, limit=limit)
+    where = dict(problem_id=flt.problem_id, outcome=outcome, solved_at_turn=solved_at, step_min=flt.step_min,
+                 step_max=flt.step_max)
+    rows = reg.trajectories(run_id, **where, order=flt.order, limit=limit, offset=offset)
+    # A short page is the last one: counting is only needed when more may follow.
+    total = offset + len(rows) if len(rows) < limit else reg.count_trajectories(run_id, **where)
+    return rows, total
 
 
 @dataclass

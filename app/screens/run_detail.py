@@ -73,6 +73,7 @@ class RunDetailScreen(Screen):
         self._data_version: Optional[int] = None
         self._log_offset = 0
         self.traj_filter = TrajectoryFilter()
+        self._trajectories_total = 0
 
     @property
     def run_id(self) -> Optional[int]:
@@ -97,6 +98,7 @@ class RunDetailScreen(Screen):
                                Input(placeholder="steps e.g. 10-20", id="traj-steps"),
                                Select(ORDERS, value="return", id="traj-order", allow_blank=False),
                                id="traj-filters", classes="filter-bar"),
+                    Static(id="traj-count", classes="table-status"),
                     DataTable(id="traj-table", cursor_type="row", zebra_stripes=True)]
         if tab == "problems":
             return [DataTable(id="problems-table", cursor_type="row", zebra_stripes=True)]
@@ -181,11 +183,14 @@ class RunDetailScreen(Screen):
         self.post_message(SeriesLoaded(load_series(self.app.registry("series"), self.run_id, keys, max_points)))
 
     @work(thread=True, exclusive=True, group="detail-trajectories", exit_on_error=False)
-    def load_trajectory_rows(self) -> None:
+    def load_trajectory_rows(self, offset: int = 0) -> None:
+        """The first page (offset 0, replacing the table) or the next one (appended when the cursor reaches the
+        end of what is loaded)."""
         reg = self.app.registry("detail")
-        rows = load_trajectories(reg, self.run_id, self.traj_filter)
-        problems = [p["problem_id"] for p in reg.problem_summary(self.run_id)]
-        self.post_message(TableLoaded("trajectories", rows, {"problems": sorted(problems)}))
+        rows, total = load_trajectories(reg, self.run_id, self.traj_filter, offset=offset)
+        problems = [p["problem_id"] for p in reg.problem_summary(self.run_id)] if offset == 0 else None
+        self.post_message(TableLoaded("trajectories", rows, {"problems": problems, "offset": offset,
+                                                             "total": total}))
 
     @work(thread=True, exclusive=True, group="detail-problems", exit_on_error=False)
     def load_problems(self) -> None:
@@ -295,7 +300,7 @@ class RunDetailScreen(Screen):
         if message.table not in self._tab_ready:
             return
         if message.table == "trajectories":
-            self._fill_trajectories(message.rows, message.extra.get("problems", []))
+            self._fill_trajectories(message.rows, message.extra)
         elif message.table == "problems":
             table = self.query_one("#problems-table", DataTable)
             table.clear()
@@ -309,18 +314,14 @@ class RunDetailScreen(Screen):
             for row in message.rows:
                 table.add_row(row["step"], row["name"], row.get("state_path") or "–", row.get("sampler_path") or "–")
 
-    def _fill_trajectories(self, rows: list[dict[str, Any]], problems: list[str]) -> None:
-        select = self.query_one("#traj-problem", Select)
-        options = [(p, p) for p in problems]
-        with select.prevent(Select.Changed):
-            if getattr(self, "_problem_options", None) != options:
-                self._problem_options = options
-                select.set_options(options)
-            wanted = self.traj_filter.problem_id if self.traj_filter.problem_id in problems else Select.NULL
-            if select.value != wanted:
-                select.value = wanted
+    def _fill_trajectories(self, rows: list[dict[str, Any]], extra: dict[str, Any]) -> None:
         table = self.query_one("#traj-table", DataTable)
-        table.clear()
+        offset, total = extra.get("offset", 0), extra.get("total", len(rows))
+        if offset == 0:
+            self._set_problem_options(extra.get("problems") or [])
+            table.clear()
+        elif offset != table.row_count:
+            return  # a page for a table that has been refilled since it was asked for
         yes = theme_colour(self.app, "success")
         bad = theme_colour(self.app, "error")
         for row in rows:
@@ -330,6 +331,26 @@ class RunDetailScreen(Screen):
                           "–" if row["solved_at_turn"] is None else row["solved_at_turn"],
                           fmt_speedup(row["best_speedup"]), Text("HACK", style=bad) if row["hack"] else "",
                           key=str(row["id"]))
+        self._trajectories_total = total
+        more = " · the next page loads when the cursor reaches the end" if table.row_count < total else ""
+        self.query_one("#traj-count", Static).update(f"{table.row_count:,} of {total:,} trajectories shown{more}")
+
+    def _set_problem_options(self, problems: list[str]) -> None:
+        select = self.query_one("#traj-problem", Select)
+        options = [(p, p) for p in problems]
+        with select.prevent(Select.Changed):
+            if getattr(self, "_problem_options", None) != options:
+                self._problem_options = options
+                select.set_options(options)
+            wanted = self.traj_filter.problem_id if self.traj_filter.problem_id in problems else Select.NULL
+            if select.value != wanted:
+                select.value = wanted
+
+    @on(DataTable.RowHighlighted, "#traj-table")
+    def _maybe_next_page(self, event: DataTable.RowHighlighted) -> None:
+        table = event.data_table
+        if event.cursor_row >= table.row_count - 1 and table.row_count < self._trajectories_total:
+            self.load_trajectory_rows(offset=table.row_count)
 
     def on_config_loaded(self, message: ConfigLoaded) -> None:
         for view in self.query(ConfigView):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shlex
 import threading
-import time
 from typing import Optional
 
 from rich.text import Text
@@ -22,9 +21,6 @@ from app.screens.messages import ActionDone, RunsLoaded, SparksLoaded
 from app.widgets.run_table import SORT_KEYS, RunTable, elapsed_s
 
 SPARK_ROWS = 60  # sparklines are read for the first rows on screen only
-# Between full reads only active runs are re-read (cheap with thousands of finished runs); a full read every
-# FULL_REFRESH_S picks up tags, notes or deletions made elsewhere.
-FULL_REFRESH_S = 10.0
 ACTIVE = ("queued", "running", "stopping")
 
 
@@ -76,7 +72,7 @@ class RunsScreen(Screen):
         self.sort_key, self.sort_reverse = "created", False
         self.filter_text = ""
         self._data_version: Optional[int] = None
-        self._full_read_at = 0.0
+        self._runs_list_version: Optional[int] = None
         self._tick_lock = threading.Lock()
         self.loaded = threading.Event()  # set after the first rows arrive (tests, benchmarks)
 
@@ -115,9 +111,12 @@ class RunsScreen(Screen):
             version = reg.conn.execute("PRAGMA data_version").fetchone()[0]
             if force or version != self._data_version:
                 self._data_version = version
-                now = time.monotonic()
-                if force or not self.rows or now - self._full_read_at > FULL_REFRESH_S:
-                    self._full_read_at = now
+                # A full read only when the list itself changed (a run created, deleted, renamed, tagged or
+                # changing status, in any process); otherwise only the active runs' progress is re-read, which
+                # stays cheap with thousands of finished runs.
+                list_version = reg.runs_list_version()
+                if force or not self.rows or list_version != self._runs_list_version:
+                    self._runs_list_version = list_version
                     self.post_message(RunsLoaded(load_runs(reg), changed=True))
                 else:
                     self.post_message(RunsLoaded(refresh_active(reg, self.rows), changed=True))

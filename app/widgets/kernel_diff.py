@@ -70,23 +70,66 @@ def unified_diff_text(old: str, new: str, app) -> Text:
     return text
 
 
-def split_diff_texts(old: str, new: str, app) -> tuple[Text, Text]:
-    """Two aligned columns: left the previous turn, right this turn; padding lines keep rows aligned."""
+def _wrap(line: str, width: int) -> list[str]:
+    """A line cut into pieces of at most `width` characters (at least one piece)."""
+    return [line[i:i + width] for i in range(0, len(line), width)] or [""]
+
+
+def _changed_spans(old: str, new: str) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """Character ranges that differ between a removed line and the line replacing it."""
+    old_spans, new_spans = [], []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag != "equal":
+            old_spans.append((i1, i2))
+            new_spans.append((j1, j2))
+    return old_spans, new_spans
+
+
+def _append_wrapped(text: Text, marker: str, line: str, width: int, rows: int, style: str = "",
+                    emphasis: list[tuple[int, int]] = (), emphasis_style: str = "") -> None:
+    """`line` wrapped to `width` behind a two-character marker, padded with blank rows to `rows` rows; the
+    emphasised character ranges keep their style across the wrap."""
+    pieces = _wrap(line, width)
+    for index, piece in enumerate(pieces):
+        start = len(text)
+        text.append((marker if index == 0 else "↪ ") + piece + "\n", style=style)
+        base = index * width
+        for low, high in emphasis:
+            low, high = max(low, base), min(high, base + len(piece))
+            if low < high:
+                text.stylize(emphasis_style, start + 2 + low - base, start + 2 + high - base)
+    text.append("\n" * (rows - len(pieces)))
+
+
+def split_diff_texts(old: str, new: str, app, width: int = 60) -> tuple[Text, Text]:
+    """Two aligned columns `width` cells wide: left the previous turn, right this turn. Long lines wrap and the
+    other side gets blank rows, so a row always faces its counterpart; changed characters of a replaced line
+    are emphasised."""
     added, removed = theme_colour(app, "success"), theme_colour(app, "error")
     a, b = old.splitlines(), new.splitlines()
-    # no_wrap: a wrapped line would push one column out of step with the other.
-    left, right = Text(no_wrap=True, overflow="ellipsis"), Text(no_wrap=True, overflow="ellipsis")
+    body = max(8, width - 2)
+    left, right = Text(no_wrap=True, overflow="crop"), Text(no_wrap=True, overflow="crop")
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
         if tag == "equal":
-            for line in a[i1:i2]:
-                left.append(f"  {line}\n")
-            for line in b[j1:j2]:
-                right.append(f"  {line}\n")
+            for old_line, new_line in zip(a[i1:i2], b[j1:j2]):
+                rows = max(len(_wrap(old_line, body)), len(_wrap(new_line, body)))
+                _append_wrapped(left, "  ", old_line, body, rows)
+                _append_wrapped(right, "  ", new_line, body, rows)
             continue
         old_lines, new_lines = a[i1:i2], b[j1:j2]
         for k in range(max(len(old_lines), len(new_lines))):
-            left.append(f"- {old_lines[k]}\n" if k < len(old_lines) else "\n", style=removed)
-            right.append(f"+ {new_lines[k]}\n" if k < len(new_lines) else "\n", style=added)
+            old_line = old_lines[k] if k < len(old_lines) else None
+            new_line = new_lines[k] if k < len(new_lines) else None
+            old_spans, new_spans = _changed_spans(old_line, new_line) if tag == "replace" and \
+                old_line is not None and new_line is not None else ([], [])
+            rows = max(len(_wrap(old_line or "", body)) if old_line is not None else 0,
+                       len(_wrap(new_line or "", body)) if new_line is not None else 0)
+            for text, line, marker, style, spans in ((left, old_line, "- ", removed, old_spans),
+                                                     (right, new_line, "+ ", added, new_spans)):
+                if line is None:
+                    text.append("\n" * rows)
+                else:
+                    _append_wrapped(text, marker, line, body, rows, style, spans, f"bold reverse {style}")
     return left, right
 
 
@@ -110,6 +153,10 @@ class KernelView(VerticalScroll):
         if mode:
             self.mode = mode
         self._refresh_view()
+
+    def on_resize(self) -> None:
+        if self.mode == "split" and self._previous is not None:
+            self._refresh_view()
 
     def set_mode(self, mode: str) -> None:
         self.mode = mode
@@ -135,7 +182,9 @@ class KernelView(VerticalScroll):
         if self.mode == "unified":
             code.update(unified_diff_text(self._previous, self._source, self.app))
             return
-        left, right = split_diff_texts(self._previous, self._source, self.app)
+        # Each column gets half the pane less the scrollbar, so wrapped rows stay level on both sides.
+        width = max(24, (self.size.width or self.app.size.width) // 2 - 2)
+        left, right = split_diff_texts(self._previous, self._source, self.app, width)
         code.display = False
         split.display = True
         self.query_one("#kernel-left", Static).update(left)

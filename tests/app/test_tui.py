@@ -130,6 +130,36 @@ async def test_trajectories_tab_filters_and_opens_inspector(filled, workspace):
         assert isinstance(app.screen, TrajectoryScreen)
 
 
+async def test_trajectories_table_pages_through_a_long_run(workspace):
+    import random
+
+    from core.registry import Registry
+    from tests.app.fixtures import _trajectories
+
+    reg = Registry.for_workspace(workspace)
+    run = reg.create_run("long", status="finished")
+    rng = random.Random(3)
+    for step in range(150):  # 8 trajectories a step: 1,200 in all
+        reg.write_step(run["id"], step, {"reward/total": 0.5}, _trajectories(rng, step, 2, 4, 2))
+    reg.close()
+    app = make_app(workspace, open_run="long")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("2")
+        await settle(pilot)
+        table = app.screen.query_one("#traj-table", DataTable)
+        assert table.row_count == 500
+        assert "500 of 1,200" in str(app.screen.query_one("#traj-count").render())
+        table.focus()
+        for expected in (1000, 1200, 1200):
+            await pilot.press("ctrl+end")  # the cursor on the last loaded row asks for the next page
+            await settle(pilot)
+            assert table.row_count == expected
+        ids = [int(table.get_row_at(i)[0]) for i in range(table.row_count)]
+        assert len(set(ids)) == 1200  # no page loaded twice
+        assert "1,200 of 1,200" in str(app.screen.query_one("#traj-count").render())
+
+
 async def test_problems_tab_jumps_to_problem_trajectories(filled, workspace):
     app = make_app(workspace, open_run="kevin-8b-baseline")
     async with app.run_test(size=(140, 40)) as pilot:
@@ -297,6 +327,19 @@ async def test_status_change_appears_within_a_second(filled, workspace):
         assert "crashed" in app.screen.query_one(RunTable).cell_text(ids["kevin-8b-lr3e-5"], "status")
         assert table_names(app)[0] == "brand-new"
         assert created["id"] not in app.screen.selected
+        # Changes to runs that already ended, made by another process, show as quickly.
+        reg.rename_run(ids["kevin-8b-baseline"], "baseline-renamed")
+        reg.add_tags(ids["single-turn-ablation"], ["paper"])
+        reg.delete_run(ids["demo-replay"])
+        started = time.monotonic()
+        while time.monotonic() - started < 1.0:
+            await pilot.pause(0.05)
+            rows = {r.name: r for r in app.screen.rows}
+            if "baseline-renamed" in rows and "demo-replay" not in rows and "paper" in rows[
+                    "single-turn-ablation"].tags:
+                break
+        assert "baseline-renamed" in rows and "kevin-8b-baseline" not in rows and "demo-replay" not in rows
+        assert "paper" in rows["single-turn-ablation"].tags
 
 
 async def test_logs_tab_tails_live_and_searches(filled, workspace):

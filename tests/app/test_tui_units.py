@@ -9,7 +9,7 @@ from app.screens.loaders import compare_configs, default_curve_keys, load_runs, 
 from app.screens.new_run import build_overrides, form_defaults
 from app.screens.run_detail import parse_step_range
 from app.screens.runs import row_matches, sort_rows
-from app.widgets.kernel_diff import kernel_language
+from app.widgets.kernel_diff import kernel_language, split_diff_texts
 from rich.style import Style
 
 from app.widgets.braille import Series, nice_ticks, render_plot, tick_label
@@ -134,3 +134,28 @@ def test_braille_plot_copes_with_empty_flat_and_non_finite_data():
     assert "3.0" in flat.plain or "3" in flat.plain
     holes = render_plot([Series([0, 1, 2, 3], [1.0, float("nan"), float("inf"), 2.0], Style())], 40, 8, "holes")
     assert len(holes.plain.split("\n")) == 8
+
+
+class _Palette:
+    theme_variables = {"success": "#00ff00", "error": "#ff0000", "background": "#000000"}
+
+
+def test_split_diff_wraps_long_lines_and_keeps_rows_level():
+    old = "x = 1\nshort\ny = torch.relu(" + "a" * 50 + ")\nz = 3\n"
+    new = "x = 1\ny = torch.relu(" + "a" * 50 + " + b)\nadded line\nz = 3\n"
+    left, right = split_diff_texts(old, new, _Palette(), width=24)
+    left_rows, right_rows = left.plain.split("\n"), right.plain.split("\n")
+    assert len(left_rows) == len(right_rows)
+    assert all(len(row) <= 24 for row in left_rows + right_rows)
+    assert any(row.startswith("↪ ") for row in right_rows)  # the long line wrapped instead of being cut
+    assert "".join(r[2:] for r in right_rows if r.startswith(("+ y", "↪ "))).endswith(" + b)")
+    # Unchanged lines face each other on the same row.
+    assert left_rows.index("  x = 1") == right_rows.index("  x = 1")
+    assert left_rows.index("  z = 3") == right_rows.index("  z = 3")
+
+
+def test_split_diff_emphasises_the_changed_characters_of_a_replaced_line():
+    left, right = split_diff_texts("y = a * 2\n", "y = a * 3\n", _Palette(), width=40)
+    emphasised = [right.plain[span.start:span.end] for span in right.spans if "reverse" in str(span.style)]
+    assert emphasised == ["3"]
+    assert [left.plain[s.start:s.end] for s in left.spans if "reverse" in str(s.style)] == ["2"]

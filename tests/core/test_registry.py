@@ -679,3 +679,31 @@ def test_opening_a_second_registry_keeps_the_first_ones_locks(tmp_path):
     assert sorted(row["name"] for row in first.list_runs()) == ["a", "b"]
     first.close()
     second.close()
+
+
+def test_runs_list_version_moves_on_list_changes_only(registry):
+    version = registry.runs_list_version()
+
+    def moved() -> bool:
+        nonlocal version
+        now = registry.runs_list_version()
+        changed, version = now != version, now
+        return changed
+
+    run = registry.create_run("one", status="running")
+    assert moved()
+    registry.heartbeat(run["id"])
+    registry.write_step(run["id"], 0, {"reward/total": 1.0}, [])
+    registry.update_run(run["id"], last_step=0, summary={"reward/total": 1.0})
+    registry.set_status(run["id"], "running")  # same status: nothing a list shows changed
+    assert not moved()
+    registry.set_status(run["id"], "finished")
+    assert moved()
+    registry.rename_run(run["id"], "uno")
+    assert moved()
+    registry.update_run(run["id"], tags=["keep"])
+    assert moved()
+    registry.update_run(run["id"], notes="good one")
+    assert moved()
+    registry.delete_run(run["id"])
+    assert moved()
