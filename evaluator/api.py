@@ -169,7 +169,8 @@ class Evaluator:
     devices: "auto" (every visible GPU, else CPU mode) | "cpu" | [0, 1] (GPU indices). Each GPU gets
     `workers_per_device` workers plus a warm spare; CPU mode runs `cpu_workers` (+ a spare). CUDA candidates are
     built by `compile_workers` CPU processes (default: one per core, started on the first CUDA request) into
-    `cache_dir` (default $KRL_CACHE_DIR or ~/.cache/kernelrl/evaluator)."""
+    `cache_dir` (default $KRL_CACHE_DIR or ~/.cache/kernelrl/evaluator). `memory_limit_bytes` is the host memory one
+    evaluation may hold (default: a share of RAM per worker process); past it the candidate is stopped."""
 
     def __init__(self, devices: Any = "auto", workers_per_device: int = 1, cpu_workers: int = 2,
                  compile_workers: Optional[int] = None, cache_dir: Optional[str] = None, *,
@@ -209,10 +210,18 @@ class Evaluator:
         cache_dir = cache_dir or os.environ.get("KRL_CACHE_DIR") or os.path.join(
             os.path.expanduser("~"), ".cache", "kernelrl", "evaluator")
         os.makedirs(cache_dir, exist_ok=True)
-        if memory_limit_bytes is None and cpu_mode:
+        if memory_limit_bytes is None:
+            # A share of the host's memory per worker process (spares included). GPU workers hold a CUDA context
+            # and torch (a few GiB resident), so their floor is higher.
             total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-            memory_limit_bytes = int(min(16 * 2**30, max(3 * 2**30, 0.7 * total / (cpu_workers + spare_per_device))))
-        limits = Limits(address_space_bytes=memory_limit_bytes if cpu_mode else None, file_size_bytes=output_cap_bytes)
+            processes = cpu_workers + spare_per_device if cpu_mode else \
+                len(device_list) * (workers_per_device + spare_per_device)
+            floor, cap = (3 * 2**30, 16 * 2**30) if cpu_mode else (8 * 2**30, 64 * 2**30)
+            memory_limit_bytes = int(min(cap, max(floor, 0.7 * total / processes)))
+        # CPU mode also caps the address space, so an oversized allocation fails inside the candidate (a clean
+        # MemoryError); CUDA reserves huge virtual ranges, so on GPUs only the pool's resident-memory watch applies.
+        limits = Limits(address_space_bytes=memory_limit_bytes if cpu_mode else None,
+                        resident_bytes=memory_limit_bytes, file_size_bytes=output_cap_bytes)
         self.devices = device_list
         self.cpu_mode = cpu_mode
         self.cache_dir = cache_dir

@@ -24,12 +24,14 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from evaluator.api import EvalRequest, EvalResult, EvaluatorError, Verdict
+from evaluator.proctree import become_subreaper, descendants, kill_tree, process_table, reap_children, tree_resident_bytes
 
 # ---------------------------------------------------------------- wire format (JSON, never pickle: a worker runs
 # untrusted code, and unpickling what it sends would hand that code the caller's process)
 
 _HEADER = struct.Struct(">I")
 MAX_MESSAGE_BYTES = 64 * 2**20
+MEMORY_CHECK_S = 0.25  # how often busy workers' resident memory is read while a memory limit is set
 
 
 def encode_message(message: dict[str, Any]) -> bytes:
@@ -108,6 +110,9 @@ class Limits:
     """Resource limits applied by each worker to itself before it imports anything heavy."""
 
     address_space_bytes: Optional[int] = None  # CPU mode only: CUDA reserves huge virtual ranges
+    # Resident memory of a worker's whole process tree while it runs a task, checked by the pool (GPU mode has no
+    # address-space limit, so this is what stops a candidate from exhausting the host).
+    resident_bytes: Optional[int] = None
     file_size_bytes: int = 64 * 2**20  # also caps a stdout/stderr flood (files, truncated per task)
     open_files: int = 4096
     core_dump_bytes: int = 0
@@ -148,6 +153,7 @@ def _child_main(argv: list[str]) -> int:
     result_fd, parent_pid = int(result_fd_text), int(parent_pid_text)
     _apply_limits(json.loads(os.environ.pop("KRL_WORKER_LIMITS", "{}")))
     _die_with_parent()
+    become_subreaper()  # a candidate's setsid'd or double-forked processes stay in this tree
     if os.getppid() != parent_pid:
         return 0
     import faulthandler
@@ -197,6 +203,12 @@ def _child_main(argv: list[str]) -> int:
                 reply = {"type": "result", "task": task_id, "build": build_cuda_candidate(request, cache_dir)}
         except BaseException:  # a bug of the evaluator itself, not of the candidate
             reply = {"type": "error", "task": task_id, "traceback": traceback.format_exc()[-4000:]}
+        leftovers = kill_tree(os.getpid(), include_root=False)
+        if leftovers:
+            # Processes the task left running (a candidate's background work) are killed, and the worker is
+            # replaced: whatever they shared with it (CUDA context, files, pipes) is not trusted again.
+            reap_children()
+            reply["leftovers"], reply["retire"] = len(leftovers), True
         sys.stdout.flush()
         sys.stderr.flush()
         write_message(result_fd, reply)
@@ -284,9 +296,10 @@ class _Worker:
     task_started: bool = False
     deadline: Optional[float] = None
     dispatched_at: float = 0.0
-    kill_reason: str = ""  # "timeout" | "ipc" | "channel" | "retire" | "close" | "start_timeout"
+    kill_reason: str = ""  # "timeout" | "memory" | "ipc" | "channel" | "retire" | "close" | "start_timeout"
     channel_closed: bool = False
     timeout_limit_s: float = 0.0
+    memory_used: int = 0  # resident bytes of its tree when the memory limit killed it
 
 
 _LIVE_POOLS: "weakref.WeakSet[Pool]" = weakref.WeakSet()
@@ -325,6 +338,7 @@ class Pool:
         self._accepting = True  # guarded by _inbox_lock; False once the dispatcher stopped taking requests
         self._closed = threading.Event()
         self.stats: dict[str, int] = collections.Counter()
+        self._memory_check_at = 0.0
         self._thread = threading.Thread(target=self._run, name="krl-evaluator-pool", daemon=True)
         _LIVE_POOLS.add(self)
         self._thread.start()
@@ -365,7 +379,7 @@ class Pool:
             self._thread.join(timeout_s)
         if self._thread.is_alive():  # the dispatcher is stuck: kill what we know of from here
             for worker in list(self._workers):
-                _kill_group(worker.popen.pid)
+                kill_tree(worker.popen.pid)
         self._closed.set()
 
     def _wake(self) -> None:
@@ -404,6 +418,8 @@ class Pool:
         now = time.monotonic()
         times = [w.deadline for w in self._workers if w.deadline is not None]
         times += list(self._respawn_at.values())
+        if self.config.limits.resident_bytes and any(w.role == "eval" and w.state == "busy" for w in self._workers):
+            times.append(self._memory_check_at)
         if not times:
             return None
         return max(0.0, min(times) - now)
@@ -548,7 +564,7 @@ class Pool:
                         worker.popen.wait(1.0)
                     except subprocess.TimeoutExpired:
                         worker.kill_reason = "channel"
-                        _kill_group(worker.popen.pid)
+                        kill_tree(worker.popen.pid)
                     self._on_exit(worker)
             return
         worker.buffer += data
@@ -572,7 +588,7 @@ class Pool:
         self.stats["ipc_failures"] += 1
         worker.kill_reason = "ipc"
         worker.buffer.clear()
-        _kill_group(worker.popen.pid)
+        kill_tree(worker.popen.pid)
 
     def _on_message(self, worker: _Worker, message: dict[str, Any]) -> None:
         kind = message.get("type")
@@ -602,6 +618,8 @@ class Pool:
             self._on_build(task, message.get("build") or {})
         else:
             self._on_result(task, worker, message.get("result") or {})
+        if message.get("leftovers"):
+            self.stats["leftover_processes_killed"] += int(message["leftovers"])
         if message.get("retire"):
             self.stats["retired"] += 1
             self._retire(worker)
@@ -707,6 +725,18 @@ class Pool:
                 worker_id=worker.worker_id,
             )
             self._finish(task, result)
+        elif worker.kill_reason == "memory":
+            self.stats["memory_kills"] += 1
+            limit = self.config.limits.resident_bytes or 0
+            self._finish(task, EvalResult(
+                request_id=request.request_id, problem_id=request.problem_id, verdict=Verdict.RUNTIME_ERROR,
+                compiled=bool(task.build and task.build.get("ok")),
+                error_message=(f"The candidate used {worker.memory_used / 2**30:.1f} GiB of host memory, over the "
+                               f"{limit / 2**30:.1f} GiB limit per evaluation, and was stopped. Keep host-side "
+                               "buffers small; work on the GPU tensors you are given."),
+                phase_times_s={"total": time.monotonic() - task.submitted_at}, attempts=task.attempts,
+                worker_id=worker.worker_id,
+            ))
         elif not worker.task_started or worker.kill_reason == "ipc":
             # The candidate never ran (or the channel broke): not the candidate's fault, so try once more.
             self._infrastructure_failure(task, f"the worker process failed before it could run the request ({cause}).")
@@ -739,7 +769,27 @@ class Pool:
             attempts=task.attempts, phase_times_s={"total": time.monotonic() - task.submitted_at},
         ))
 
+    def _check_memory(self) -> None:
+        """Kill a busy worker whose process tree holds more resident memory than the limit (one /proc pass for
+        all workers, every MEMORY_CHECK_S while any is busy)."""
+        limit, now = self.config.limits.resident_bytes, time.monotonic()
+        # Compile workers are left alone: nvcc legitimately needs gigabytes, and they never run candidate code.
+        busy = [w for w in self._workers if w.role == "eval" and w.state == "busy" and not w.kill_reason]
+        if not limit or not busy or now < self._memory_check_at:
+            return
+        self._memory_check_at = now + MEMORY_CHECK_S
+        table = process_table()
+        for worker in busy:
+            used = tree_resident_bytes(worker.popen.pid, table)
+            if used > limit:
+                worker.kill_reason, worker.memory_used = "memory", used
+                kill_tree(worker.popen.pid)
+                worker.deadline = None
+                if worker.pidfd is None:
+                    self._on_exit(worker)
+
     def _check_deadlines(self) -> None:
+        self._check_memory()
         now = time.monotonic()
         for worker in list(self._workers):
             if worker.deadline is None or worker.deadline > now or worker.kill_reason:
@@ -752,7 +802,7 @@ class Pool:
                 worker.kill_reason = "retire"
             else:
                 worker.kill_reason = "timeout"
-            _kill_group(worker.popen.pid)
+            kill_tree(worker.popen.pid)
             worker.deadline = None
             if worker.pidfd is None:  # no pidfd: reap here rather than wait for the pipe
                 self._on_exit(worker)
@@ -820,7 +870,7 @@ class Pool:
         except OSError:
             # Its death will be reported by the exit handler, which retries the task.
             worker.kill_reason = "ipc"
-            _kill_group(worker.popen.pid)
+            kill_tree(worker.popen.pid)
 
     # ---- results
 
@@ -870,7 +920,7 @@ class Pool:
                 worker.popen.wait(max(0.0, end - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
-            _kill_group(worker.popen.pid)
+            kill_tree(worker.popen.pid)
             try:
                 worker.popen.wait(5.0)
             except subprocess.TimeoutExpired:
@@ -899,15 +949,6 @@ class Pool:
 
 
 # ---------------------------------------------------------------- helpers
-
-def _kill_group(pid: int) -> None:
-    """SIGKILL the worker and everything it started (it leads its own session)."""
-    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
-        try:
-            target()
-        except (ProcessLookupError, PermissionError):
-            pass
-
 
 def _drain_fd(fd: int) -> None:
     try:
