@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from evaluator.api import EvalRequest, EvalResult, EvaluatorError, Verdict
-from evaluator.proctree import become_subreaper, descendants, kill_tree, process_table, reap_children, tree_resident_bytes
+from evaluator.proctree import become_subreaper, has_children, kill_tree, process_table, reap_children, tree_resident_bytes
 
 # ---------------------------------------------------------------- wire format (JSON, never pickle: a worker runs
 # untrusted code, and unpickling what it sends would hand that code the caller's process)
@@ -203,7 +203,7 @@ def _child_main(argv: list[str]) -> int:
                 reply = {"type": "result", "task": task_id, "build": build_cuda_candidate(request, cache_dir)}
         except BaseException:  # a bug of the evaluator itself, not of the candidate
             reply = {"type": "error", "task": task_id, "traceback": traceback.format_exc()[-4000:]}
-        leftovers = kill_tree(os.getpid(), include_root=False)
+        leftovers = kill_tree(os.getpid(), include_root=False) if has_children() else []
         if leftovers:
             # Processes the task left running (a candidate's background work) are killed, and the worker is
             # replaced: whatever they shared with it (CUDA context, files, pipes) is not trusted again.

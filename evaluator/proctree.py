@@ -55,6 +55,25 @@ def descendants(pid: int, table: dict[int, tuple[int, int]] | None = None) -> li
     return found
 
 
+def has_children(pid: int | None = None) -> bool:
+    """Whether the process has any living or unreaped child: a few small reads of /proc/PID/task/*/children
+    instead of a pass over every process (falls back to that pass where the kernel lacks those files)."""
+    pid = os.getpid() if pid is None else pid
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+        return any(_read(f"/proc/{pid}/task/{tid}/children").strip() for tid in threads)
+    except OSError:
+        return bool(descendants(pid))
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:  # a thread that ended meanwhile
+        return b""
+
+
 def tree_resident_bytes(pid: int, table: dict[int, tuple[int, int]]) -> int:
     """Resident memory of `pid` and all its descendants."""
     return sum(table.get(p, (0, 0))[1] for p in [pid, *descendants(pid, table)])

@@ -168,3 +168,25 @@ def test_sticky_cuda_errors_retire_the_worker_and_the_pool_recovers(gpu_evaluato
     assert after.worker_id != result.worker_id
     stats = gpu_evaluator.stats()["stats"]
     assert stats.get("retired", 0) + stats.get("crashes", 0) > before.get("retired", 0) + before.get("crashes", 0)
+
+
+@pytest.mark.gpu
+def test_host_memory_hog_on_a_gpu_worker_is_stopped(tmp_path):
+    """GPU workers have no address-space limit; the pool's resident-memory watch stops a candidate that hoards host
+    memory, and an idle GPU worker (torch + CUDA context) sits far below the default floor of 8 GiB."""
+    from evaluator.proctree import process_table, tree_resident_bytes
+
+    ev = make_evaluator(str(tmp_path / "cache"), devices="auto", compile_workers=0, memory_limit_bytes=8 * 2**30)
+    try:
+        assert ev.evaluate(request(GOOD)).verdict == Verdict.CORRECT
+        table = process_table()
+        idle = [tree_resident_bytes(w["pid"], table) for w in ev.stats()["workers"] if w["role"] == "eval"]
+        print(f"idle GPU worker resident memory: {[round(b / 2**30, 2) for b in idle]} GiB")
+        assert max(idle) < 4 * 2**30
+        hog = candidate("big = torch.ones(3_000_000_000)  # 12 GB on the host\nfor _ in range(100):\n"
+                        "    big.add_(1)\nreturn x.clamp_min(0)")
+        result = ev.evaluate(request(hog, run_timeout_s=120))
+        assert result.verdict == Verdict.RUNTIME_ERROR and "over the 8.0 GiB limit" in result.error_message
+        assert ev.evaluate(request(GOOD)).verdict == Verdict.CORRECT
+    finally:
+        ev.close()
