@@ -92,14 +92,20 @@ def run_row(run: dict[str, Any]) -> RunRow:
         gpus_requested=run.get("gpus_requested") or 0, tags=list(run.get("tags") or []), error=run.get("error") or "")
 
 
+# What a run row shows: reading only these keeps listing thousands of runs fast (no config, command, segments …).
+RUN_ROW_COLUMNS = ("name", "status", "kind", "model", "backend", "preset", "last_step", "total_steps", "summary",
+                   "created_at", "started_at", "ended_at", "heartbeat_at", "gpus", "gpus_requested", "tags", "error")
+
+
 def load_runs(reg: Registry) -> list[RunRow]:
-    return [run_row(run) for run in reg.list_runs()]
+    return [run_row(run) for run in reg.list_runs(columns=RUN_ROW_COLUMNS)]
 
 
 def refresh_active(reg: Registry, rows: Sequence[RunRow]) -> list[RunRow]:
     """`rows` with every active run re-read: runs that are active now, and runs that were active before
     (their status changed, or they were deleted). Newly created runs are active (queued), so they appear."""
-    active = {run["id"]: run_row(run) for run in reg.list_runs(status=("queued", "running", "stopping"))}
+    active = {run["id"]: run_row(run)
+              for run in reg.list_runs(status=("queued", "running", "stopping"), columns=RUN_ROW_COLUMNS)}
     out = []
     for row in rows:
         if row.id in active:

@@ -137,6 +137,11 @@ def bench_list_runs(reg: Registry) -> None:
     best, median, cpu = _best_ms(lambda: listing(include_config=False))
     print(f"list_runs(include_config=False), {len(rows):,} runs with summaries: best {best:.1f} ms, "
           f"median {median:.1f} ms, CPU {cpu:.1f} ms")
+    from app.screens.loaders import RUN_ROW_COLUMNS
+
+    best, median, cpu = _best_ms(lambda: listing(columns=RUN_ROW_COLUMNS))
+    print(f"list_runs(columns=the runs table's {len(RUN_ROW_COLUMNS)}), {len(rows):,} runs with summaries: "
+          f"best {best:.1f} ms, median {median:.1f} ms, CPU {cpu:.1f} ms")
     best, median, cpu = _best_ms(listing)
     print(f"list_runs(), {len(rows):,} runs with summaries and decoded configs (~1 KB each): best {best:.1f} ms, "
           f"median {median:.1f} ms, CPU {cpu:.1f} ms")

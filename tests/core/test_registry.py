@@ -707,3 +707,12 @@ def test_runs_list_version_moves_on_list_changes_only(registry):
     assert moved()
     registry.delete_run(run["id"])
     assert moved()
+
+
+def test_list_runs_reads_only_the_columns_asked_for(registry):
+    registry.create_run("a", tags=["x"], config={"lr": 1})
+    rows = registry.list_runs(columns=("name", "tags", "summary"))
+    assert rows == [{"id": rows[0]["id"], "name": "a", "tags": ["x"], "summary": {}}]
+    assert registry.list_runs(columns=("name", "config"))[0]["config"] == {"lr": 1}
+    with pytest.raises(KrlError, match="unknown run column"):
+        registry.list_runs(columns=("name", "colour"))
