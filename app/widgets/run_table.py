@@ -115,12 +115,14 @@ class RunTable(ScrollView, can_focus=True):
         """Show rows in order, keeping the cursor on the same run; only changed rows are re-rendered."""
         current = self.current_run_id
         self._rows = list(rows)
+        changed = set()
         for row in self._rows:
             elapsed = fmt_duration(elapsed_s(row, now))
             inputs = (row, sparks.get(row.id), row.id in selected, ticks.get(row.id, 0), elapsed)
             if self._inputs.get(row.id) != inputs:
                 self._inputs[row.id] = inputs
                 self._cells.pop(row.id, None)  # drawn again when it is next on screen
+                changed.add(row.id)
         if len(self._inputs) > 2 * len(self._rows) + 100:
             keep = {r.id for r in self._rows}
             self._inputs = {k: v for k, v in self._inputs.items() if k in keep}
@@ -131,7 +133,10 @@ class RunTable(ScrollView, can_focus=True):
             self.cursor_row = ids.index(current)
         else:
             self.cursor_row = min(self.cursor_row, max(0, len(ids) - 1))
-        self._strips.clear()
+        # Lines are cached by run and position: only the changed runs' lines are drawn again (a live run ticking
+        # every second must not redraw the whole screen of rows).
+        self._strips = {key: strip for key, strip in self._strips.items() if key[0] not in changed} \
+            if len(self._strips) < 4 * len(self._rows) + 200 else {}
         self.refresh()
 
     def _cells_for(self, row: RunRow, spark, selected: bool, tick: int, elapsed: str) -> list[Text]:
