@@ -225,6 +225,10 @@ class Evaluator:
         self.devices = device_list
         self.cpu_mode = cpu_mode
         self.cache_dir = cache_dir
+        from evaluator.cache import CacheJanitor, max_cache_bytes
+
+        budget = max_cache_bytes()
+        self._janitor = CacheJanitor(cache_dir, budget) if budget else None
         self._pool = Pool(PoolConfig(
             devices=device_list, workers_per_device=workers_per_device, cpu_workers=cpu_workers,
             compile_workers=max(0, int(compile_workers)), cache_dir=cache_dir, worker_module=worker_module,
@@ -260,6 +264,8 @@ class Evaluator:
         return self._pool.snapshot()
 
     def close(self) -> None:
+        if self._janitor is not None:
+            self._janitor.stop()
         self._pool.close()
 
     def __enter__(self) -> "Evaluator":

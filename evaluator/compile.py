@@ -152,7 +152,9 @@ class _Builder:
             raise CudaBuildError(record["error_message"])
         if self.mode == "compile":
             return _Placeholder(record["module_name"])
-        return _load_built(record, spec)
+        # A shared hold on the entry's lock while loading: the cache pruner (evaluator/cache.py) skips it.
+        with _file_lock(os.path.join(self.cache_dir, "cuda", key + ".lock"), shared=True):
+            return _load_built(record, spec)
 
     def ensure_built(self, key: str, spec: dict[str, Any], arguments: dict[str, Any]) -> dict:
         final_dir = os.path.join(self.cache_dir, "cuda", key)
@@ -167,6 +169,10 @@ class _Builder:
                     record["cache_hit"] = False
                     record["seconds"] = time.perf_counter() - started
                     return record
+        try:
+            os.utime(meta_path)  # last use, for the cache pruner's least-recently-used order
+        except OSError:
+            pass
         record = dict(record)
         record["cache_hit"] = True
         record["seconds"] = time.perf_counter() - started
@@ -457,13 +463,13 @@ def _arch_list() -> str:
 
 
 @contextlib.contextmanager
-def _file_lock(path: str, wait: bool = True) -> Iterator[bool]:
+def _file_lock(path: str, wait: bool = True, shared: bool = False) -> Iterator[bool]:
     """An flock: released by the kernel if the holder is killed, so a timed-out build never wedges the cache.
     Yields whether the lock is held (always True when wait=True)."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             yield False
             return
