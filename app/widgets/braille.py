@@ -42,17 +42,20 @@ def nice_ticks(low: float, high: float, most: int) -> list[float]:
     return [low]
 
 
+def _decimals(step: float) -> int:
+    """Decimals that resolve a tick spacing of 1, 2 or 5 × 10^k (at most 6)."""
+    return min(6, max(0, -math.floor(math.log10(step) + 1e-9))) if step > 0 else 0
+
+
 def tick_label(value: float, step: float) -> str:
-    """Short label for a tick: as few digits as the spacing needs, k/M suffixes for large values."""
+    """Short label for a tick: as few digits as the spacing needs, k/M/G/T suffixes for large values."""
     size = abs(value)
-    if size >= 1e6:
-        return f"{value / 1e6:.4g}M"
-    if size >= 1e4:
-        return f"{value / 1e3:.4g}k"
-    if step >= 1 or value == 0:
-        return f"{value:.0f}" if float(value).is_integer() else f"{value:.4g}"
-    decimals = min(6, max(0, -math.floor(math.log10(step) + 1e-9)))  # steps are 1, 2 or 5 × 10^k
-    return f"{value:.{decimals}f}" if size >= 1e-4 else f"{value:.1e}"
+    if size >= 1e15 or (0 < size < 1e-4):
+        return f"{value:.1e}"
+    for suffix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if size >= max(scale, 1e4):
+            return f"{value / scale:.{min(3, _decimals(step / scale))}f}{suffix}"
+    return f"{value:.{_decimals(step)}f}"
 
 
 def _finite(series: Series) -> tuple[np.ndarray, np.ndarray]:
@@ -99,7 +102,7 @@ def render_plot(series: Sequence[Series], width: int, height: int, title: str = 
     canvas_rows = height - 3  # title above; axis line and tick labels below
     if not points:
         blank = [" " * width] * canvas_rows
-        blank[canvas_rows // 2] = f"({empty_note})".center(width)
+        blank[canvas_rows // 2] = f"({empty_note})".center(width)[:width]
         out.append("\n".join(line.rstrip() for line in blank) + "\n\n", AXIS_STYLE)
         return out
     x_low, x_high = _range([xy[0] for xy, _ in points])

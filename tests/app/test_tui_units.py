@@ -159,3 +159,15 @@ def test_split_diff_emphasises_the_changed_characters_of_a_replaced_line():
     emphasised = [right.plain[span.start:span.end] for span in right.spans if "reverse" in str(span.style)]
     assert emphasised == ["3"]
     assert [left.plain[s.start:s.end] for s in left.spans if "reverse" in str(s.style)] == ["2"]
+
+
+@pytest.mark.parametrize("size", [(0, 0), (5, 3), (12, 5), (20, 6), (200, 60)])
+def test_braille_plot_never_overflows_its_box(size):
+    cases = [([0], [1.0]), ([0, 0, 0], [1, 2, 3]), ([1, 2], [float("nan")] * 2), (list(range(5)), [1e12, 2e12, 0, 1, 3]),
+             ([1e9, 1e9 + 1], [0, 1]), (list(range(3)), [-5, -5, -5])]
+    width, height = max(size[0], 12), max(size[1], 5)
+    for xs, ys in cases:
+        text = render_plot([Series(xs, ys, Style()), Series(xs, ys, Style(), "a label")], *size, "title", "step")
+        lines = text.plain.split("\n")
+        assert len(lines) <= height and all(len(line) <= width for line in lines), (size, xs, ys)
+    assert tick_label(2e12, 5e11) == "2.0T" and tick_label(2e-9, 1e-9) == "2.0e-09"
