@@ -60,10 +60,12 @@ def has_children(pid: int | None = None) -> bool:
     instead of a pass over every process (falls back to that pass where the kernel lacks those files)."""
     pid = os.getpid() if pid is None else pid
     try:
+        if not os.path.exists(f"/proc/{pid}/task/{pid}/children"):  # a kernel built without CONFIG_PROC_CHILDREN
+            return bool(descendants(pid))
         threads = os.listdir(f"/proc/{pid}/task")
-        return any(_read(f"/proc/{pid}/task/{tid}/children").strip() for tid in threads)
     except OSError:
         return bool(descendants(pid))
+    return any(_read(f"/proc/{pid}/task/{tid}/children").strip() for tid in threads)
 
 
 def _read(path: str) -> bytes:
