@@ -107,14 +107,19 @@ async def test_curves_downsample_to_plot_width(workspace):
         assert panel.x_axis == "time"
 
 
+async def open_trajectories_tab(pilot) -> DataTable:
+    """Settle the run detail screen, switch to its Trajectories tab and return the table once filled."""
+    await settle(pilot)
+    await pilot.press("2")
+    await settle(pilot)
+    return pilot.app.screen.query_one("#traj-table", DataTable)
+
+
 async def test_trajectories_tab_filters_and_opens_inspector(filled, workspace):
     reg, ids = filled
     app = make_app(workspace, open_run="kevin-8b-baseline")
     async with app.run_test(size=(140, 40)) as pilot:
-        await settle(pilot)
-        await pilot.press("2")
-        await settle(pilot)
-        table = app.screen.query_one("#traj-table", DataTable)
+        table = await open_trajectories_tab(pilot)
         assert table.row_count == 160
         app.screen.query_one("#traj-outcome").value = "hack"
         await settle(pilot)
@@ -144,10 +149,7 @@ async def test_trajectories_table_pages_through_a_long_run(workspace):
     reg.close()
     app = make_app(workspace, open_run="long")
     async with app.run_test(size=(140, 40)) as pilot:
-        await settle(pilot)
-        await pilot.press("2")
-        await settle(pilot)
-        table = app.screen.query_one("#traj-table", DataTable)
+        table = await open_trajectories_tab(pilot)
         assert table.row_count == 500
         assert "500 of 1,200" in str(app.screen.query_one("#traj-count").render())
         table.focus()
