@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from evaluator import checks, timing
+from evaluator import checks, judge, timing
 from evaluator.api import BACKENDS, PRECISIONS, EvalRequest, EvalResult, Verdict
 
 MAX_MESSAGE_CHARS = 2000
@@ -196,121 +196,6 @@ def _cuda_broken(torch: Any, ctx: WorkerContext) -> bool:
         return True
 
 
-def _set_seed(torch: Any, seed: int) -> None:
-    if torch.cuda.is_initialized():
-        torch.manual_seed(seed)  # CPU and every CUDA generator, as KernelBench does
-    else:
-        # CPU mode: torch.manual_seed would also queue a lazy CUDA seeding call, with a captured stack, every time.
-        torch.default_generator.manual_seed(seed)
-
-
-def _to_device(torch: Any, values: list, device: str, dtype: Any = None) -> list:
-    moved = []
-    for value in values:
-        if isinstance(value, torch.Tensor):
-            value = value.to(device)
-            # Integer and boolean inputs keep their dtype (KernelBench casts them; that changes the problem).
-            if dtype is not None and value.is_floating_point():
-                value = value.to(dtype)
-        moved.append(value)
-    return moved
-
-
-def _clone_inputs(torch: Any, values: list) -> list:
-    return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
-
-
-def _same_tensor_values(torch: Any, a: Any, b: Any) -> bool:
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if a.is_floating_point() or a.is_complex():
-        return bool(torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)) and torch.equal(a.isnan(), b.isnan()))
-    return bool(torch.equal(a, b))
-
-
-def _flatten_output(torch: Any, output: Any) -> list:
-    if isinstance(output, (tuple, list)):
-        return list(output)
-    return [output]
-
-
-def _compare_outputs(torch: Any, ref_out: Any, new_out: Any, atol: float, rtol: float) -> dict:
-    """{'ok', 'verdict', 'message', 'max_abs_diff', 'mean_abs_diff'} comparing candidate output with the reference."""
-    ref_items = _flatten_output(torch, ref_out)
-    ref_is_seq = isinstance(ref_out, (tuple, list))
-    new_is_seq = isinstance(new_out, (tuple, list))
-    if ref_is_seq != new_is_seq or len(_flatten_output(torch, new_out)) != len(ref_items):
-        expected = f"a {type(ref_out).__name__} of {len(ref_items)}" if ref_is_seq else "a tensor"
-        got = f"a {type(new_out).__name__} of {len(new_out)}" if new_is_seq else type(new_out).__name__
-        return {"ok": False, "verdict": Verdict.SHAPE_MISMATCH, "message": f"Output structure mismatch: expected {expected}, got {got}."}
-    new_items = _flatten_output(torch, new_out)
-    max_diff = 0.0
-    mean_diffs = []
-    failure = None
-    for index, (ref, new) in enumerate(zip(ref_items, new_items)):
-        where = f" (output {index})" if len(ref_items) > 1 else ""
-        if not isinstance(ref, torch.Tensor):
-            ref = torch.as_tensor(ref)
-        if not isinstance(new, torch.Tensor):
-            if isinstance(new, (int, float, bool)):
-                new = torch.as_tensor(new)
-            else:
-                return {"ok": False, "verdict": Verdict.WRONG_OUTPUT, "message": f"Output{where} is a {type(new).__name__}, expected a tensor."}
-        if tuple(new.shape) != tuple(ref.shape):
-            return {"ok": False, "verdict": Verdict.SHAPE_MISMATCH,
-                    "message": f"Output shape mismatch{where}: expected {list(ref.shape)}, got {list(new.shape)}."}
-        if new.dtype != ref.dtype:
-            return {"ok": False, "verdict": Verdict.WRONG_OUTPUT,
-                    "message": f"Output dtype mismatch{where}: expected {ref.dtype}, got {new.dtype}."}
-        if new.device != ref.device:
-            return {"ok": False, "verdict": Verdict.WRONG_OUTPUT,
-                    "message": f"Output{where} is on {new.device}, expected {ref.device}."}
-        if ref.is_complex():  # compare real and imaginary parts as separate elements
-            ref, new = torch.view_as_real(ref.detach().resolve_conj()), torch.view_as_real(new.detach().resolve_conj())
-        wide = torch.float64 if not ref.is_floating_point() else torch.float32
-        ref_w, new_w = ref.detach().to(wide), new.detach().to(wide)
-        ref_bad, new_bad = ~torch.isfinite(ref_w), ~torch.isfinite(new_w)
-        if bool(new_bad.any()):
-            same_pattern = torch.equal(ref_bad, new_bad) and torch.equal(
-                torch.nan_to_num(ref_w[ref_bad], nan=0.0), torch.nan_to_num(new_w[new_bad], nan=0.0))
-            if not same_pattern and failure is None:
-                # The diffs below cover the positions where both are finite (JSON has no infinity).
-                failure = f"Output{where} contains {int(new_bad.sum())} NaN/Inf value(s) where the reference is finite."
-        both_ok = ~(ref_bad | new_bad)
-        diff = torch.where(both_ok, (new_w - ref_w).abs(), torch.zeros_like(ref_w))
-        bound = atol + rtol * torch.where(both_ok, ref_w.abs(), torch.zeros_like(ref_w))
-        if diff.numel():
-            item_max = float(diff.max())
-            mean_diffs.append(float(diff.mean()))
-            max_diff = max(max_diff, item_max)
-            if bool((diff > bound).any()) and failure is None:
-                bad = int((diff > bound).sum())
-                failure = (f"Output mismatch{where}: {bad} of {diff.numel()} elements outside tolerance "
-                           f"(atol={atol:g}, rtol={rtol:g}); max abs diff {item_max:.4g}.")
-    mean_diff = float(sum(mean_diffs) / len(mean_diffs)) if mean_diffs else 0.0
-    if failure:
-        return {"ok": False, "verdict": Verdict.WRONG_OUTPUT, "message": failure, "max_abs_diff": max_diff, "mean_abs_diff": mean_diff}
-    return {"ok": True, "verdict": Verdict.CORRECT, "message": "", "max_abs_diff": max_diff, "mean_abs_diff": mean_diff}
-
-
-def _outputs_identical(torch: Any, a: Any, b: Any) -> bool:
-    items_a, items_b = _flatten_output(torch, a), _flatten_output(torch, b)
-    if len(items_a) != len(items_b):
-        return False
-    for x, y in zip(items_a, items_b):
-        if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
-            return False
-        if x.device != y.device or not _same_tensor_values(torch, x, y):
-            return False
-    return True
-
-
-def _snapshot_outputs(torch: Any, output: Any) -> Any:
-    if isinstance(output, (tuple, list)):
-        return type(output)(_snapshot_outputs(torch, o) for o in output)
-    return output.detach().clone() if isinstance(output, torch.Tensor) else output
-
-
 class _Watch:
     """Counts calls of the reference Model while the candidate runs (calling the reference is a hack)."""
 
@@ -475,16 +360,16 @@ class _RunState:
             self.dtype = dtype
             with self._default_device():
                 try:
-                    _set_seed(torch, request.seed)
-                    init_inputs = _to_device(torch, list(reference.get_init_inputs()), ctx.device)
-                    _set_seed(torch, request.seed)
+                    judge.set_seed(request.seed)
+                    init_inputs = judge.to_device(list(reference.get_init_inputs()), ctx.device)
+                    judge.set_seed(request.seed)
                     ref_model = ref_cls(*init_inputs)
                     self.reference_model = ref_model
                     self.reference_state = self._reference_checksum()  # before the candidate can reach it
                 except Exception as exc:
                     raise _Outcome(Verdict.RUNTIME_ERROR, f"The reference Model could not be built (evaluator input "
                                    f"error): {type(exc).__name__}: {exc}") from None
-                _set_seed(torch, request.seed)
+                judge.set_seed(request.seed)
                 with watch.candidate():
                     new_model = model_new_cls(*init_inputs)
             self._verify_untampered()  # outside the device context, whose torch-function mode the guard would see
@@ -599,10 +484,7 @@ class _RunState:
             yield
 
     def _inputs(self, reference: types.ModuleType, seed: int) -> list:
-        _set_seed(self.torch, seed)
-        with self._default_device():
-            values = list(reference.get_inputs())
-        return _to_device(self.torch, values, self.ctx.device, self.dtype if self.dtype != self.torch.float32 else None)
+        return judge.make_inputs(reference, seed, self.ctx.device, self.request.precision)
 
     def _call_reference(self, ref_model: Any, inputs: list) -> Any:
         try:
@@ -628,8 +510,7 @@ class _RunState:
     def _correctness(self, reference, ref_model, new_model, watch) -> list:
         request, result, torch = self.request, self.result, self.torch
         atol, rtol = request.tolerances()
-        _set_seed(torch, request.seed)
-        trial_seeds = [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(request.correctness_trials)]
+        trial_seeds = judge.trial_seeds(request.seed, request.correctness_trials)
         passed = 0
         first_failure = None
         worst = (0.0, 0.0)
@@ -638,42 +519,42 @@ class _RunState:
         self.ctx.launch_counter.reset()
         for trial, trial_seed in enumerate(trial_seeds):
             inputs = self._inputs(reference, trial_seed)
-            pristine = _clone_inputs(torch, inputs)
+            pristine = judge.clone_inputs(inputs)
             ref_out = self._call_reference(ref_model, inputs)
             for value, copy in zip(inputs, pristine):  # a reference that works in place must not change the candidate's inputs
-                if isinstance(value, torch.Tensor) and not _same_tensor_values(torch, value, copy):
+                if isinstance(value, torch.Tensor) and not judge.same_values(value, copy):
                     value.copy_(copy)
             # Function identities are verified once after the trials (a patch is caught either way); the numeric
             # switches are reset before every reference call.
             new_out = self._call_candidate(new_model, inputs, watch, verify=False)
             self.ctx.guard.reset_numeric_flags()
             for value, copy in zip(inputs, pristine):
-                if isinstance(value, torch.Tensor) and not _same_tensor_values(torch, value, copy):
+                if isinstance(value, torch.Tensor) and not judge.same_values(value, copy):
                     raise _Outcome(Verdict.HACK_DETECTED, checks.message("input_mutation"), "input_mutation")
-            verdict = _compare_outputs(torch, ref_out, new_out, atol, rtol)
-            if not verdict["ok"]:
+            verdict = judge.compare(ref_out, new_out, atol, rtol)
+            if not verdict.ok:
                 self._verify_untampered()  # a failure may come from a patched torch: report the patch instead
-            if verdict["verdict"] == Verdict.SHAPE_MISMATCH:
+            if verdict.verdict == Verdict.SHAPE_MISMATCH:
                 result.correctness_trials_passed = passed
-                raise _Outcome(Verdict.SHAPE_MISMATCH, verdict["message"])
-            if verdict["ok"]:
+                raise _Outcome(Verdict.SHAPE_MISMATCH, verdict.message)
+            if verdict.ok:
                 passed += 1
-                worst = (max(worst[0], verdict["max_abs_diff"]), max(worst[1], verdict["mean_abs_diff"]))
+                worst = (max(worst[0], verdict.max_abs_diff), max(worst[1], verdict.mean_abs_diff))
             else:
                 # The same output for different inputs, while the reference changed: results cached across calls.
                 for earlier in previous_outputs:
-                    if _outputs_identical(torch, earlier, new_out):
+                    if judge.outputs_identical(earlier, new_out):
                         raise _Outcome(Verdict.HACK_DETECTED, checks.message("cached_output"), "cached_output")
                 if first_failure is None:
                     first_failure = verdict
-            previous_outputs.append(_snapshot_outputs(torch, new_out))
+            previous_outputs.append(judge.snapshot(new_out))
             del ref_out, new_out
         result.correctness_trials_passed = passed
         self._verify_untampered()
         if first_failure is not None:
-            result.max_abs_diff = first_failure.get("max_abs_diff")
-            result.mean_abs_diff = first_failure.get("mean_abs_diff")
-            raise _Outcome(Verdict.WRONG_OUTPUT, f"{first_failure['message']} Passed {passed}/{len(trial_seeds)} trials.")
+            result.max_abs_diff = first_failure.max_abs_diff
+            result.mean_abs_diff = first_failure.mean_abs_diff
+            raise _Outcome(Verdict.WRONG_OUTPUT, f"{first_failure.message} Passed {passed}/{len(trial_seeds)} trials.")
         result.max_abs_diff, result.mean_abs_diff = worst
         self.correctness_launches = self.ctx.launch_counter.count
         return inputs
@@ -737,7 +618,7 @@ class _RunState:
         reuse = not ctx.is_cuda or os.environ.get("KRL_WORKER_REUSE_REFERENCE_TIMING") == "1"
         cached = ctx.reference_timing_cache.get(key) if reuse else None
 
-        pristine = _clone_inputs(torch, inputs)
+        pristine = judge.clone_inputs(inputs)
         last: dict[str, Any] = {}
 
         def candidate_call():
@@ -779,14 +660,14 @@ class _RunState:
                 raise _Outcome(Verdict.HACK_DETECTED, finding.message, finding.rule)
         self._sync()
         for value, copy in zip(inputs, pristine):
-            if isinstance(value, torch.Tensor) and not _same_tensor_values(torch, value, copy):
+            if isinstance(value, torch.Tensor) and not judge.same_values(value, copy):
                 raise _Outcome(Verdict.HACK_DETECTED, checks.message("input_mutation", "during timing"), "input_mutation")
         del pristine
         # What the candidate returned while being timed must be the right answer too.
-        timed_output = _snapshot_outputs(torch, last.get("output"))
+        timed_output = judge.snapshot(last.get("output"))
         reference_output = self._call_reference(ref_model, inputs)
         atol, rtol = request.tolerances()
-        if not _compare_outputs(torch, reference_output, timed_output, atol, rtol)["ok"]:
+        if not judge.compare(reference_output, timed_output, atol, rtol).ok:
             raise _Outcome(Verdict.HACK_DETECTED, checks.message("timing_output_mismatch"), "timing_output_mismatch")
         self.timing_inputs = inputs
         self.timed_output = timed_output
@@ -811,7 +692,7 @@ class _RunState:
         inputs = getattr(self, "timing_inputs", None)
         if inputs is None:  # no timing: make one call on these very tensors first, as timing would have
             inputs = self._inputs(reference, request.seed)
-            self.timed_output = _snapshot_outputs(torch, self._call_candidate(new_model, inputs, watch))
+            self.timed_output = judge.snapshot(self._call_candidate(new_model, inputs, watch))
         fresh = self._inputs(reference, request.seed + 7919)
         for value, new_value in zip(inputs, fresh):
             if isinstance(value, torch.Tensor) and isinstance(new_value, torch.Tensor) and value.shape == new_value.shape:
@@ -819,15 +700,15 @@ class _RunState:
         ref_out = self._call_reference(ref_model, inputs)
         new_out = self._call_candidate(new_model, inputs, watch)
         atol, rtol = request.tolerances()
-        verdict = _compare_outputs(torch, ref_out, new_out, atol, rtol)
-        if verdict["ok"]:
+        verdict = judge.compare(ref_out, new_out, atol, rtol)
+        if verdict.ok:
             return
         stale = getattr(self, "timed_output", None)
-        if (stale is not None and _outputs_identical(torch, stale, new_out)) or verdict["verdict"] == Verdict.SHAPE_MISMATCH:
+        if (stale is not None and judge.outputs_identical(stale, new_out)) or verdict.verdict == Verdict.SHAPE_MISMATCH:
             raise _Outcome(Verdict.HACK_DETECTED, checks.message("cached_output"), "cached_output")
-        self.result.max_abs_diff = verdict.get("max_abs_diff")
-        self.result.mean_abs_diff = verdict.get("mean_abs_diff")
-        raise _Outcome(Verdict.WRONG_OUTPUT, f"Wrong on fresh inputs after repeated calls: {verdict['message']}")
+        self.result.max_abs_diff = verdict.max_abs_diff
+        self.result.mean_abs_diff = verdict.mean_abs_diff
+        raise _Outcome(Verdict.WRONG_OUTPUT, f"Wrong on fresh inputs after repeated calls: {verdict.message}")
 
     def _check_threads(self) -> None:
         import threading

@@ -1,0 +1,163 @@
+"""The judge's pure part: make a problem's inputs from its reference module and a seed, and compare outputs.
+Takes tensors and the reference module, never candidate objects, so it can run in a process the candidate cannot reach."""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+from evaluator.api import Verdict
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How a candidate's output compares with the reference's: a verdict (correct, wrong_output or shape_mismatch),
+    feedback text, and the differences where the outputs were comparable (positions where both are finite)."""
+
+    verdict: Verdict
+    message: str = ""
+    max_abs_diff: Optional[float] = None
+    mean_abs_diff: Optional[float] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == Verdict.CORRECT
+
+
+# ---- inputs --------------------------------------------------------------------------------------------------------
+
+def set_seed(seed: int) -> None:
+    if torch.cuda.is_initialized():
+        torch.manual_seed(seed)  # CPU and every CUDA generator, as KernelBench does
+    else:
+        # CPU mode: torch.manual_seed would also queue a lazy CUDA seeding call, with a captured stack, every time.
+        torch.default_generator.manual_seed(seed)
+
+
+def trial_seeds(seed: int, count: int) -> list[int]:
+    """The per-trial input seeds of the correctness trials, derived from the request's seed."""
+    set_seed(seed)
+    return [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(count)]
+
+
+def to_device(values: list, device: str, dtype: Optional[torch.dtype] = None) -> list:
+    """Tensors moved to the device; floating tensors cast to dtype. Integer and boolean inputs keep their dtype
+    (KernelBench casts them; that changes the problem)."""
+    moved = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            value = value.to(device)
+            if dtype is not None and value.is_floating_point():
+                value = value.to(dtype)
+        moved.append(value)
+    return moved
+
+
+def make_inputs(reference: types.ModuleType, seed: int, device: str, precision: str = "fp32") -> list:
+    """The reference problem's get_inputs() under a seed, created directly on the device (generating large inputs
+    on the CPU and copying them cost ~0.4 s per trial on an H200), cast to the request's precision."""
+    set_seed(seed)
+    with torch.device(device):
+        values = list(reference.get_inputs())
+    dtype = DTYPES[precision]
+    return to_device(values, device, dtype if dtype != torch.float32 else None)
+
+
+def clone_inputs(values: list) -> list:
+    return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
+
+
+# ---- comparing -----------------------------------------------------------------------------------------------------
+
+def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise-equal values (NaN equal to NaN), same shape and dtype."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point() or a.is_complex():
+        return bool(torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)) and torch.equal(a.isnan(), b.isnan()))
+    return bool(torch.equal(a, b))
+
+
+def flatten_output(output: Any) -> list:
+    return list(output) if isinstance(output, (tuple, list)) else [output]
+
+
+def outputs_identical(a: Any, b: Any) -> bool:
+    """Two outputs hold the very same values (used to recognise a cached result returned for new inputs)."""
+    items_a, items_b = flatten_output(a), flatten_output(b)
+    if len(items_a) != len(items_b):
+        return False
+    for x, y in zip(items_a, items_b):
+        if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
+            return False
+        if x.device != y.device or not same_values(x, y):
+            return False
+    return True
+
+
+def snapshot(output: Any) -> Any:
+    """A detached copy of an output, safe from later in-place writes into a reused output buffer."""
+    if isinstance(output, (tuple, list)):
+        return type(output)(snapshot(o) for o in output)
+    return output.detach().clone() if isinstance(output, torch.Tensor) else output
+
+
+def compare(reference_output: Any, candidate_output: Any, atol: float, rtol: float) -> Comparison:
+    """Elementwise |new - ref| <= atol + rtol * |ref| over every output tensor; NaN/Inf must match the reference's."""
+    ref_items = flatten_output(reference_output)
+    ref_is_seq = isinstance(reference_output, (tuple, list))
+    new_is_seq = isinstance(candidate_output, (tuple, list))
+    if ref_is_seq != new_is_seq or len(flatten_output(candidate_output)) != len(ref_items):
+        expected = f"a {type(reference_output).__name__} of {len(ref_items)}" if ref_is_seq else "a tensor"
+        got = (f"a {type(candidate_output).__name__} of {len(candidate_output)}" if new_is_seq
+               else type(candidate_output).__name__)
+        return Comparison(Verdict.SHAPE_MISMATCH, f"Output structure mismatch: expected {expected}, got {got}.")
+    max_diff = 0.0
+    mean_diffs = []
+    failure = None
+    for index, (ref, new) in enumerate(zip(ref_items, flatten_output(candidate_output))):
+        where = f" (output {index})" if len(ref_items) > 1 else ""
+        if not isinstance(ref, torch.Tensor):
+            ref = torch.as_tensor(ref)
+        if not isinstance(new, torch.Tensor):
+            if not isinstance(new, (int, float, bool)):
+                return Comparison(Verdict.WRONG_OUTPUT, f"Output{where} is a {type(new).__name__}, expected a tensor.")
+            new = torch.as_tensor(new)
+        if tuple(new.shape) != tuple(ref.shape):
+            return Comparison(Verdict.SHAPE_MISMATCH,
+                              f"Output shape mismatch{where}: expected {list(ref.shape)}, got {list(new.shape)}.")
+        if new.dtype != ref.dtype:
+            return Comparison(Verdict.WRONG_OUTPUT, f"Output dtype mismatch{where}: expected {ref.dtype}, got {new.dtype}.")
+        if new.device != ref.device:
+            return Comparison(Verdict.WRONG_OUTPUT, f"Output{where} is on {new.device}, expected {ref.device}.")
+        if ref.is_complex():  # compare real and imaginary parts as separate elements
+            ref, new = torch.view_as_real(ref.detach().resolve_conj()), torch.view_as_real(new.detach().resolve_conj())
+        wide = torch.float64 if not ref.is_floating_point() else torch.float32
+        ref_w, new_w = ref.detach().to(wide), new.detach().to(wide)
+        ref_bad, new_bad = ~torch.isfinite(ref_w), ~torch.isfinite(new_w)
+        if bool(new_bad.any()):
+            same_pattern = torch.equal(ref_bad, new_bad) and torch.equal(
+                torch.nan_to_num(ref_w[ref_bad], nan=0.0), torch.nan_to_num(new_w[new_bad], nan=0.0))
+            if not same_pattern and failure is None:
+                # The diffs below cover the positions where both are finite (JSON has no infinity).
+                failure = f"Output{where} contains {int(new_bad.sum())} NaN/Inf value(s) where the reference is finite."
+        both_ok = ~(ref_bad | new_bad)
+        diff = torch.where(both_ok, (new_w - ref_w).abs(), torch.zeros_like(ref_w))
+        bound = atol + rtol * torch.where(both_ok, ref_w.abs(), torch.zeros_like(ref_w))
+        if diff.numel():
+            item_max = float(diff.max())
+            mean_diffs.append(float(diff.mean()))
+            max_diff = max(max_diff, item_max)
+            outside = diff > bound
+            if failure is None and bool(outside.any()):
+                failure = (f"Output mismatch{where}: {int(outside.sum())} of {diff.numel()} elements outside tolerance "
+                           f"(atol={atol:g}, rtol={rtol:g}); max abs diff {item_max:.4g}.")
+    mean_diff = float(sum(mean_diffs) / len(mean_diffs)) if mean_diffs else 0.0
+    if failure:
+        return Comparison(Verdict.WRONG_OUTPUT, failure, max_diff, mean_diff)
+    return Comparison(Verdict.CORRECT, "", max_diff, mean_diff)

@@ -1,0 +1,98 @@
+"""The judge's pure part: comparisons of real tensors (tables of known cases) and seeded, reproducible inputs."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+
+import pytest
+import torch
+
+from evaluator import judge
+from evaluator.api import Verdict
+
+NAN, INF = math.nan, math.inf
+
+
+@pytest.mark.parametrize("ref, new, verdict, max_diff", [
+    ([1.0, 2.0], [1.0, 2.0], Verdict.CORRECT, 0.0),
+    ([1.0, 2.0], [1.0, 2.0 + 1e-5], Verdict.CORRECT, 1e-5),  # within atol + rtol * |ref| = 1e-4 + 2e-4
+    ([1.0, 2.0], [1.0, 2.001], Verdict.WRONG_OUTPUT, 1e-3),
+    ([NAN, 1.0], [NAN, 1.0], Verdict.CORRECT, 0.0),  # NaN where the reference has NaN
+    ([INF, 1.0], [INF, 1.0], Verdict.CORRECT, 0.0),
+    ([1.0, 1.0], [NAN, 1.0], Verdict.WRONG_OUTPUT, 0.0),  # NaN where the reference is finite
+    ([INF, 1.0], [-INF, 1.0], Verdict.WRONG_OUTPUT, 0.0),
+], ids=["equal", "within", "outside", "nan_matches", "inf_matches", "nan_new", "inf_sign"])
+def test_compare_values(ref, new, verdict, max_diff):
+    result = judge.compare(torch.tensor(ref), torch.tensor(new), 1e-4, 1e-4)
+    assert result.verdict == verdict
+    assert result.max_abs_diff == pytest.approx(max_diff, abs=1e-6)
+    assert result.ok == (verdict == Verdict.CORRECT)
+    assert (result.message == "") == result.ok
+
+
+@pytest.mark.parametrize("ref, new, verdict, words", [
+    (torch.zeros(2, 3), torch.zeros(6), Verdict.SHAPE_MISMATCH, "expected [2, 3], got [6]"),
+    (torch.zeros(2), torch.zeros(2, dtype=torch.float64), Verdict.WRONG_OUTPUT, "dtype"),
+    ((torch.zeros(2), torch.ones(2)), (torch.zeros(2),), Verdict.SHAPE_MISMATCH, "a tuple of 2"),
+    (torch.zeros(2), (torch.zeros(2),), Verdict.SHAPE_MISMATCH, "expected a tensor"),
+    (torch.zeros(2), "zeros", Verdict.WRONG_OUTPUT, "is a str"),
+    ((torch.zeros(2), torch.ones(2)), (torch.zeros(2), torch.zeros(2)), Verdict.WRONG_OUTPUT, "(output 1)"),
+])
+def test_compare_structure(ref, new, verdict, words):
+    result = judge.compare(ref, new, 1e-4, 1e-4)
+    assert result.verdict == verdict
+    assert words in result.message
+
+
+def test_compare_complex_and_integer_outputs():
+    ref = torch.tensor([1 + 2j, 3 - 1j])
+    assert judge.compare(ref, ref.clone(), 1e-4, 1e-4).ok
+    assert not judge.compare(ref, ref.conj(), 1e-4, 1e-4).ok
+    assert judge.compare(torch.tensor([3, 4]), torch.tensor([3, 4]), 0, 0).ok
+    assert judge.compare(torch.tensor(2.0), 2.0, 1e-4, 1e-4).ok  # a Python number for a 0-d tensor
+
+
+def test_comparison_is_a_frozen_record():
+    result = judge.compare(torch.ones(3), torch.ones(3), 1e-4, 1e-4)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.verdict = Verdict.WRONG_OUTPUT  # type: ignore[misc]
+
+
+def test_outputs_identical_and_snapshot():
+    a = torch.tensor([1.0, NAN])
+    assert judge.outputs_identical(a, a.clone())
+    assert not judge.outputs_identical(a, torch.tensor([1.0, 2.0]))
+    assert not judge.outputs_identical((a,), (a, a))
+    kept = judge.snapshot((a,))
+    a.fill_(0.0)
+    assert kept[0][0] == 1.0
+
+
+PROBLEM = """
+import torch
+N = 8
+def get_inputs():
+    return [torch.randn(N, N), torch.randint(0, 4, (N,))]
+"""
+
+
+def _problem() -> types.ModuleType:
+    module = types.ModuleType("problem")
+    exec(PROBLEM, module.__dict__)
+    return module
+
+
+def test_make_inputs_is_seeded_and_casts_only_floats():
+    problem = _problem()
+    first, again = judge.make_inputs(problem, 7, "cpu"), judge.make_inputs(problem, 7, "cpu")
+    assert all(torch.equal(x, y) for x, y in zip(first, again))
+    assert not torch.equal(first[0], judge.make_inputs(problem, 8, "cpu")[0])
+    half = judge.make_inputs(problem, 7, "cpu", "bf16")
+    assert half[0].dtype == torch.bfloat16 and half[1].dtype == torch.int64
+
+
+def test_trial_seeds_are_reproducible_and_distinct():
+    seeds = judge.trial_seeds(42, 5)
+    assert seeds == judge.trial_seeds(42, 5) and len(set(seeds)) == 5
