@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import math
@@ -15,42 +14,29 @@ import sys
 import threading
 import time
 import traceback
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
-from core.backends.base import (AdamParams, Datum, Prompt, SampleContext, SampledSequence, SamplingParams,
-                                TrainingBackend, open_backend)
+from core.backends.base import AdamParams, Datum, TrainingBackend, open_backend
 from core.checkpoint import (append_checkpoint_record, capture_rng, checkpoint_dir, checkpoint_name,
                              load_trainer_state, restore_rng, save_trainer_state)
 from core.config import RunConfig, config_from_dict
-from core.env import KernelEnv, make_retriever, messages_to_text
+from core.env import make_retriever
 from core.errors import KrlError
 from core.problems import Problem, load_problem_set
 from core.registry import Registry, TrajectoryRecord
+from core.rollouts import Rollout, RolloutRunner, StopRequested, derive_seed, wait_all
 from core.train_metrics import rollout_metrics
 from core.reward import BatchAdvantages, StageSchedule, per_turn_advantages
-from evaluator.api import EvalResult
 
 log = logging.getLogger("krl.train")
 
 HEARTBEAT_INTERVAL_S = 2.0  # contract: at least every 5 s
-WAIT_POLL_S = 0.25  # how often waiting threads look at the stop flag
 MAX_ROLLOUT_THREADS = 64
 
 
-class StopRequested(Exception):
-    """SIGTERM/SIGINT arrived: abandon the current step, checkpoint, exit cleanly."""
-
-
 # ---------------------------------------------------------------- determinism helpers
-
-def derive_seed(*parts: Any) -> int:
-    """A stable 31-bit seed from the parts (independent of thread order and Python's hash randomisation)."""
-    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
-    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
-
 
 def epoch_order(n_problems: int, epoch: int, seed: int, shuffle: bool) -> list[int]:
     order = list(range(n_problems))
@@ -94,37 +80,6 @@ def split_even(items: Sequence[Any], parts: int) -> list[list[Any]]:
     return out
 
 
-# ---------------------------------------------------------------- rollouts
-
-@dataclass
-class TurnSample:
-    prompt: Prompt
-    sequence: SampledSequence
-
-
-@dataclass
-class Rollout:
-    group: int
-    sample: int
-    problem: Problem
-    env: KernelEnv
-    samples: list[TurnSample] = field(default_factory=list)
-
-
-class _SharedFirstTurn:
-    """The group's first prompt is the same for every sample: sample it once with n = group size."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._result: Optional[list[SampledSequence]] = None
-
-    def get(self, produce: Callable[[], list[SampledSequence]]) -> list[SampledSequence]:
-        with self._lock:
-            if self._result is None:
-                self._result = produce()
-            return self._result
-
-
 # ---------------------------------------------------------------- the trainer
 
 class Trainer:
@@ -143,6 +98,7 @@ class Trainer:
         self.stop_reason = ""
         self.backend: Optional[TrainingBackend] = None
         self.evaluator: Any = None
+        self.rollout_runner: Optional[RolloutRunner] = None
         self.schedule = StageSchedule.from_config(self.config)
         self.retriever: Any = None
         self.env_config: RunConfig = self.config  # what episodes see (eval.size may be adapted to a CPU evaluator)
@@ -162,10 +118,6 @@ class Trainer:
             self.stop_reason = reason
             self.stop_event.set()
             log.info("%s received: stopping after a checkpoint", reason)
-
-    def _check_stop(self) -> None:
-        if self.stop_event.is_set():
-            raise StopRequested(self.stop_reason)
 
     def _start_heartbeat(self) -> None:
         def beat() -> None:
@@ -288,6 +240,8 @@ class Trainer:
                        "(GPU sizes would take minutes per kernel)")
             log.warning(message)
             self.registry.add_event(self.run_id, "warning", message)
+        self.rollout_runner = RolloutRunner(self.backend, self.evaluator, self.env_config, self.retriever,
+                                            self.stop_event, lambda: self.stop_reason, self.schedule)
         width = min(MAX_ROLLOUT_THREADS, self.config.dataset.batch_size * self.config.dataset.group_size)
         self._pool = ThreadPoolExecutor(max_workers=max(1, width), thread_name_prefix="krl-rollout")
         self._tb = _tensorboard_writer(self.run_dir)
@@ -296,77 +250,16 @@ class Trainer:
                  self.start_step, self.config.max_steps - 1, self.config.dataset.batch_size,
                  self.config.dataset.group_size, self.config.max_turns, ",".join(self.evaluator.devices))
 
-    # ------------------------------------------------------------ sampling and episodes
-
-    def _sample(self, prompt: Prompt, n: int, step: int, group: int, turn: int, problem: Problem,
-                samples: list[int], sample_key: Any) -> list[SampledSequence]:
-        self._check_stop()
-        params = SamplingParams(max_tokens=self.config.sampling.max_tokens,
-                                temperature=self.config.sampling.temperature, top_p=self.config.sampling.top_p,
-                                seed=derive_seed("sample", self.config.seed, step, group, sample_key, turn))
-        context = SampleContext(problem_id=problem.id, turn=turn, samples=samples)
-        return self.backend.sample(prompt, n, params, context)
-
-    def _evaluate(self, request) -> EvalResult:
-        future: Future = self.evaluator.submit(request)
-        while True:
-            try:
-                return future.result(timeout=WAIT_POLL_S)
-            except TimeoutError:
-                if self.stop_event.is_set():
-                    future.cancel()
-                    raise StopRequested(self.stop_reason) from None
-
-    def _rollout(self, step: int, group: int, sample: int, problem: Problem, epoch: int,
-                 first_turn: _SharedFirstTurn) -> Rollout:
-        cfg = self.env_config
-        group_size = cfg.dataset.group_size
-        env = KernelEnv(problem, cfg, self.retriever, train_step=step, schedule=self.schedule)
-        messages = env.initial_prompt()
-        prompt = self.backend.render(messages)
-        env.prefilled_think = prompt.prefilled_think
-        # Replay/recorded samples rotate with the epoch, so a problem seen again gets other recordings.
-        sample_index = epoch * group_size + sample
-        sequences = first_turn.get(lambda: self._sample(
-            prompt, group_size, step, group, 0, problem,
-            [epoch * group_size + s for s in range(group_size)], "group"))
-        sequence = sequences[sample]
-        rollout = Rollout(group, sample, problem, env)
-        while True:
-            self._check_stop()
-            parsed = env.parse(sequence.text, sequence.truncated)
-            request = env.eval_request(parsed)
-            result = self._evaluate(request) if request is not None else None
-            tokens_out = len(sequence.tokens) or self.backend.count_tokens(sequence.text)
-            tokens_in = len(prompt.tokens) or self.backend.count_tokens(messages_to_text(messages))
-            outcome = env.step(sequence.text, sequence.truncated, result, parsed=parsed, response_tokens=tokens_out,
-                               prompt_tokens=tokens_in)
-            rollout.samples.append(TurnSample(prompt, sequence))
-            if outcome.done:
-                return rollout
-            messages = outcome.next_prompt
-            prompt = self.backend.render(messages)
-            sequence = self._sample(prompt, 1, step, group, env.turn, problem, [sample_index], sample)[0]
+    # ------------------------------------------------------------ episodes
 
     def _rollouts(self, step: int) -> list[Rollout]:
         cfg = self.config
         batch = batch_for_step(len(self.problems), step, cfg.dataset.batch_size, cfg.seed, cfg.dataset.shuffle)
         futures = []
         for group, (problem_index, epoch) in enumerate(batch):
-            shared = _SharedFirstTurn()
-            for sample in range(cfg.dataset.group_size):
-                futures.append(self._pool.submit(self._rollout, step, group, sample, self.problems[problem_index],
-                                                 epoch, shared))
-        rollouts, first_error = [], None
-        for future in futures:  # wait for all, so no thread still uses the backend when we stop or fail
-            try:
-                rollouts.append(future.result())
-            except BaseException as exc:  # noqa: BLE001 - re-raised below
-                if first_error is None or (isinstance(first_error, StopRequested)
-                                           and not isinstance(exc, StopRequested)):
-                    first_error = exc
-        if first_error is not None:
-            raise first_error
+            futures += self.rollout_runner.submit_group(self._pool, step, group, self.problems[problem_index], epoch,
+                                                        range(cfg.dataset.group_size))
+        rollouts = wait_all(futures)
         return sorted(rollouts, key=lambda r: (r.group, r.sample))
 
     # ------------------------------------------------------------ one step
