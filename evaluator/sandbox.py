@@ -1,0 +1,421 @@
+"""OS isolation for candidate code: a frozen SandboxSpec in, the bubblewrap (or unshare) command line out.
+One module knows the tools; `get_sandbox()` picks the strongest that works here and `isolation_report()` says what holds."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence
+
+from evaluator.api import EvaluatorError
+
+NOBODY_UID = NOBODY_GID = 65534
+DEFAULT_TMP_MIB = 512
+PROBE_TIMEOUT_S = 20.0
+KINDS = ("auto", "bwrap", "unshare", "none")
+INSTALL_HINT = "install bubblewrap: `apt-get install -y bubblewrap` (Debian/Ubuntu) or `dnf install bubblewrap`"
+
+# Every protection a sandbox may give, in the order reports list them.
+PROTECTIONS = (
+    "no network",                 # own network namespace with only a loopback that is down
+    "own process view",           # own PID namespace: no other process can be seen, signalled or ptraced
+    "own ipc and hostname",       # IPC (SysV shm, semaphores) and UTS namespaces
+    "read-only system",           # /usr, the Python prefixes, the project source: mounted read-only
+    "host files absent",          # home, workspace, registry, other workers' folders, secrets: not in the mount view
+    "unprivileged user",          # uid/gid 65534 and no capabilities
+    "cleared environment",        # only the allow-listed variables; /proc/1/environ holds nothing else
+    "size-limited tmp",           # /tmp and /dev/shm are private tmpfs with a size cap
+    "dies with parent",           # the sandbox is killed when the process that started it dies
+    "new session",                # no controlling terminal (no TIOCSTI into the parent's tty)
+)
+
+
+class SandboxUnavailable(EvaluatorError):
+    """The sandbox asked for cannot start on this machine; the message says what is missing and how to get it."""
+
+
+# ---------------------------------------------------------------- the spec and the environment policy
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """Everything one sandboxed process may see. Paths keep their host names inside; anything not listed is absent."""
+
+    env: Mapping[str, str]                      # the complete environment inside (nothing is inherited)
+    cwd: str                                    # working directory inside (usually the private folder)
+    read_only: tuple[str, ...] = ()             # host paths visible read-only, beyond the system ones
+    writable: tuple[str, ...] = ()              # host paths visible read-write: the private folder, an output folder
+    gpu: bool = False                           # bind /dev/nvidia* and /dev/nvidia-caps
+    tmp_mib: int = DEFAULT_TMP_MIB              # size cap of the private /tmp and /dev/shm
+    network: bool = False
+    unprivileged: bool = True                   # run as uid/gid 65534 (a user namespace with bwrap)
+    die_with_parent: bool = True
+    new_session: bool = True
+    system: bool = True                         # add the system and Python paths (read-only); off only in tests
+
+    def all_read_only(self) -> list[str]:
+        paths = (system_read_only_paths() if self.system else []) + list(self.read_only)
+        return _dedupe([p for p in paths if os.path.lexists(p)])
+
+
+# Variables a worker may inherit: exact names, then prefixes. Everything else (keys, tokens, the user's settings) stays out.
+_ALLOWED_NAMES = frozenset({
+    "PATH", "LANG", "LANGUAGE", "TZ", "TERM", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "CUDA_MODULE_LOADING",
+    "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "TORCH_CUDA_ARCH_LIST", "PYTORCH_CUDA_ALLOC_CONF",
+    "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "CC", "CXX", "MAX_JOBS",
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TRITON_INTERPRET",
+})
+_ALLOWED_PREFIXES = ("LC_", "NVCC_", "KRL_WORKER_", "KRL_EVAL_")
+_SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION",
+                   "PRIVATE", "CERT")
+_SECRET_PREFIXES = ("AWS_", "TINKER_", "OPENAI_", "HF_", "HUGGING", "ANTHROPIC_", "GOOGLE_", "AZURE_", "GITHUB_",
+                    "WANDB_", "GH_", "GCP_")
+
+
+def looks_secret(name: str) -> bool:
+    upper = name.upper()
+    return any(marker in upper for marker in _SECRET_MARKERS) or upper.startswith(_SECRET_PREFIXES)
+
+
+def allowed_environment(parent_env: Mapping[str, str], private_dir: str,
+                        extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+    """The environment inside a sandbox: the allow-listed parent variables, HOME/TMPDIR and every tool cache in
+    private_dir, then `extra` (ours, trusted). A name that looks secret never passes, from either side."""
+    env = {name: value for name, value in parent_env.items()
+           if (name in _ALLOWED_NAMES or name.startswith(_ALLOWED_PREFIXES)) and not looks_secret(name)}
+    tmp = os.path.join(private_dir, "tmp")
+    cache = os.path.join(private_dir, ".cache")
+    env.update(HOME=private_dir, TMPDIR=tmp, TMP=tmp, TEMP=tmp, XDG_CACHE_HOME=cache, USER="nobody", LOGNAME="nobody",
+               TRITON_CACHE_DIR=os.path.join(cache, "triton"), TORCH_EXTENSIONS_DIR=os.path.join(cache, "torch_extensions"),
+               TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"), CUDA_CACHE_PATH=os.path.join(cache, "nv"),
+               PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1", MALLOC_ARENA_MAX="2")
+    env.setdefault("PATH", os.defpath)
+    for name, value in (extra or {}).items():
+        if looks_secret(name):
+            raise ValueError(f"refusing to put {name!r} into a sandbox: the name looks like a secret")
+        env[name] = value
+    return env
+
+
+def project_root() -> str:
+    """The folder that holds the evaluator package (what goes on PYTHONPATH inside)."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def worker_spec(private_dir: str, parent_env: Mapping[str, str], *, extra_env: Optional[Mapping[str, str]] = None,
+                cache_dir: str = "", gpu: bool = False, read_only: Sequence[str] = (), writable: Sequence[str] = (),
+                tmp_mib: int = DEFAULT_TMP_MIB) -> SandboxSpec:
+    """The spec of an evaluation or compile worker: the evaluator package and the build cache read-only, its private
+    folder (plus `writable`) read-write, nothing else of the host. Only evaluator/ of the project is visible (not
+    core/, app/, runs or workspaces), so PYTHONPATH points at the project root and imports of the rest fail."""
+    os.makedirs(os.path.join(private_dir, "tmp"), exist_ok=True)
+    env = allowed_environment(parent_env, private_dir, extra_env)
+    env["PYTHONPATH"] = project_root()
+    ro = [os.path.join(project_root(), "evaluator"), *read_only]
+    if cache_dir:
+        os.makedirs(cache_dir, exist_ok=True)
+        ro.append(cache_dir)
+    return SandboxSpec(env=env, cwd=private_dir, read_only=tuple(ro), writable=(private_dir, *writable), gpu=gpu,
+                       tmp_mib=tmp_mib)
+
+
+# ---------------------------------------------------------------- what the system needs to be visible
+
+def python_paths() -> list[str]:
+    """The interpreter's prefixes (a venv and the Python it was made from), and the folder of the real binary."""
+    paths = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix,
+             os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))]
+    return _dedupe([os.path.realpath(p) for p in paths if p])
+
+
+def system_read_only_paths() -> list[str]:
+    """What a compiler, Python and CUDA need from the host. /etc only in pieces: no shadow, ssh, ssl or apt config."""
+    paths = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+             "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/passwd",
+             "/etc/group", "/etc/nsswitch.conf", "/etc/localtime", "/etc/os-release",
+             "/sys/devices/system/cpu", "/sys/devices/system/node"]
+    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if cuda_home:
+        paths.append(os.path.realpath(cuda_home))
+    for prefix in python_paths():
+        if not any(prefix == p or prefix.startswith(p.rstrip("/") + "/") for p in paths):
+            paths.append(prefix)
+    return paths
+
+
+def gpu_device_paths() -> list[str]:
+    return sorted(p for p in glob.glob("/dev/nvidia*"))  # nvidia0.., nvidiactl, nvidia-uvm(-tools), nvidia-caps/
+
+
+def _dedupe(items: Sequence[str]) -> list[str]:
+    seen: set[str] = set()
+    return [i for i in items if not (i in seen or seen.add(i))]
+
+
+# ---------------------------------------------------------------- the implementations
+
+class Sandbox:
+    """One way of starting a process in isolation. `command` is pure: it returns the argument list."""
+
+    kind = "base"
+    protections: tuple[str, ...] = ()
+
+    def command(self, spec: SandboxSpec, argv: Sequence[str]) -> list[str]:
+        raise NotImplementedError
+
+    def launch_env(self, spec: SandboxSpec) -> dict[str, str]:
+        """The environment the launcher itself is started with. Never the parent's: with a PID namespace the
+        launcher's copy becomes /proc/1/environ inside."""
+        return dict(spec.env)
+
+    def launch_cwd(self, spec: SandboxSpec) -> str:
+        return "/"
+
+    def prepare(self, spec: SandboxSpec) -> None:
+        """Side effects a start needs on the host (nothing for bwrap)."""
+
+    def popen(self, spec: SandboxSpec, argv: Sequence[str], **popen_kwargs: Any) -> subprocess.Popen:
+        """Start argv inside the sandbox; popen_kwargs as for subprocess.Popen (stdin/stdout, pass_fds...)."""
+        self.prepare(spec)
+        return subprocess.Popen(self.command(spec, argv), env=self.launch_env(spec), cwd=self.launch_cwd(spec),
+                                **popen_kwargs)
+
+    def missing(self) -> tuple[str, ...]:
+        return tuple(p for p in PROTECTIONS if p not in self.protections)
+
+    def describe(self) -> str:
+        held = ", ".join(self.protections) or "nothing"
+        return f"{self.kind}: {held}" + (f"; missing: {', '.join(self.missing())}" if self.missing() else "")
+
+
+class Bubblewrap(Sandbox):
+    """bubblewrap (bwrap): every namespace, a mount view built from nothing, a cleared environment."""
+
+    kind = "bwrap"
+    protections = PROTECTIONS
+
+    def __init__(self, executable: str = "bwrap", as_root: Optional[bool] = None):
+        self.executable = executable
+        self.as_root = os.geteuid() == 0 if as_root is None else as_root
+
+    def command(self, spec: SandboxSpec, argv: Sequence[str]) -> list[str]:
+        args = [self.executable, "--unshare-all"]
+        if spec.network:
+            args.append("--share-net")
+        if spec.unprivileged:
+            args += ["--unshare-user", "--uid", str(NOBODY_UID), "--gid", str(NOBODY_GID)]
+        if spec.die_with_parent:
+            args.append("--die-with-parent")
+        if spec.new_session:
+            args.append("--new-session")
+        if self.as_root or spec.unprivileged:
+            args += ["--cap-drop", "ALL"]
+        for path in spec.all_read_only():
+            if os.path.islink(path) and os.path.dirname(path) == "/":
+                args += ["--symlink", os.readlink(path), path]  # /lib -> usr/lib on merged-/usr systems
+            else:
+                args += ["--ro-bind", path, path]
+        args += ["--proc", "/proc", "--dev", "/dev"]
+        size = str(spec.tmp_mib * 2**20)
+        args += ["--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/dev/shm"]
+        if spec.gpu:
+            for path in gpu_device_paths():
+                args += ["--dev-bind", path, path]
+        for path in spec.writable:  # after the tmpfs: a private folder under the host's /tmp still appears
+            args += ["--bind", path, path]
+        args += ["--clearenv"]
+        for name, value in sorted(spec.env.items()):
+            args += ["--setenv", name, value]
+        args += ["--chdir", spec.cwd, "--", *argv]
+        return args
+
+    def version(self) -> str:
+        try:
+            return subprocess.run([self.executable, "--version"], capture_output=True, text=True,
+                                  timeout=PROBE_TIMEOUT_S).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+
+class Unshare(Sandbox):
+    """util-linux unshare + setpriv, for machines without bwrap: new network, PID, IPC and UTS namespaces, uid 65534
+    without capabilities, a cleared environment. The file system is the host's, guarded only by file permissions."""
+
+    kind = "unshare"
+
+    def __init__(self, drop_user: Optional[bool] = None):
+        self.drop_user = os.geteuid() == 0 if drop_user is None else drop_user
+        held = ["no network", "own process view", "own ipc and hostname", "cleared environment", "dies with parent",
+                "new session"]
+        if self.drop_user:
+            held.append("unprivileged user")
+        self.protections = tuple(p for p in PROTECTIONS if p in held)
+
+    def command(self, spec: SandboxSpec, argv: Sequence[str]) -> list[str]:
+        # setpriv --pdeathsig survives the exec into unshare, and unshare --kill-child takes the namespace down with it.
+        args = ["setpriv", "--pdeathsig", "KILL"] if spec.die_with_parent else []
+        args += ["unshare", "--pid", "--fork", "--mount-proc", "--ipc", "--uts", "--kill-child"]
+        if not spec.network:
+            args.append("--net")
+        if not self.drop_user:
+            args += ["--user", "--map-root-user"]  # not root: a user namespace is the only way to get the others
+        if spec.new_session:
+            args.append("setsid")
+        if self.drop_user and spec.unprivileged:
+            args += ["setpriv", "--reuid", str(NOBODY_UID), "--regid", str(NOBODY_GID), "--clear-groups",
+                     "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+        args += ["env", "-i", "-C", spec.cwd, *(f"{k}={v}" for k, v in sorted(spec.env.items())), *argv]
+        return args
+
+    def launch_env(self, spec: SandboxSpec) -> dict[str, str]:
+        return {"PATH": spec.env.get("PATH", os.defpath)}
+
+    def prepare(self, spec: SandboxSpec) -> None:
+        if self.drop_user and spec.unprivileged:  # uid 65534 must be able to write its own folders
+            for path in spec.writable:
+                for root, dirs, files in os.walk(path):
+                    for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
+                        os.lchown(name, NOBODY_UID, NOBODY_GID)
+
+
+class NoSandbox(Sandbox):
+    """No isolation at all, only a cleared environment: for machines where neither tool works. Reported loudly."""
+
+    kind = "none"
+    protections = ("cleared environment",)
+
+    def command(self, spec: SandboxSpec, argv: Sequence[str]) -> list[str]:
+        return list(argv)
+
+    def launch_cwd(self, spec: SandboxSpec) -> str:
+        return spec.cwd
+
+
+# ---------------------------------------------------------------- choosing one
+
+_lock = threading.Lock()
+_probed: dict[str, tuple[Optional[Sandbox], str]] = {}
+
+
+def _probe_spec(private_dir: str) -> SandboxSpec:
+    return SandboxSpec(env={"PATH": os.defpath}, cwd=private_dir, writable=(private_dir,), tmp_mib=16)
+
+
+def _works(sandbox: Sandbox) -> str:
+    """'' when the sandbox really runs this Python as configured; otherwise why not."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="krl-sandbox-probe-") as private_dir:
+        os.chmod(private_dir, 0o755)
+        spec = _probe_spec(private_dir)
+        try:
+            sandbox.prepare(spec)
+            done = subprocess.run(sandbox.command(spec, [sys.executable, "-I", "-c", "print('ok')"]),
+                                  env=sandbox.launch_env(spec), cwd=sandbox.launch_cwd(spec),
+                                  capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"{exc}"
+    if done.returncode == 0 and done.stdout.strip() == "ok":
+        return ""
+    return (done.stderr.strip() or done.stdout.strip() or f"exit status {done.returncode}")[-400:]
+
+
+def _probe(kind: str) -> tuple[Optional[Sandbox], str]:
+    """(a working sandbox of this kind, '') or (None, what is missing). Each kind is probed once per process."""
+    with _lock:
+        if kind not in _probed:
+            _probed[kind] = _probe_uncached(kind)
+        return _probed[kind]
+
+
+def _probe_uncached(kind: str) -> tuple[Optional[Sandbox], str]:
+    if kind == "bwrap":
+        executable = shutil.which("bwrap")
+        if not executable:
+            return None, f"bwrap is not installed; {INSTALL_HINT}"
+        sandbox = Bubblewrap(executable)
+        why = _works(sandbox)
+        return (sandbox, "") if not why else (None, f"bwrap is installed but cannot start a sandbox here: {why}")
+    if kind == "unshare":
+        for tool in ("unshare", "setpriv", "setsid", "env"):
+            if not shutil.which(tool):
+                return None, f"{tool} is not installed (util-linux / coreutils)"
+        sandbox = Unshare()
+        why = _works(sandbox)
+        if why and sandbox.drop_user:  # e.g. the Python install is under /root, which uid 65534 cannot enter
+            weaker = Unshare(drop_user=False)
+            if not _works(weaker):
+                return weaker, ""
+        return (sandbox, "") if not why else (None, f"unshare cannot start a sandbox here: {why}")
+    if kind == "none":
+        return NoSandbox(), ""
+    raise SandboxUnavailable(f"unknown sandbox kind {kind!r}; use one of {', '.join(KINDS)} (KRL_SANDBOX)")
+
+
+def get_sandbox(kind: Optional[str] = None) -> Sandbox:
+    """The sandbox to use: `kind` or $KRL_SANDBOX (auto|bwrap|unshare|none; default auto). auto takes the strongest
+    that really starts here; an explicit kind that cannot start raises SandboxUnavailable."""
+    kind = (kind or os.environ.get("KRL_SANDBOX") or "auto").strip().lower()
+    if kind == "auto":
+        for candidate in ("bwrap", "unshare"):
+            sandbox, _why = _probe(candidate)
+            if sandbox is not None:
+                return sandbox
+        return NoSandbox()
+    sandbox, why = _probe(kind)
+    if sandbox is None:
+        raise SandboxUnavailable(f"KRL_SANDBOX={kind}: {why}")
+    return sandbox
+
+
+@dataclass(frozen=True)
+class IsolationReport:
+    """What `krl doctor` and the evaluator's first start print."""
+
+    kind: str
+    version: str
+    protections: tuple[str, ...]
+    missing: tuple[str, ...]
+    notes: tuple[str, ...] = field(default=())  # why stronger kinds were not taken
+
+    @property
+    def isolated(self) -> bool:
+        return self.kind != "none"
+
+    @property
+    def strong(self) -> bool:
+        return not self.missing
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "version": self.version, "protections": list(self.protections),
+                "missing": list(self.missing), "notes": list(self.notes), "strong": self.strong}
+
+    def lines(self) -> list[str]:
+        head = f"sandbox: {self.kind}" + (f" ({self.version})" if self.version else "")
+        out = [head, "  holds: " + (", ".join(self.protections) or "nothing")]
+        if self.missing:
+            out.append("  MISSING: " + ", ".join(self.missing))
+        out += [f"  note: {n}" for n in self.notes]
+        if not self.isolated:
+            out.append("  WARNING: candidate code runs with no OS isolation: it can read secrets, write files and "
+                       f"reach the network. {INSTALL_HINT}.")
+        elif not self.strong:
+            out.append(f"  WARNING: isolation is weaker than bubblewrap's. {INSTALL_HINT}.")
+        return out
+
+
+def isolation_report(kind: Optional[str] = None) -> IsolationReport:
+    sandbox = get_sandbox(kind)
+    notes = []
+    if sandbox.kind != "bwrap":
+        for stronger in ("bwrap", "unshare"):
+            if stronger == sandbox.kind:
+                break
+            _none, why = _probe(stronger)
+            notes.append(why)
+    version = sandbox.version() if isinstance(sandbox, Bubblewrap) else ""
+    return IsolationReport(sandbox.kind, version, sandbox.protections, sandbox.missing(), tuple(n for n in notes if n))
