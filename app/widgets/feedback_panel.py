@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from app.widgets.format import fmt_float, theme_colour
+from app.widgets.format import fmt_float, runtime_ms, theme_colour
 
 VERDICT_COLOUR = {"correct": "success", "wrong_output": "warning", "shape_mismatch": "warning",
                   "format_error": "warning", "compile_error": "error", "runtime_error": "error", "timeout": "error",
@@ -40,8 +40,8 @@ class FeedbackPanel(VerticalScroll):
         speedup = result.get("speedup")
         if speedup:
             verdict_text.append(f"   speedup {speedup:.2f}x")
-        runtime = result.get("kernel_runtime_ms") or result.get("kernel_runtime")
-        if runtime:
+        runtime = runtime_ms(result.get("kernel_runtime"))
+        if runtime is not None:
             verdict_text.append(f"   kernel {fmt_float(runtime, 3)} ms")
         self.query_one("#fb-verdict", Static).update(verdict_text)
         # Text(...) rather than markup: feedback is shown byte-for-byte as the model saw it.

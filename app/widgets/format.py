@@ -25,6 +25,14 @@ def fmt_float(value: Optional[float], digits: int = 2) -> str:
     return f"{value:.{digits}f}"
 
 
+def runtime_ms(value: object) -> Optional[float]:
+    """A runtime in ms from an EvalResult field: the evaluator writes timing statistics ({"median_ms", …}); older
+    records hold a bare number."""
+    if isinstance(value, dict):
+        value = value.get("median_ms")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def fmt_duration(seconds: Optional[float]) -> str:
     if seconds is None or seconds < 0:
         return "–"

@@ -8,6 +8,7 @@ import random
 from typing import Any
 
 from core.registry import Registry, TrajectoryRecord, TurnRecord
+from evaluator.api import EvalResult, RuntimeStats, Verdict
 
 FIXED_NOW = 1_790_000_000.0  # a fixed "now" for clocks injected into the app
 PROBLEMS = ("builtin/relu", "builtin/softmax", "builtin/matmul", "builtin/layernorm")
@@ -75,6 +76,20 @@ FEEDBACK = {
 }
 
 
+def _stats(median_ms: float) -> RuntimeStats:
+    return RuntimeStats(median_ms=median_ms, mean_ms=median_ms, std_ms=0.0, min_ms=median_ms, max_ms=median_ms,
+                        iqr_ms=0.0, n=10)
+
+
+def _eval_result(problem: str, verdict: str) -> dict[str, Any]:
+    """An evaluator record in the evaluator's own shape (EvalResult.to_dict): timing statistics, not bare numbers."""
+    correct = verdict == "correct"
+    return EvalResult(request_id="", problem_id=problem, verdict=Verdict(verdict), compiled=verdict != "compile_error",
+                      kernel_runtime=_stats(0.118) if correct else None,
+                      reference_runtime=_stats(0.168) if correct else None,
+                      speedup=1.42 if correct else None).to_dict()
+
+
 def _turns_for(rng: random.Random, problem: str, n_turns: int, solved: bool, hack: bool) -> list[TurnRecord]:
     cuda = problem.endswith("relu") or problem.endswith("matmul")
     kernels = (KERNEL_CUDA_V0, KERNEL_CUDA_V1) if cuda else (KERNEL_TORCH_V0, KERNEL_TORCH_V1)
@@ -91,8 +106,7 @@ def _turns_for(rng: random.Random, problem: str, n_turns: int, solved: bool, hac
         score = {"correct": 1.3, "wrong_output": 0.1, "compile_error": 0.0, "hack_detected": -1.0}[verdict]
         breakdown = {"correct": 1.0 if verdict == "correct" else 0.0, "speed": 0.3 if verdict == "correct" else 0.0,
                      "format": 0.1, "hack": -1.0 if verdict == "hack_detected" else 0.0}
-        result = {"verdict": verdict, "speedup": 1.42 if verdict == "correct" else None,
-                  "kernel_runtime_ms": 0.118 if verdict == "correct" else None, "reference_runtime_ms": 0.168}
+        result = _eval_result(problem, verdict)
         turns.append(TurnRecord(
             turn=t, prompt=f"Write a fast kernel for {problem}.\n(turn {t})", response=f"<think>plan {t}</think>\n```python\n{kernel}```",
             kernel=kernel, thought=f"Turn {t}: the previous attempt had a problem; fix the indexing and launch config.",

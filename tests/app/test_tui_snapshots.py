@@ -57,9 +57,10 @@ def test_replay_run_is_labelled_recorded(snap_compare, filled, workspace):
 
 
 @pytest.mark.parametrize("view_presses", [0, 1, 2], ids=["code", "unified", "split"])
-def test_trajectory_inspector(snap_compare, filled, workspace, view_presses):
-    reg, ids = filled
-    trajectory_id = multi_turn_trajectory(reg, ids["kevin-8b-baseline"])
+def test_trajectory_inspector(snap_compare, recorded_demo, workspace, view_presses):
+    """A trajectory the real training loop and evaluator recorded (the demo), on its last, correct turn."""
+    reg, run = recorded_demo
+    trajectory_id = multi_turn_trajectory(reg, run["id"], turns=2)
 
     async def open_it(pilot) -> None:
         pilot.app.open_trajectory(trajectory_id)

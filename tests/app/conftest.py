@@ -1,0 +1,25 @@
+"""Fixtures of the app tests: a demo workspace recorded once per session by the real training loop and evaluator
+(`krl demo --headless`), copied and normalised for each test that reads it (tests/app/recorded.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.app.recorded import RECORDED_RUN, record_demo, recorded_workspace
+
+
+@pytest.fixture(scope="session")
+def recorded_demo_source(tmp_path_factory):
+    """The raw recorded workspace (read it through `recorded_demo`; never write into this one)."""
+    return record_demo(tmp_path_factory.mktemp("recorded-demo") / "ws")
+
+
+@pytest.fixture
+def recorded_demo(recorded_demo_source, workspace):
+    """`workspace` filled with a normalised copy of the recorded demo; yields (registry, run row)."""
+    from core.registry import Registry
+
+    recorded_workspace(recorded_demo_source, workspace)
+    reg = Registry.for_workspace(workspace)
+    yield reg, reg.get_run(RECORDED_RUN)
+    reg.close()

@@ -1,0 +1,65 @@
+"""The TUI over a workspace recorded by the real training loop and evaluator (tests/app/recorded.py): what the
+demo produces must open — every turn of the trajectory inspector, the runs table, the run detail."""
+
+from __future__ import annotations
+
+import pytest
+from textual.widgets import DataTable, Static
+
+from app.screens.trajectory import TrajectoryScreen
+from app.widgets.kernel_diff import KernelView
+from tests.app.fixtures import make_app, settle
+
+
+@pytest.fixture(autouse=True)
+def _config_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("KRL_CONFIG_DIR", str(tmp_path / "config"))
+
+
+def _multi_turn_solved(reg, run_id: int) -> dict:
+    for row in reg.trajectories(run_id, order="step", limit=1000):
+        if row["n_turns"] >= 2 and row["solved"]:
+            return row
+    raise AssertionError("the recorded demo has no multi-turn solved trajectory")
+
+
+async def test_inspector_steps_through_every_turn_of_a_recorded_trajectory(recorded_demo, workspace):
+    reg, run = recorded_demo
+    trajectory = _multi_turn_solved(reg, run["id"])
+    turns = reg.trajectory_turns(trajectory["id"])
+    assert isinstance(turns[-1]["eval_result"]["kernel_runtime"], dict)  # the shape the evaluator writes
+    app = make_app(workspace)
+    async with app.run_test(size=(150, 40)) as pilot:
+        await settle(pilot)
+        app.open_trajectory(trajectory["id"])
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, TrajectoryScreen)
+        for number in range(1, len(turns) + 1):
+            assert screen.query_one(KernelView).border_title.startswith(f"turn {number} of {len(turns)}")
+            await pilot.press("right")
+            await settle(pilot)
+        verdict = str(screen.query_one("#fb-verdict", Static).render())
+        assert "correct" in verdict and "kernel" in verdict and " ms" in verdict, verdict
+        first_column = [screen.query_one("#turn-list", DataTable).get_row_at(i)[0] for i in range(len(turns))]
+        assert [str(c) for c in first_column] == [str(i) for i in range(1, len(turns) + 1)]
+        header = str(screen.query_one("#traj-header", Static).render())
+        assert f"solved at turn {trajectory['solved_at_turn'] + 1}" in header, header
+
+
+async def test_every_recorded_trajectory_opens(recorded_demo, workspace):
+    reg, run = recorded_demo
+    ids = [row["id"] for row in reg.trajectories(run["id"], order="step", limit=1000)]
+    app = make_app(workspace)
+    async with app.run_test(size=(150, 40)) as pilot:
+        await settle(pilot)
+        app.open_trajectory(ids[0])
+        await settle(pilot)
+        screen = app.screen
+        for trajectory_id in ids:
+            screen.load(trajectory_id)
+            await settle(pilot)
+            assert screen.trajectory_id == trajectory_id
+            for _ in range(len(screen.detail.turns)):
+                await pilot.press("right")
+            await settle(pilot)
