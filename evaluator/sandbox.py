@@ -214,20 +214,24 @@ class Bubblewrap(Sandbox):
             args.append("--new-session")
         if self.as_root or spec.unprivileged:
             args += ["--cap-drop", "ALL"]
+        # Order matters: later mounts cover earlier ones. The fresh /proc, /dev and tmpfs come first so that a bound
+        # folder under the host's /tmp (a cache, a private folder) shows through instead of being hidden.
+        size = str(spec.tmp_mib * 2**20)
+        args += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/tmp", "--size", size,
+                 "--tmpfs", "/dev/shm"]
+        if spec.gpu:
+            for path in gpu_device_paths():
+                args += ["--dev-bind", path, path]
         for path in spec.all_read_only():
             if os.path.islink(path) and os.path.dirname(path) == "/":
                 args += ["--symlink", os.readlink(path), path]  # /lib -> usr/lib on merged-/usr systems
             else:
                 args += ["--ro-bind", path, path]
-        args += ["--proc", "/proc", "--dev", "/dev"]
-        size = str(spec.tmp_mib * 2**20)
-        args += ["--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/dev/shm"]
-        if spec.gpu:
-            for path in gpu_device_paths():
-                args += ["--dev-bind", path, path]
-        for path in spec.writable:  # after the tmpfs: a private folder under the host's /tmp still appears
+        for path in spec.writable:  # last: a private folder inside a read-only one stays writable
             args += ["--bind", path, path]
-        args += ["--clearenv"]
+        # The root itself is a tmpfs bwrap made; without this the sandbox could write /root, /work... there (its own
+        # copies, but a candidate must not find any writable place besides its private folder and /tmp).
+        args += ["--remount-ro", "/", "--clearenv"]
         for name, value in sorted(spec.env.items()):
             args += ["--setenv", name, value]
         args += ["--chdir", spec.cwd, "--", *argv]

@@ -1,0 +1,345 @@
+"""The sandbox as data (argv built from specs, the environment allow-list) and as processes: one test per attack,
+run inside every sandbox that works here, and once with no sandbox to prove the attack is real."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import pytest
+
+from evaluator import sandbox as sb
+from evaluator.sandbox import (Bubblewrap, NoSandbox, SandboxSpec, SandboxUnavailable, Unshare, allowed_environment,
+                               get_sandbox, isolation_report, worker_spec)
+
+SECRET = "sk-krl-" + uuid.uuid4().hex  # lives only in the "parent" process's environment
+
+
+# ---------------------------------------------------------------- as data
+
+def spec_for(tmp_path, **overrides) -> SandboxSpec:
+    (tmp_path / "cache").mkdir(exist_ok=True)
+    fields = dict(env={"PATH": "/usr/bin", "HOME": str(tmp_path)}, cwd=str(tmp_path), writable=(str(tmp_path),),
+                  read_only=(str(tmp_path / "cache"), "/no/such/path"), system=False)
+    fields.update(overrides)
+    return SandboxSpec(**fields)
+
+
+def pairs(argv: list[str], flag: str) -> list[tuple[str, ...]]:
+    """The operands following each occurrence of flag (two for binds and setenv)."""
+    width = 2 if flag in ("--ro-bind", "--bind", "--dev-bind", "--setenv", "--symlink") else 1
+    return [tuple(argv[i + 1:i + 1 + width]) for i, a in enumerate(argv) if a == flag]
+
+
+def test_bwrap_command_unshares_everything_and_binds_only_what_the_spec_names(tmp_path):
+    argv = Bubblewrap("bwrap", as_root=True).command(spec_for(tmp_path), ["python", "-c", "pass"])
+    assert argv[0] == "bwrap" and argv[-4:] == ["--", "python", "-c", "pass"]
+    for flag in ("--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--clearenv"):
+        assert flag in argv
+    assert "--share-net" not in argv
+    assert pairs(argv, "--uid") == [("65534",)] and pairs(argv, "--gid") == [("65534",)]
+    assert pairs(argv, "--cap-drop") == [("ALL",)]
+    assert pairs(argv, "--ro-bind") == [(str(tmp_path / "cache"),) * 2]  # a path that does not exist is left out
+    assert pairs(argv, "--bind") == [(str(tmp_path), str(tmp_path))]
+    assert pairs(argv, "--setenv") == [("HOME", str(tmp_path)), ("PATH", "/usr/bin")]
+    assert pairs(argv, "--chdir") == [(str(tmp_path),)]
+    # The size applies to the tmpfs that follows it; the private folder is bound after /tmp's tmpfs, so a folder
+    # under the host's /tmp still shows through.
+    tmpfs_at = argv.index("/tmp") - 1
+    assert argv[tmpfs_at] == "--tmpfs" and argv[tmpfs_at - 2:tmpfs_at] == ["--size", str(sb.DEFAULT_TMP_MIB * 2**20)]
+    assert argv.index("--bind") > argv.index("--ro-bind") > tmpfs_at
+
+
+def test_bwrap_command_binds_gpu_nodes_only_when_asked(tmp_path, monkeypatch):
+    monkeypatch.setattr(sb, "gpu_device_paths", lambda: ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-caps"])
+    bubblewrap = Bubblewrap("bwrap", as_root=True)
+    assert pairs(bubblewrap.command(spec_for(tmp_path), ["x"]), "--dev-bind") == []
+    with_gpu = bubblewrap.command(spec_for(tmp_path, gpu=True), ["x"])
+    assert pairs(with_gpu, "--dev-bind") == [(p, p) for p in ("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-caps")]
+
+
+def test_bwrap_system_paths_keep_merged_usr_symlinks_and_hide_the_rest_of_etc(tmp_path):
+    argv = Bubblewrap("bwrap").command(spec_for(tmp_path, system=True), ["x"])
+    bound = {src for src, _dst in pairs(argv, "--ro-bind")}
+    assert "/usr" in bound and "/etc/ld.so.cache" in bound
+    assert not {"/etc", "/etc/shadow", "/root", "/home", os.path.expanduser("~")} & bound
+    if os.path.islink("/lib"):
+        assert ("usr/lib", "/lib") in pairs(argv, "--symlink") or (os.readlink("/lib"), "/lib") in pairs(argv, "--symlink")
+    assert os.path.realpath(sys.base_prefix) in bound or any(os.path.realpath(sys.base_prefix).startswith(b + "/")
+                                                            for b in bound)
+
+
+def test_unshare_command_drops_to_nobody_and_clears_the_environment(tmp_path):
+    argv = Unshare(drop_user=True).command(spec_for(tmp_path), ["python", "-c", "pass"])
+    assert argv[:3] == ["setpriv", "--pdeathsig", "KILL"]
+    assert {"--net", "--pid", "--fork", "--mount-proc", "--kill-child"} <= set(argv)
+    assert "--reuid" in argv and argv[argv.index("--reuid") + 1] == "65534"
+    env_at = argv.index("env")
+    assert argv[env_at:env_at + 4] == ["env", "-i", "-C", str(tmp_path)]
+    assert argv[-3:] == ["python", "-c", "pass"]
+    assert Unshare(drop_user=True).launch_env(spec_for(tmp_path)) == {"PATH": "/usr/bin"}
+
+
+def test_environment_allow_list_drops_secrets_and_points_caches_into_the_private_folder(tmp_path):
+    parent = {"PATH": "/usr/bin", "LANG": "C.UTF-8", "LC_ALL": "C", "CUDA_VISIBLE_DEVICES": "0",
+              "TINKER_API_KEY": "x", "OPENAI_API_KEY": "x", "HF_TOKEN": "x", "GITHUB_TOKEN": "x", "MY_SERVICE_TOKEN": "x",
+              "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "DB_PASSWORD": "x", "KRL_WORKER_MODULE": "m",
+              "KRL_WORKER_AUTH_KEY": "x", "KRL_TINKER_KEY": "x", "KRL_WORKSPACE": "/ws", "HOME": "/root",
+              "PYTHONPATH": "/elsewhere", "SSH_AUTH_SOCK": "/run/ssh", "TRITON_CACHE_DIR": "/shared/triton"}
+    env = allowed_environment(parent, str(tmp_path), {"KRL_WORKER_LIMITS": "{}"})
+    assert not {k for k in env if sb.looks_secret(k)}
+    for gone in ("TINKER_API_KEY", "OPENAI_API_KEY", "HF_TOKEN", "AWS_ACCESS_KEY_ID", "DB_PASSWORD", "KRL_WORKSPACE",
+                 "KRL_WORKER_AUTH_KEY", "SSH_AUTH_SOCK", "PYTHONPATH"):
+        assert gone not in env
+    assert env["HOME"] == str(tmp_path) and env["TMPDIR"] == str(tmp_path / "tmp")
+    assert env["TRITON_CACHE_DIR"].startswith(str(tmp_path))  # never the shared, read-only cache
+    assert env["LC_ALL"] == "C" and env["CUDA_VISIBLE_DEVICES"] == "0" and env["KRL_WORKER_MODULE"] == "m"
+    with pytest.raises(ValueError, match="secret"):
+        allowed_environment(parent, str(tmp_path), {"KRL_WORKER_TOKEN": "x"})
+
+
+def test_an_explicit_kind_that_cannot_start_raises_one_error_type(monkeypatch, tmp_path):
+    monkeypatch.setattr(sb, "_probed", {})
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap, no unshare on this PATH
+    with pytest.raises(SandboxUnavailable, match="apt-get install -y bubblewrap"):
+        get_sandbox("bwrap")
+    with pytest.raises(SandboxUnavailable, match="unshare is not installed"):
+        get_sandbox("unshare")
+    with pytest.raises(SandboxUnavailable, match="unknown sandbox kind"):
+        get_sandbox("chroot")
+    assert isinstance(get_sandbox("auto"), NoSandbox)
+    report = isolation_report()
+    assert report.kind == "none" and not report.isolated and "no OS isolation" in "\n".join(report.lines())
+    assert any("bwrap is not installed" in note for note in report.notes)
+
+
+# ---------------------------------------------------------------- as processes: one test per attack
+
+def working_sandboxes() -> list[sb.Sandbox]:
+    found = []
+    for kind in ("bwrap", "unshare"):
+        try:
+            found.append(get_sandbox(kind))
+        except SandboxUnavailable:
+            pass
+    return found
+
+
+# The process that starts the sandbox plays the evaluator: it holds SECRET in its environment and notes a SIGUSR1.
+LAUNCHER = textwrap.dedent('''
+    import json, os, signal, subprocess, sys
+    command, env, cwd = json.loads(sys.argv[1])
+    signalled = []
+    signal.signal(signal.SIGUSR1, lambda *a: signalled.append(1))
+    command = [part.replace("@PARENT@", str(os.getpid())) for part in command]
+    done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=60)
+    print(json.dumps({"rc": done.returncode, "out": done.stdout, "err": done.stderr, "signalled": bool(signalled)}))
+''')
+
+
+@pytest.fixture
+def world(tmp_path):
+    """A worker's private folder, a sibling's, a workspace with its registry, and a build cache."""
+    for name in ("w1", "w2", "workspace", "cache/cuda"):
+        (tmp_path / name).mkdir(parents=True)
+    os.chmod(tmp_path, 0o755)
+    for name in ("w1", "w2"):
+        os.chmod(tmp_path / name, 0o777)
+    (tmp_path / "w2" / "candidate.py").write_text("the sibling's source")
+    (tmp_path / "workspace" / "registry.db").write_bytes(b"SQLite format 3\0")
+    return tmp_path
+
+
+def attack(sandbox: sb.Sandbox, world, code: str) -> dict:
+    parent_env = dict(os.environ, TINKER_API_KEY=SECRET)
+    spec = worker_spec(str(world / "w1"), parent_env, cache_dir=str(world / "cache"), tmp_mib=64)
+    sandbox.prepare(spec)
+    payload = json.dumps([sandbox.command(spec, [sys.executable, "-c", code]), sandbox.launch_env(spec),
+                          sandbox.launch_cwd(spec)])
+    done = subprocess.run([sys.executable, "-c", LAUNCHER, payload], env=parent_env, capture_output=True, text=True,
+                          timeout=90)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def attacks(world) -> dict[str, tuple[str, str]]:
+    """name -> (the protection that must stop it, code that prints PWNED when it works)."""
+    site_packages = next(p for p in sys.path if p.endswith("site-packages"))
+    probe = f"krl-probe-{uuid.uuid4().hex[:8]}"
+    return {
+        "read_parent_environ": ("own process view", f'''
+for path in ("/proc/@PARENT@/environ", "/proc/1/environ", "/proc/self/environ"):
+    try:
+        if {SECRET!r}.encode() in open(path, "rb").read(): print("PWNED", path)
+    except OSError as exc: print(exc)
+import os
+if {SECRET!r} in str(os.environ): print("PWNED environ")'''),
+        "read_parent_memory": ("own process view", '''
+maps = open("/proc/@PARENT@/maps").read().splitlines()
+start = int(next(l for l in maps if " r" in l).split("-")[0], 16)
+with open("/proc/@PARENT@/mem", "rb") as mem:
+    mem.seek(start); data = mem.read(64)
+print("PWNED" if data else "empty")'''),
+        "list_processes": ("own process view", '''
+import os
+pids = [p for p in os.listdir("/proc") if p.isdigit()]
+print("PWNED" if "@PARENT@" in pids or len(pids) > 3 else "only", pids)'''),
+        "kill_parent": ("own process view", '''
+import os, signal
+os.kill(@PARENT@, signal.SIGUSR1); print("PWNED")'''),
+        "connect_loopback": ("no network", '''
+import socket
+socket.create_connection(("127.0.0.1", @PORT@), timeout=3); print("PWNED")'''),
+        "write_host_home": ("host files absent", f'''
+path = {os.path.join(os.path.expanduser("~"), "." + probe)!r}
+open(path, "w").write("x"); print("PWNED")'''),
+        "write_registry": ("host files absent", f'''
+open({str(world / "workspace" / "registry.db")!r}, "ab").write(b"rewards rewritten"); print("PWNED")'''),
+        "read_sibling_folder": ("host files absent", f'''
+print("PWNED", open({str(world / "w2" / "candidate.py")!r}).read())'''),
+        "write_site_packages": ("read-only system", f'''
+open({os.path.join(site_packages, probe + ".pth")!r}, "w").write("# harmless probe"); print("PWNED")'''),
+        "write_build_cache": ("read-only system", f'''
+import os
+os.makedirs({str(world / "cache" / "cuda" / "planted")!r}, exist_ok=True)
+open({str(world / "cache" / "cuda" / "planted" / "result.json")!r}, "w").write("{{}}"); print("PWNED")'''),
+    }
+
+
+ATTACK_NAMES = ["read_parent_environ", "read_parent_memory", "list_processes", "kill_parent", "connect_loopback",
+                "write_host_home", "write_registry", "read_sibling_folder", "write_site_packages", "write_build_cache"]
+
+
+def cleanup(world) -> None:
+    """Undo what a successful attack left on the host (only the unsandboxed control run succeeds)."""
+    import shutil
+
+    (world / "workspace" / "registry.db").write_bytes(b"SQLite format 3\0")
+    shutil.rmtree(world / "cache" / "cuda" / "planted", ignore_errors=True)
+    home = os.path.expanduser("~")
+    for folder in (home, next(p for p in sys.path if p.endswith("site-packages"))):
+        for name in os.listdir(folder):
+            if "krl-probe-" in name:
+                os.unlink(os.path.join(folder, name))
+
+
+@pytest.mark.parametrize("name", ATTACK_NAMES)
+def test_attack_is_stopped_by_every_working_sandbox(name, world):
+    sandboxes = working_sandboxes()
+    if not sandboxes:
+        pytest.skip("neither bwrap nor unshare can start a sandbox on this machine")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    try:
+        protection, code = attacks(world)[name]
+        code = code.replace("@PORT@", str(listener.getsockname()[1]))
+        try:
+            # Without a sandbox the attack works: the test would fail if the sandbox were removed.
+            control = attack(NoSandbox(), world, code)
+            assert "PWNED" in control["out"] or control["signalled"], control
+        finally:
+            cleanup(world)
+        for sandbox in sandboxes:
+            if protection not in sandbox.protections:
+                continue  # a weaker sandbox does not claim this one (isolation_report lists it as missing)
+            try:
+                outcome = attack(sandbox, world, code)
+                assert "PWNED" not in outcome["out"] and not outcome["signalled"], (sandbox.kind, outcome)
+                assert outcome["rc"] != 0 or "only" in outcome["out"] or "Errno" in outcome["out"], (sandbox.kind,
+                                                                                                      outcome)
+                assert (world / "workspace" / "registry.db").read_bytes() == b"SQLite format 3\0"
+                assert not (world / "cache" / "cuda" / "planted").exists()
+            finally:
+                cleanup(world)
+    finally:
+        listener.close()
+
+
+def test_external_network_is_unreachable_not_just_slow(world):
+    sandboxes = [s for s in working_sandboxes() if "no network" in s.protections]
+    if not sandboxes:
+        pytest.skip("no working sandbox with its own network namespace here")
+    code = '''
+import socket
+try:
+    socket.create_connection(("1.1.1.1", 443), timeout=5); print("PWNED")
+except OSError as exc:
+    print("errno", exc.errno)'''
+    for sandbox in sandboxes:
+        outcome = attack(sandbox, world, code)
+        assert outcome["out"].split() == ["errno", "101"], outcome  # ENETUNREACH: no route at all, at once
+
+
+def test_inside_the_environment_is_the_sandboxs_own_and_the_private_folder_is_writable(world):
+    sandboxes = working_sandboxes()
+    if not sandboxes:
+        pytest.skip("neither bwrap nor unshare can start a sandbox on this machine")
+    code = '''
+import json, os
+open("out.txt", "w").write("ok")
+open(os.path.join(os.environ["TMPDIR"], "t"), "w").write("ok")
+print(json.dumps({"uid": os.getuid(), "env": dict(os.environ), "pid1": open("/proc/1/environ", "rb").read().decode()}))'''
+    for sandbox in sandboxes:
+        outcome = attack(sandbox, world, code)
+        assert outcome["rc"] == 0, outcome
+        seen = json.loads(outcome["out"])
+        assert seen["env"]["HOME"] == str(world / "w1") and "TINKER_API_KEY" not in seen["env"]
+        assert set(seen["pid1"].strip("\0").split("\0")) <= {f"{k}={v}" for k, v in seen["env"].items()}
+        assert (world / "w1" / "out.txt").read_text() == "ok"
+        if "unprivileged user" in sandbox.protections:
+            assert seen["uid"] == 65534
+
+
+def test_the_report_of_the_sandbox_in_force_names_what_it_lacks():
+    report = isolation_report()
+    assert report.kind in ("bwrap", "unshare", "none")
+    assert set(report.protections) | set(report.missing) == set(sb.PROTECTIONS)
+    assert report.strong == (report.kind == "bwrap")
+    text = "\n".join(report.lines())
+    assert report.kind in text and (report.strong or "WARNING" in text)
+    assert json.loads(json.dumps(report.to_dict()))["kind"] == report.kind
+
+
+def test_a_sandboxed_process_dies_with_its_launcher(world):
+    sandboxes = working_sandboxes()
+    if not sandboxes:
+        pytest.skip("neither bwrap nor unshare can start a sandbox on this machine")
+    for sandbox in sandboxes:
+        spec = worker_spec(str(world / "w1"), os.environ, tmp_mib=16)
+        marker = world / "w1" / f"alive-{sandbox.kind}"
+        code = f"import time\nwhile True:\n    open({str(marker)!r}, 'w').write(str(time.time())); time.sleep(0.1)"
+        launcher = subprocess.Popen([sys.executable, "-c",
+                                     "import subprocess, sys, json; c, e, d = json.loads(sys.argv[1]); "
+                                     "subprocess.Popen(c, env=e, cwd=d); import time; time.sleep(60)",
+                                     json.dumps([sandbox.command(spec, [sys.executable, "-c", code]),
+                                                 sandbox.launch_env(spec), sandbox.launch_cwd(spec)])])
+        try:
+            _wait_for(lambda: marker.exists(), 20)
+        finally:
+            launcher.send_signal(signal.SIGKILL)
+            launcher.wait()
+        _wait_for(lambda: _stopped_writing(marker), 10)
+
+
+def _stopped_writing(path) -> bool:
+    import time
+
+    before = path.read_text()
+    time.sleep(0.5)
+    return path.read_text() == before
+
+
+def _wait_for(condition, timeout_s: float) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
