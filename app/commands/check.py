@@ -78,6 +78,9 @@ def check(
         typer.echo(json.dumps(result.to_dict(), indent=2))
         return
     _print_human(console, result)
+    if request.backend == "triton" and result.device_name == "cpu" and request.measure_timing:
+        console.print("[yellow]note:[/] on CPU, Triton kernels run under the Triton interpreter: their timing and "
+                      "speedup are meaningless (use a GPU to time them).")
 
 
 class _null:

@@ -14,6 +14,7 @@ from textual.screen import Screen
 from textual.widgets import Button, Input, Label, Select, Static
 
 from app.widgets.key_bar import KeyBar
+from app.screens.focus import leave_text_box
 from app.screens.loaders import flatten
 from app.screens.messages import ActionDone
 
@@ -140,6 +141,7 @@ class NewRunScreen(Screen):
         yield KeyBar()
 
     def on_mount(self) -> None:
+        self.query_one("#new-preset", Select).focus()
         self.load_presets()
 
     # ---------------------------------------------------------------- workers
@@ -226,6 +228,11 @@ class NewRunScreen(Screen):
         self.app.notify(message.text)
         self.app.pop_screen()
 
-    @on(Button.Pressed, "#new-cancel")
     def action_cancel(self) -> None:
+        """esc in a field leaves the field (to the Launch button); esc elsewhere closes the form."""
+        if not leave_text_box(self, self.query_one("#new-launch", Button)):
+            self.app.pop_screen()
+
+    @on(Button.Pressed, "#new-cancel")
+    def _cancel_pressed(self) -> None:
         self.app.pop_screen()

@@ -15,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Input, Select, Static, TabbedContent, TabPane
 
 from app.widgets.key_bar import KeyBar
+from app.screens.focus import leave_text_box
 from app.screens.loaders import (TrajectoryFilter, config_overrides, default_curve_keys, load_series,
                                  load_trajectories)
 from app.screens.messages import (ActionDone, ConfigLoaded, LogLines, RunHeaderLoaded, SeriesLoaded, TableLoaded)
@@ -28,6 +29,12 @@ OUTCOMES = [("all outcomes", "all"), ("solved", "solved"), ("never solved", "uns
     [(f"solved at turn {k}", f"turn:{k}") for k in range(8)]
 ORDERS = [("by return", "return"), ("by step", "step"), ("by speedup", "speedup")]
 LOG_TAIL_BYTES = 256 * 1024
+# The widget that takes focus when a tab opens (so its keys work at once) and when esc leaves a text box.
+TAB_HOME = {"curves": "#metric-list", "trajectories": "#traj-table", "problems": "#problems-table",
+            "config": "#config-scroll", "checkpoints": "#checkpoints-table", "logs": "#log-tail"}
+# Bindings that only mean something on some tabs: the key bar shows them there alone.
+TAB_ONLY_KEYS = {"run.x_axis": ("curves",), "run.smooth_more": ("curves",), "run.smooth_less": ("curves",),
+                 "run.search": ("curves", "trajectories", "logs")}
 
 
 def parse_step_range(text: str) -> tuple[Optional[int], Optional[int]]:
@@ -103,7 +110,7 @@ class RunDetailScreen(Screen):
         if tab == "problems":
             return [DataTable(id="problems-table", cursor_type="row", zebra_stripes=True)]
         if tab == "config":
-            return [VerticalScroll(ConfigView(id="config-view"))]
+            return [VerticalScroll(ConfigView(id="config-view"), id="config-scroll")]
         if tab == "checkpoints":
             return [DataTable(id="checkpoints-table", cursor_type="row", zebra_stripes=True)]
         return [Input(placeholder="search the log", id="log-search"), LogTail(id="log-tail")]
@@ -130,6 +137,19 @@ class RunDetailScreen(Screen):
         self._tab_ready.add(tab)
         if self.run is not None:
             self._load_tab(tab, force=True)
+        if self.query_one(TabbedContent).active == tab:
+            self._focus_tab(tab)
+
+    def _focus_tab(self, tab: str) -> None:
+        home = self.query(TAB_HOME.get(tab, "#none"))
+        if home:
+            home.first().focus()
+
+    def shown_bindings(self) -> list[Binding]:
+        """The key bar's keys: those of the tab on screen."""
+        tabs = self.query(TabbedContent)
+        active = (tabs.first().active if tabs else "") or self.initial_tab
+        return [b for b in self.BINDINGS if active in TAB_ONLY_KEYS.get(b.id, (active,))]
 
     def on_mount(self) -> None:
         self._build_tab(self.initial_tab)
@@ -375,6 +395,10 @@ class RunDetailScreen(Screen):
     @on(TabbedContent.TabActivated)
     def _tab_activated(self, event: TabbedContent.TabActivated) -> None:
         tab = event.pane.id
+        for bar in self.query(KeyBar):
+            bar.redraw()
+        if tab in self._tab_ready:
+            self._focus_tab(tab)
         if tab not in self._built_tabs:
             self._build_tab(tab)
             if tab == "curves" and self.run is not None:
@@ -444,7 +468,10 @@ class RunDetailScreen(Screen):
     # ---------------------------------------------------------------- actions
 
     def action_back(self) -> None:
-        self.app.pop_screen()
+        active = self.query_one(TabbedContent).active
+        home = self.query(TAB_HOME.get(active, "#none"))
+        if not leave_text_box(self, home.first() if home else None):
+            self.app.pop_screen()
 
     def action_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab

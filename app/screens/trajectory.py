@@ -23,6 +23,8 @@ from app.widgets.kernel_diff import MODES, KernelView, kernel_language
 
 
 class TrajectoryScreen(Screen):
+    # Below 110 columns the three panes stack (themes/app.tcss), so the inspector stays usable at 80x24.
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
     BINDINGS = [
         Binding("escape", "back", "Back", id="traj.back"),
         Binding("right,l", "turn(1)", "Next turn", id="traj.next_turn"),
