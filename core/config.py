@@ -171,6 +171,24 @@ class LocalConfig(_Section):
     lora_rank: int = Field(16, ge=1)
 
 
+class EvaluationConfig(_Section):
+    """Model evaluation (`krl eval`, kind 'eval' runs) and the periodic held-out evaluation of training (eval_every)."""
+
+    samples: int = Field(4, ge=1, description="samples per problem; pass@k is reported for k up to this")
+    baselines: list[Literal["eager", "compile"]] = Field(
+        default_factory=lambda: ["eager", "compile"],
+        description="eager: the reference's own time (every result); compile: torch.compile of the reference, timed "
+                    "once per problem in the same evaluation")
+    source_run: Optional[str] = Field(None, description="krl eval --run: the training run evaluated")
+    source_step: Optional[int] = Field(None, description="its checkpoint step")
+    state_path: Optional[str] = Field(None, description="weights loaded into the backend (a run's checkpoint)")
+    heldout: Optional[str] = Field(
+        None, description="eval_every: a problem set held out of training (its problems are removed from training); "
+                          "null: a seeded share (heldout_fraction) of `problems` is held out")
+    heldout_fraction: float = Field(0.2, gt=0, lt=1)
+    heldout_samples: int = Field(1, ge=1, description="eval_every: samples per held-out problem")
+
+
 class RunConfig(_Section):
     """Everything a run needs; stored fully resolved in the registry."""
 
@@ -187,6 +205,7 @@ class RunConfig(_Section):
     max_turns: int = Field(4, ge=1)
     gpus: int = Field(0, ge=0, description="GPUs the job needs (procman assigns them)")
     checkpoint_every: int = Field(10, ge=1)
+    eval_every: int = Field(0, ge=0, description="evaluate on the held-out problems every N steps (0: never)")
 
     dataset: DatasetConfig = Field(default_factory=DatasetConfig)
     kernel: KernelConfig = Field(default_factory=KernelConfig)
@@ -203,6 +222,7 @@ class RunConfig(_Section):
     openai: OpenAIConfig = Field(default_factory=OpenAIConfig)
     tinker: TinkerConfig = Field(default_factory=TinkerConfig)
     local: LocalConfig = Field(default_factory=LocalConfig)
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
 
     @model_validator(mode="after")
     def _stages_sorted(self) -> "RunConfig":

@@ -489,8 +489,9 @@ def reconcile(registry: Registry, heartbeat_limit: float | None = None) -> list[
 
 # ---------------------------------------------------------------- spawning
 
-def _job_argv(run_id: int, workspace: Path) -> list[str]:
-    module = os.environ.get("KRL_JOB_MODULE") or "core.train"
+def _job_argv(run_id: int, workspace: Path, kind: str | None = None) -> list[str]:
+    # Evaluation runs execute core.evaluation, the others core.train; KRL_JOB_MODULE (tests) overrides both.
+    module = os.environ.get("KRL_JOB_MODULE") or ("core.evaluation" if kind == "eval" else "core.train")
     return [sys.executable, "-m", module, str(run_id), "--workspace", str(workspace)]
 
 
@@ -509,7 +510,7 @@ def _spawn(registry: Registry, row: dict[str, Any], gpus: list, detected: list) 
     run_dir = registry.run_dir(row["name"])
     run_dir.mkdir(parents=True, exist_ok=True)
     command = row.get("command") if isinstance(row.get("command"), dict) else None
-    argv = (command or {}).get("argv") or _job_argv(row["id"], workspace)
+    argv = (command or {}).get("argv") or _job_argv(row["id"], workspace, row.get("kind"))
     cwd = (command or {}).get("cwd") or os.getcwd()
     if not os.path.isdir(cwd):
         cwd = str(workspace)
@@ -620,7 +621,8 @@ def start_run(config: Any, name: str | None = None, gpus: int | None = None, pre
             gpus_requested=need, total_steps=cfg.get("max_steps"), tags=list(tags) + list(cfg.get("tags") or []),
             notes=notes, parent_run_id=parent_run_id, parent_step=parent_step, status="queued")
         reg.run_dir(row["name"]).mkdir(parents=True, exist_ok=True)
-        reg.update_run(row["id"], command={"argv": _job_argv(row["id"], reg.workspace), "cwd": os.getcwd()})
+        reg.update_run(row["id"], command={"argv": _job_argv(row["id"], reg.workspace, row.get("kind")),
+                                           "cwd": os.getcwd()})
         reconcile(reg)
         if not detach:
             return wait_run(reg, row["name"], on_line=on_line, log_offset=0)
@@ -764,7 +766,7 @@ def resume_run(registry: Registry, name: str, detach: bool = True, gpus: int | N
     where = f"from checkpoint {checkpoint['name']} (step {checkpoint['step']})" if checkpoint else \
         "without a checkpoint (starts from the beginning)"
     command = row.get("command") if isinstance(row.get("command"), dict) else {}
-    command = dict(command, argv=_job_argv(row["id"], registry.workspace), cwd=os.getcwd())
+    command = dict(command, argv=_job_argv(row["id"], registry.workspace, row.get("kind")), cwd=os.getcwd())
     log = log_path(registry, row["name"])
     log_offset = log.stat().st_size if log.exists() else 0
     if not registry.compare_and_set_status(row["id"], RESUMABLE_STATUSES, "queued", f"resume {where}",
