@@ -1,0 +1,601 @@
+"""Model evaluation as a kind of run (kind 'eval'): every problem x sample played through core/rollouts.py with the
+same feedback as training, one registry transaction per finished sample, summary metrics from the stored records.
+`python -m core.evaluation <run-id>` is the job procman spawns; evaluate_foreground() runs one in this process."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import math
+import platform
+import signal
+import sys
+import threading
+import time
+import traceback
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any, Optional, Sequence
+
+from core import scores
+from core.backends.base import open_backend
+from core.checkpoint import checkpoint_dir, load_trainer_state
+from core.config import RunConfig, config_from_dict
+from core.env import make_retriever
+from core.errors import KrlError
+from core.problems import Problem, load_problem_set
+from core.registry import Registry
+from core.rollouts import Rollout, RolloutRunner, StopRequested, wait_all
+from evaluator.api import DEFAULT_TOLERANCE
+
+log = logging.getLogger("krl.eval")
+
+HEARTBEAT_INTERVAL_S = 2.0
+MAX_ROLLOUT_THREADS = 64
+SUMMARY_STEP = 0  # the step the summary metrics are written at (an eval run has no training steps)
+SUMMARY_PREFIX = "eval/"
+# What must match for two evaluations to be compared (the rest of the stamp is shown, not enforced).
+COMPARABLE_STAMP_KEYS = ("devices", "precision", "tolerance", "timing", "kernel_backend", "problem_sizes",
+                         "torch", "max_turns", "baseline")
+
+
+# ---------------------------------------------------------------- held-out split (eval_every during training)
+
+def split_heldout(problems: Sequence[Problem], config: RunConfig) -> tuple[list[Problem], list[Problem]]:
+    """(training problems, held-out problems). evaluation.heldout names a set whose problems leave training;
+    otherwise a seeded share (evaluation.heldout_fraction, at least one) of `problems` is held out by hashing ids,
+    so the split does not depend on order and never overlaps."""
+    if config.evaluation.heldout:
+        heldout = load_problem_set(config.evaluation.heldout)
+        ids = {p.id for p in heldout}
+        train = [p for p in problems if p.id not in ids]
+        if not train:
+            raise KrlError(f"every training problem is in the held-out set '{config.evaluation.heldout}'; "
+                           "choose a held-out set that leaves problems to train on.")
+        return train, list(heldout)
+
+    def rank(problem: Problem) -> str:
+        return hashlib.sha256(f"heldout:{config.seed}:{problem.id}".encode()).hexdigest()
+
+    if len(problems) < 2:
+        raise KrlError("eval_every needs at least two problems to hold some out; set evaluation.heldout to a "
+                       "separate problem set.")
+    count = min(len(problems) - 1, max(1, round(config.evaluation.heldout_fraction * len(problems))))
+    held = {p.id for p in sorted(problems, key=rank)[:count]}
+    return [p for p in problems if p.id not in held], [p for p in problems if p.id in held]
+
+
+def heldout_metrics(runner: RolloutRunner, pool: ThreadPoolExecutor, problems: Sequence[Problem], samples: int,
+                    step: int, prefix: str = "eval/heldout/") -> dict[str, float]:
+    """Play every held-out problem `samples` times with the current weights and score it like `krl eval`:
+    the training run's metrics at this step (e.g. eval/heldout/fast_p/eager/kernelbench/1)."""
+    futures: list[Future] = []
+    for index, problem in enumerate(problems):
+        # A group index far from training's keeps the sampling seeds apart from the training rollouts'.
+        futures += runner.submit_group(pool, step, 1_000_000 + index, problem, 0, range(samples), samples)
+    rollouts = wait_all(futures)
+    records = [r for rollout in rollouts for r in rollout_records(rollout)]
+    summary = scores.summarise(records, [p.id for p in problems], samples, runner.config.max_turns)
+    return {prefix + key: value for key, value in summary.items()}
+
+
+# ---------------------------------------------------------------- records (what scores.py reads)
+
+def _sol_fraction(result: dict[str, Any]) -> Optional[float]:
+    # EvalResult.sol_fraction is a wave-2 field: older results do not have it.
+    value = result.get("sol_fraction")
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _median(stats: Any) -> Optional[float]:
+    return float(stats["median_ms"]) if isinstance(stats, dict) and stats.get("median_ms") is not None else None
+
+
+def record_of_turn(problem_id: str, sample: int, turn: int, verdict: str, result: Optional[dict[str, Any]],
+                   tokens_in: int = 0, tokens_out: int = 0, trajectory_id: Optional[int] = None,
+                   compile_baseline_ms: Optional[float] = None) -> dict[str, Any]:
+    """One exported record: the stored turn reduced to what the scores need (and SFT filtering wants)."""
+    result = result or {}
+    kernel_ms = _median(result.get("kernel_runtime"))
+    record: dict[str, Any] = {
+        "problem_id": problem_id, "sample": sample, "turn": turn, "verdict": verdict,
+        "speedup": result.get("speedup"), "compiled": bool(result.get("compiled")),
+        "hack_rule": result.get("hack_rule"), "sol_fraction": _sol_fraction(result),
+        "kernel_ms": kernel_ms, "eager_ms": _median(result.get("reference_runtime")),
+        "tokens_in": tokens_in, "tokens_out": tokens_out, "device": result.get("device_name") or "",
+    }
+    if compile_baseline_ms is not None and kernel_ms:
+        record["speedup_compile"] = compile_baseline_ms / kernel_ms
+    if trajectory_id is not None:
+        record["trajectory_id"] = trajectory_id
+    return record
+
+
+def rollout_records(rollout: Rollout) -> list[dict[str, Any]]:
+    return [record_of_turn(rollout.problem.id, rollout.sample, t.turn, t.eval_result.verdict.value,
+                           t.eval_result.to_dict(), t.tokens_in, t.tokens_out)
+            for t in rollout.env.trajectory.transitions]
+
+
+def eval_records(registry: Registry, run_id: int) -> list[dict[str, Any]]:
+    """Every stored turn of an eval run as a record (problem, sample, turn order), in one query."""
+    rows = registry.conn.execute(
+        "SELECT t.id, t.problem_id, t.sample_index, u.turn, u.verdict, u.eval_result, u.tokens_in, u.tokens_out "
+        "FROM trajectories t JOIN turns u ON u.trajectory_id = t.id WHERE t.run_id = ? "
+        "ORDER BY t.problem_id, t.sample_index, u.turn", (run_id,)).fetchall()
+    compile_ms = (registry.get_run(run_id).get("summary") or {}).get("eval", {}).get("compile_baseline_ms", {})
+    return [record_of_turn(pid, sample, turn, verdict, json.loads(result) if result else None, tokens_in or 0,
+                           tokens_out or 0, trajectory_id, compile_ms.get(pid))
+            for trajectory_id, pid, sample, turn, verdict, result, tokens_in, tokens_out in rows]
+
+
+def eval_conversations(registry: Registry, run_id: int) -> list[dict[str, Any]]:
+    """One item per sample, for SFT or rejection sampling: each turn's full prompt (it already carries the earlier
+    attempts and their feedback), the response, its verdict and speedup, and the feedback the model got."""
+    out = []
+    for trajectory in registry.trajectories(run_id, order="step", limit=1 << 30):
+        turns = [{"turn": t["turn"], "prompt": t["prompt"], "response": t["response"], "verdict": t["verdict"],
+                  "speedup": (t.get("eval_result") or {}).get("speedup"), "feedback": t["feedback"]}
+                 for t in registry.trajectory_turns(trajectory["id"])]
+        out.append({"problem_id": trajectory["problem_id"], "sample": trajectory["sample_index"],
+                    "solved": bool(trajectory["solved"]), "solved_at_turn": trajectory["solved_at_turn"],
+                    "best_speedup": trajectory["best_speedup"], "hack": bool(trajectory["hack"]), "turns": turns})
+    return out
+
+
+def eval_summary(registry: Registry, name_or_id: str | int) -> dict[str, Any]:
+    """An eval run's headline numbers recomputed from its stored records, with its stamp and counts."""
+    row = registry.get_run(name_or_id)
+    if row["kind"] != "eval":
+        raise KrlError(f"run '{row['name']}' is a {row['kind']} run, not an evaluation. List evaluations with "
+                       "`krl evals ls`.")
+    meta = (row.get("summary") or {}).get("eval") or {}
+    config = config_from_dict(row["config"] or {}, f"config of run '{row['name']}'")
+    records = eval_records(registry, row["id"])
+    problem_ids = meta.get("problem_ids") or sorted({r["problem_id"] for r in records})
+    keys = {"eager": "speedup"}
+    if any("speedup_compile" in r for r in records):
+        keys["compile"] = "speedup_compile"
+    return {
+        "name": row["name"], "status": row["status"], "model": row["model"], "backend": row["backend"],
+        "problem_set": row["problem_set"], "samples": config.evaluation.samples, "turns": config.max_turns,
+        "source_run": config.evaluation.source_run, "source_step": config.evaluation.source_step,
+        "problems_total": len(problem_ids),
+        "samples_done": len({(r["problem_id"], r["sample"]) for r in records}),
+        "scores": scores.summarise(records, problem_ids, config.evaluation.samples, config.max_turns, keys),
+        "verdicts": scores.counts(records, "verdict"), "hack_rules": scores.counts(records, "hack_rule"),
+        "stamp": meta.get("stamp") or {}, "throughput": meta.get("throughput") or {},
+    }
+
+
+# ---------------------------------------------------------------- compare
+
+def stamp_differences(a: dict[str, Any], b: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    return {key: (a.get(key), b.get(key)) for key in COMPARABLE_STAMP_KEYS if a.get(key) != b.get(key)}
+
+
+def compare_evals(registry: Registry, name_a: str, name_b: str, force: bool = False,
+                  n_resamples: int = 2000) -> dict[str, Any]:
+    """B against A on their shared problems: the per-problem table and paired bootstrap intervals of the difference
+    in fast_1 (KernelBench convention, best turn) and in geomean speedup. Evaluations made differently (device,
+    tolerance, timing, precision, …) are refused unless force, and then the differences travel with the result."""
+    summary_a, summary_b = eval_summary(registry, name_a), eval_summary(registry, name_b)
+    differences = stamp_differences(summary_a["stamp"], summary_b["stamp"])
+    if differences and not force:
+        listing = "; ".join(f"{k}: {a!r} vs {b!r}" for k, (a, b) in differences.items())
+        raise KrlError(f"evaluations '{summary_a['name']}' and '{summary_b['name']}' were made differently "
+                       f"({listing}); their numbers are not comparable. Re-run one to match, or pass --force to "
+                       "compare anyway (the differences are printed with the result).")
+    ids_a = set(_problem_ids(registry, summary_a["name"]))
+    ids_b = set(_problem_ids(registry, summary_b["name"]))
+    views = {}
+    for label, summary in (("a", summary_a), ("b", summary_b)):
+        records = eval_records(registry, registry.get_run(summary["name"])["id"])
+        views[label] = scores.best_by_turn(records)
+    shared = sorted(ids_a & ids_b)
+    fast_a = scores.fast_p_per_problem(views["a"], 1.0, scores.KERNELBENCH, shared)
+    fast_b = scores.fast_p_per_problem(views["b"], 1.0, scores.KERNELBENCH, shared)
+    best_a, best_b = scores.best_speedup_per_problem(views["a"]), scores.best_speedup_per_problem(views["b"])
+    # The geomean comparison needs a speedup on both sides: problems both solved.
+    both = [pid for pid in shared if best_a.get(pid) and best_b.get(pid)]
+    intervals = [
+        scores.paired_bootstrap(fast_a, fast_b, scores.mean, "fast_1/kernelbench", n_resamples),
+        scores.paired_bootstrap({p: best_a[p] for p in both}, {p: best_b[p] for p in both}, scores.mean_log,
+                                "log_geomean_speedup", n_resamples),
+    ]
+    table = [{"problem_id": pid, "a_fast_1": fast_a.get(pid), "b_fast_1": fast_b.get(pid),
+              "a_best_speedup": best_a.get(pid), "b_best_speedup": best_b.get(pid),
+              "a_solved": any(o.correct for o in views["a"] if o.problem_id == pid),
+              "b_solved": any(o.correct for o in views["b"] if o.problem_id == pid)} for pid in shared]
+    geomean = intervals[1].to_dict()
+    if geomean["difference"] is not None:
+        # exp of the log interval: the ratio of B's geomean speedup to A's.
+        geomean.update(ratio=math.exp(geomean["difference"]), ratio_low=math.exp(geomean["low"]),
+                       ratio_high=math.exp(geomean["high"]))
+    return {"a": summary_a["name"], "b": summary_b["name"], "shared_problems": len(shared),
+            "only_a": sorted(ids_a - ids_b), "only_b": sorted(ids_b - ids_a),
+            "fast_1": intervals[0].to_dict(), "geomean_speedup": geomean, "problems": table,
+            "stamp_differences": {k: list(v) for k, v in differences.items()}}
+
+
+def _problem_ids(registry: Registry, name: str) -> list[str]:
+    row = registry.get_run(name)
+    meta = (row.get("summary") or {}).get("eval") or {}
+    return meta.get("problem_ids") or sorted({r["problem_id"] for r in eval_records(registry, row["id"])})
+
+
+# ---------------------------------------------------------------- the stamp
+
+def _versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for module in ("torch", "triton", "transformers"):
+        try:
+            versions[module] = __import__(module).__version__
+        except Exception:  # not installed: say so rather than guess
+            versions[module] = "absent"
+    try:
+        from importlib.metadata import version
+
+        versions["kernelrl"] = version("kernelrl")
+    except Exception:
+        versions["kernelrl"] = "unknown"
+    return versions
+
+
+def make_stamp(config: RunConfig, devices: Sequence[str], device_names: Sequence[str],
+               compile_baseline: str) -> dict[str, Any]:
+    """How the numbers were made: what must match before two evaluations are compared (COMPARABLE_STAMP_KEYS)."""
+    versions = _versions()
+    ev = config.eval
+    default = DEFAULT_TOLERANCE[config.kernel.precision]
+    return {
+        "devices": sorted(set(device_names)) or list(devices), "evaluator_devices": list(devices),
+        "precision": config.kernel.precision, "kernel_backend": config.kernel.backend,
+        "tolerance": {"atol": default, "rtol": default, "source": "KernelBench default for the precision"},
+        "timing": {"correctness_trials": ev.correctness_trials, "timing_trials": ev.timing_trials,
+                   "warmup_trials": ev.warmup_trials, "clock": "cuda_events" if devices != ["cpu"] else "monotonic",
+                   "statistic": "median"},
+        "problem_sizes": ev.size, "max_turns": config.max_turns, "torch": versions["torch"], "versions": versions,
+        "baseline": {"eager": "the reference module's median, timed by the same worker as each kernel",
+                     "compile": compile_baseline},
+        "sampling": {"temperature": config.sampling.temperature, "top_p": config.sampling.top_p,
+                     "max_tokens": config.sampling.max_tokens},
+        "host": platform.node(),
+    }
+
+
+COMPILE_BASELINE_NOTE = ("not measured: torch.compile of the reference cannot pass through the candidate path "
+                         "(dynamo patches nn.Module, which the patched_torch rule rejects, and inductor's C++ "
+                         "build fails inside the CPU sandbox); needs a trusted baseline request in the evaluator")
+
+
+# ---------------------------------------------------------------- the job
+
+class EvaluationJob:
+    """Plays every (problem, sample) of a registered eval run that has no stored trajectory yet, writing each as it
+    finishes; a stop leaves the finished samples stored and a resume plays only the rest."""
+
+    def __init__(self, registry: Registry, run_id: int, stop_after_samples: Optional[int] = None) -> None:
+        self.registry = registry
+        self.run_id = run_id
+        self.row = registry.get_run(run_id)
+        self.name = self.row["name"]
+        self.config: RunConfig = config_from_dict(self.row["config"] or {}, f"config of run '{self.name}'")
+        self.samples = self.config.evaluation.samples
+        self.stop_after_samples = stop_after_samples
+        self.stop_event = threading.Event()
+        self.stop_reason = ""
+        self.backend: Any = None
+        self.evaluator: Any = None
+        self.problems: list[Problem] = []
+        self.samples_written = 0
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self._heartbeat_stop = threading.Event()
+        self._heartbeat: Optional[threading.Thread] = None
+
+    def request_stop(self, reason: str) -> None:
+        if not self.stop_event.is_set():
+            self.stop_reason = reason
+            self.stop_event.set()
+            log.info("%s received: stopping; finished samples are kept", reason)
+
+    # ------------------------------------------------------------ setup
+
+    def _load_problems(self) -> None:
+        problems = load_problem_set(self.config.problems)
+        recorded = getattr(self.backend, "problem_ids", None)
+        if callable(recorded):
+            have = set(recorded())
+            skipped = [p.id for p in problems if p.id not in have]
+            problems = [p for p in problems if p.id in have]
+            if skipped:
+                self.registry.add_event(self.run_id, "warning", f"replay: {len(skipped)} problem(s) have no "
+                                                                f"recordings and are skipped: {', '.join(skipped[:6])}")
+            if not problems:
+                raise KrlError(f"none of the problems in '{self.config.problems}' has recordings in "
+                               f"{getattr(self.backend, 'path', 'the replay file')}.")
+        self.problems = problems
+
+    def setup(self) -> None:
+        row = self.registry.get_run(self.run_id)
+        if row["status"] == "stopping":
+            self.request_stop("stop requested before start")
+        fields: dict[str, Any] = {"ended_at": None, "exit_code": None, "error": None}
+        if not row.get("started_at"):
+            fields["started_at"] = time.time()
+        if row["status"] != "running":
+            self.registry.compare_and_set_status(
+                self.run_id, ("queued", "stopped", "failed", "crashed", "finished"), "running", "job started",
+                **fields)
+        self._start_heartbeat()
+        # evaluation.state_path: a training checkpoint's weights (krl eval --run NAME --checkpoint STEP).
+        self.backend = open_backend(self.config, state_path=self.config.evaluation.state_path or None)
+        self._load_problems()
+        from evaluator.api import Evaluator, EvaluatorError
+
+        try:
+            self.evaluator = Evaluator(devices=self.config.eval.devices,
+                                       workers_per_device=self.config.eval.workers_per_device,
+                                       cpu_workers=self.config.eval.cpu_workers)
+        except EvaluatorError as exc:
+            raise KrlError(f"cannot start the evaluator: {exc}") from None
+        env_config = self.config
+        if self.evaluator.cpu_mode and self.config.eval.size == "gpu":
+            env_config = self.config.model_copy(update={"eval": self.config.eval.model_copy(
+                update={"size": "default"})})
+            self.registry.add_event(self.run_id, "warning", "the evaluator runs on the CPU: problems keep their "
+                                                            "own sizes instead of eval.size=gpu")
+        self.runner = RolloutRunner(self.backend, self.evaluator, env_config, make_retriever(self.config),
+                                    self.stop_event, lambda: self.stop_reason)
+        width = min(MAX_ROLLOUT_THREADS, len(self.problems) * self.samples)
+        self._pool = ThreadPoolExecutor(max_workers=max(1, width), thread_name_prefix="krl-eval")
+        self.registry.update_run(self.run_id, total_steps=len(self.problems) * self.samples)
+
+    def _start_heartbeat(self) -> None:
+        def beat() -> None:
+            while not self._heartbeat_stop.wait(HEARTBEAT_INTERVAL_S):
+                try:
+                    self.registry.heartbeat(self.run_id)
+                except Exception as exc:  # a busy database must not kill the job; the next beat retries
+                    log.warning("heartbeat failed: %s", exc)
+
+        self.registry.heartbeat(self.run_id)
+        self._heartbeat = threading.Thread(target=beat, name="krl-eval-heartbeat", daemon=True)
+        self._heartbeat.start()
+
+    # ------------------------------------------------------------ the evaluation
+
+    def _done(self) -> set[tuple[str, int]]:
+        rows = self.registry.conn.execute("SELECT problem_id, sample_index FROM trajectories WHERE run_id = ?",
+                                          (self.run_id,)).fetchall()
+        return {(pid, int(sample)) for pid, sample in rows}
+
+    def _write(self, index: int, rollout: Rollout) -> None:
+        record = rollout.env.trajectory.to_record(index, rollout.sample, gamma=self.config.reward.gamma)
+        # One step per (problem, sample): write_step replaces only that sample if it is ever written again.
+        self.registry.write_step(self.run_id, index * self.samples + rollout.sample, {}, [record])
+        self.samples_written += 1
+
+    def run(self) -> None:
+        self.setup()
+        done = self._done()
+        todo = [(i, p, [s for s in range(self.samples) if (p.id, s) not in done]) for i, p in enumerate(self.problems)]
+        todo = [(i, p, samples) for i, p, samples in todo if samples]
+        if done:
+            self.registry.add_event(self.run_id, "resume", f"{len(done)} sample(s) already evaluated are kept; "
+                                                           f"{sum(len(s) for _, _, s in todo)} to go")
+        self._write_meta(throughput=None)
+        log.info("eval %s: backend %s, model %s, %d problems x %d samples, %d turns, %d sample(s) to play, "
+                 "evaluator on %s", self.name, self.config.backend, self.config.model, len(self.problems),
+                 self.samples, self.config.max_turns, sum(len(s) for _, _, s in todo),
+                 ",".join(self.evaluator.devices))
+        t0 = time.monotonic()
+        pending: dict[Future, int] = {}
+        for index, problem, samples in todo:
+            for future in self.runner.submit_group(self._pool, 0, index, problem, 0, samples, self.samples):
+                pending[future] = index
+        first_error: Optional[BaseException] = None
+        turns = 0
+        while pending:
+            finished, _ = wait(list(pending), timeout=1.0, return_when=FIRST_COMPLETED)
+            for future in finished:
+                index = pending.pop(future)
+                try:
+                    rollout = future.result()
+                except BaseException as exc:  # noqa: BLE001 - the first real error is raised once all have ended
+                    if first_error is None or (isinstance(first_error, StopRequested)
+                                               and not isinstance(exc, StopRequested)):
+                        first_error = exc
+                    if not isinstance(exc, StopRequested):
+                        self.request_stop(f"a sample failed: {type(exc).__name__}: {exc}")
+                    continue
+                self._write(index, rollout)
+                turns += len(rollout.samples)
+                if self.stop_after_samples is not None and self.samples_written >= self.stop_after_samples:
+                    self.request_stop(f"stop after {self.stop_after_samples} samples")
+        elapsed_s = time.monotonic() - t0
+        throughput = {"samples": self.samples_written, "turns": turns, "seconds": round(elapsed_s, 3),
+                      "samples_per_min": round(60 * self.samples_written / elapsed_s, 2) if elapsed_s else None,
+                      "evaluator_workers": len(self.evaluator.devices) * self.config.eval.workers_per_device
+                      if not self.evaluator.cpu_mode else self.config.eval.cpu_workers}
+        self._write_meta(throughput=throughput)
+        self.write_summary()
+        if first_error is not None and not isinstance(first_error, StopRequested):
+            raise first_error
+        if self.stop_event.is_set():
+            raise StopRequested(self.stop_reason)
+
+    def _write_meta(self, throughput: Optional[dict[str, Any]]) -> None:
+        row = self.registry.get_run(self.run_id)
+        summary = dict(row.get("summary") or {})
+        meta = dict(summary.get("eval") or {})
+        device_names = sorted({r["device"] for r in eval_records(self.registry, self.run_id) if r["device"]})
+        compile_note = COMPILE_BASELINE_NOTE if "compile" in self.config.evaluation.baselines else "not requested"
+        meta.update(problem_ids=[p.id for p in self.problems],
+                    stamp=make_stamp(self.config, self.evaluator.devices, device_names, compile_note))
+        if throughput is not None:
+            meta["throughput"] = throughput
+        summary["eval"] = meta
+        self.registry.update_run(self.run_id, summary=summary)
+
+    def write_summary(self) -> dict[str, Any]:
+        """The headline numbers as metrics of this run (eval/<key>), recomputed from every stored record."""
+        summary = eval_summary(self.registry, self.run_id)
+        metrics = {SUMMARY_PREFIX + key: value for key, value in summary["scores"].items()}
+        self.registry.log_metrics(self.run_id, SUMMARY_STEP, metrics)
+        return summary
+
+    def close(self) -> None:
+        self._heartbeat_stop.set()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        if self.evaluator is not None:
+            closer = threading.Thread(target=self.evaluator.close, daemon=True)
+            closer.start()
+            closer.join(timeout=15.0)
+        if self.backend is not None:
+            try:
+                self.backend.close()
+            except Exception as exc:  # closing is best effort
+                log.warning("closing the backend failed: %s", exc)
+        if self._heartbeat is not None:
+            self._heartbeat.join(timeout=HEARTBEAT_INTERVAL_S + 1)
+
+
+# ---------------------------------------------------------------- entry points
+
+def execute(registry: Registry, run_id: int, install_signals: bool = True,
+            stop_after_samples: Optional[int] = None) -> int:
+    """Run a registered eval run to its end here; 0 finished/stopped, 1 failed. SIGTERM/SIGINT stop it (finished
+    samples kept, resumable). stop_after_samples: stop like on SIGTERM once that many samples are written (tests)."""
+    from core.train import _finish
+
+    job: Optional[EvaluationJob] = None
+    previous: dict[int, Any] = {}
+    pending_signal: list[str] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if job is not None:
+            job.request_stop(name)
+        else:
+            pending_signal.append(name)
+
+    if install_signals and threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, on_signal)
+    try:
+        try:
+            job = EvaluationJob(registry, run_id, stop_after_samples)
+            if pending_signal:
+                job.request_stop(pending_signal[0])
+            job.run()
+        except StopRequested as stop:
+            written = job.samples_written if job else 0
+            _finish(registry, run_id, "stopped", f"{stop} — {written} sample(s) written this segment", 0)
+            return 0
+        except KrlError as exc:
+            _finish(registry, run_id, "failed", str(exc), 1, error=str(exc))
+            log.error("failed: %s", exc)
+            return 1
+        except BaseException as exc:  # noqa: BLE001 - every failure must reach the registry
+            text = "".join(traceback.format_exception(exc))
+            _finish(registry, run_id, "failed", f"{type(exc).__name__}: {exc}", 1, error=text[-4000:])
+            log.error("failed:\n%s", text)
+            return 1
+        _finish(registry, run_id, "finished", f"{len(job.problems)} problems x {job.samples} samples", 0)
+        return 0
+    finally:
+        if job is not None:
+            job.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def create_eval_run(registry: Registry, config: RunConfig, name: Optional[str] = None,
+                    tags: Sequence[str] = ()) -> dict[str, Any]:
+    from core.procman import unique_run_name
+
+    cfg = config.model_dump(mode="json")
+    name = name or config.name or unique_run_name(registry, f"eval-{config.backend}")
+    cfg["name"] = name
+    return registry.create_run(name, kind="eval", config=cfg, preset=config.preset, model=config.model,
+                               backend=config.backend, problem_set=config.problems, gpus_requested=config.gpus,
+                               total_steps=None, tags=list(tags) + list(config.tags), status="queued")
+
+
+def evaluate_foreground(config: RunConfig, name: Optional[str] = None, workspace: Any = None,
+                        stop_after_samples: Optional[int] = None, resume: Optional[str] = None) -> dict[str, Any]:
+    """Register an eval run (or take the stopped one named `resume`) and execute it in this process; progress on
+    stderr and in <ws>/<name>/logs.log. Returns the final runs row."""
+    from core.procman import process_identity
+    from core.train import _configure_logging
+
+    registry = Registry.for_workspace(workspace)
+    handlers: list[logging.Handler] = []
+    try:
+        row = registry.get_run(resume) if resume else create_eval_run(registry, config, name)
+        handlers = _configure_logging(registry.run_dir(row["name"]) / "logs.log")
+        identity = process_identity()
+        now = time.time()
+        segments = [dict(s) for s in (row.get("segments") or [])]
+        segments.append({"index": len(segments), "started_at": now, "ended_at": None, "end_status": None,
+                         "pid": identity["pid"], "pid_start_time": identity["pid_start_time"],
+                         "host": identity["host"], "gpus": [], "start_step": 0, "checkpoint": None,
+                         "stop_requested_at": None, "stop_grace_s": None, "note": "foreground"})
+        registry.set_status(row["id"], "running", f"foreground, pid {identity['pid']}", started_at=now,
+                            heartbeat_at=now, segments=segments, command={"argv": sys.argv, "cwd": "."},
+                            ended_at=None, exit_code=None, error=None, **identity)
+        execute(registry, row["id"], stop_after_samples=stop_after_samples)
+        return registry.get_run(row["id"])
+    finally:
+        logger = logging.getLogger("krl")
+        for handler in handlers:
+            logger.removeHandler(handler)
+            handler.close()
+        registry.close()
+
+
+def checkpoint_state(registry: Registry, run_name: str, step: Optional[int]) -> tuple[dict[str, Any], dict[str, Any],
+                                                                                    Optional[str]]:
+    """(run row, checkpoint row, backend state path or None) of a training run's checkpoint (the last when step is
+    None): what `krl eval --run NAME --checkpoint STEP` loads."""
+    run = registry.get_run(run_name)
+    checkpoints = registry.checkpoints(run["id"])
+    if step is not None:
+        checkpoints = [c for c in checkpoints if c["step"] == step]
+    if not checkpoints:
+        have = ", ".join(str(c["step"]) for c in registry.checkpoints(run["id"])) or "none"
+        raise KrlError(f"run '{run['name']}' has no checkpoint{f' at step {step}' if step is not None else ''} "
+                       f"(checkpoints at steps: {have}).")
+    checkpoint = checkpoints[-1]
+    state = load_trainer_state(checkpoint_dir(registry.run_dir(run["name"]), checkpoint["name"]))
+    backend_state = state.get("backend_state_path") if state.get("backend_can_train") else None
+    return run, checkpoint, backend_state or None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from core.train import _configure_logging, _start_queued_runs
+
+    parser = argparse.ArgumentParser(prog="python -m core.evaluation", description="Run a registered evaluation.")
+    parser.add_argument("run", help="run id or name (from the registry)")
+    parser.add_argument("--workspace", default=None, help="workspace folder (default $KRL_WORKSPACE or ./runs)")
+    args = parser.parse_args(argv)
+    handlers = _configure_logging()
+    try:
+        registry = Registry.for_workspace(args.workspace, create=False)
+        row = (registry.find_run(int(args.run)) if args.run.isdigit() else None) or registry.get_run(args.run)
+        code = execute(registry, row["id"])
+        _start_queued_runs(registry)
+        return code
+    except KrlError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        for handler in handlers:
+            handler.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
