@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from app.commands import cache, check, demo, doctor, problems, rag, runs, train
+from app.commands import cache, check, demo, doctor, eval as eval_cmd, problems, rag, runs, train
 
 app = typer.Typer(
     name="krl",
@@ -39,7 +39,7 @@ def _global(
         run_tui(theme=theme)
 
 
-for module in (problems, check, train, runs, demo, rag, doctor, cache):
+for module in (problems, check, train, eval_cmd, runs, demo, rag, doctor, cache):
     module.register(app)
 
 
