@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test venv install-dev bench bench-registry bench-evaluator bench-rag bench-tui clean wheels
+.PHONY: sandbox-tool demo test venv install-dev bench bench-registry bench-evaluator bench-rag bench-tui clean wheels
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -23,10 +23,23 @@ $(STAMP): $(VENV)/.torch pyproject.toml
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+# Candidate code runs inside bubblewrap (evaluator/sandbox.py). Installed when missing and we can (root + apt-get);
+# otherwise a loud line, and the evaluator falls back to unshare or no sandbox (`krl doctor` says which).
+sandbox-tool:
+	@command -v bwrap >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing bubblewrap (candidate-code sandbox)"; \
+			(apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null) || \
+				echo "!! could not install bubblewrap: candidate code runs with weaker isolation (see krl doctor)"; \
+		else \
+			echo "!! bubblewrap (bwrap) is missing and cannot be installed here: install it as root" \
+				"(apt-get install bubblewrap); until then candidate code runs with weaker isolation (see krl doctor)"; \
+		fi; }
+
+demo: $(STAMP) sandbox-tool
 	$(BIN)/krl demo $(DEMO_ARGS)
 
-test: $(STAMP)
+test: $(STAMP) sandbox-tool
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile $(PYTEST_ARGS)
 
 bench-registry: $(STAMP)

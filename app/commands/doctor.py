@@ -1,5 +1,6 @@
-"""CLI command: `krl doctor` reports what this machine offers kernelrl (GPUs, CUDA/nvcc, torch/triton, Tinker key)
-and the workspace's health (registry, schema version, runs whose heartbeat went stale). Never prints secrets."""
+"""CLI command: `krl doctor` reports what this machine offers kernelrl (GPUs, CUDA/nvcc, torch/triton, Tinker key,
+the sandbox candidate code runs in) and the workspace's health (registry, schema version, stale runs). Never prints
+secrets; exits 1 when candidate code would run with no OS isolation at all."""
 
 from __future__ import annotations
 
@@ -69,6 +70,18 @@ def _versions() -> dict[str, Any]:
     return out
 
 
+def _isolation() -> dict[str, Any]:
+    """The sandbox evaluation workers would get here (KRL_SANDBOX respected), with what it holds and lacks."""
+    from evaluator.sandbox import SandboxUnavailable, isolation_report
+
+    try:
+        report = isolation_report()
+    except SandboxUnavailable as exc:
+        return {"kind": None, "error": str(exc), "protections": [], "missing": [], "notes": [], "strong": False,
+                "lines": [f"sandbox: cannot start: {exc}"]}
+    return dict(report.to_dict(), lines=report.lines())
+
+
 def _workspace() -> dict[str, Any]:
     from core import procman
     from core.registry import REGISTRY_FILENAME, Registry, workspace_path
@@ -113,11 +126,15 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print the report 
         "nvcc": _nvcc(),
         **_versions(),
         "tinker_api_key": bool(os.environ.get("TINKER_API_KEY")),
+        "isolation": _isolation(),
         "workspace": _workspace(),
         "schema_version_supported": SCHEMA_VERSION,
     }
+    unisolated = report["isolation"]["kind"] in (None, "none")
     if as_json:
         typer.echo(json.dumps(report, indent=2, default=str))
+        if unisolated:
+            raise typer.Exit(1)
         return
     from rich.console import Console
 
@@ -136,6 +153,12 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print the report 
     console.print(f"{ok if report.get('triton') else warn} triton: {report.get('triton') or 'not installed'}")
     console.print(f"{ok if report['tinker_api_key'] else warn} TINKER_API_KEY: "
                   f"{'set' if report['tinker_api_key'] else 'not set (needed for backend tinker)'}")
+    isolation = report["isolation"]
+    mark = bad if unisolated else ok if isolation["strong"] else warn
+    first, *rest = isolation["lines"]
+    console.print(f"{mark} {first}")
+    for line in rest:
+        console.print(f"   {line.strip()}", style="red" if unisolated else None)
     ws = report["workspace"]
     if not ws["exists"]:
         console.print(f"{warn} workspace {ws['path']}: no registry yet (created by the first run)")
@@ -153,6 +176,8 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print the report 
                           f"{change['from']} → {change['to']} ({change['message']})")
         if ws["stale_runs"] and not ws["reconciled"]:
             console.print(f"{warn} runs with stale heartbeats: {', '.join(ws['stale_runs'])}")
+    if unisolated:
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:
