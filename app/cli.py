@@ -43,8 +43,25 @@ for module in (problems, check, train, eval_cmd, runs, demo, rag, doctor, cache)
     module.register(app)
 
 
+def _click_error_types() -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """(ClickException classes, UsageError classes): typer raises those of the click it vendors (typer._click),
+    older typers those of the `click` package; both are checked."""
+    import importlib
+
+    errors, usage = [], []
+    for module_name in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        errors.append(module.ClickException)
+        usage.append(module.UsageError)
+    return tuple(errors), tuple(usage)
+
+
 def main() -> None:
-    """Console-script entry: user errors print one line and exit 2, no traceback."""
+    """Console-script entry: user errors print one line and exit 2, usage errors print typer's usage message and
+    exit 2, never a traceback."""
     from core.errors import KrlError
 
     try:
@@ -59,12 +76,11 @@ def main() -> None:
     except typer.Abort:
         typer.echo("aborted", err=True)
         sys.exit(1)
-    except Exception as exc:  # click's usage errors carry their own exit code
-        import click
-
-        if isinstance(exc, click.ClickException):
+    except Exception as exc:
+        click_errors, usage_errors = _click_error_types()
+        if isinstance(exc, click_errors):
             exc.show()
-            sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
+            sys.exit(2 if isinstance(exc, usage_errors) else exc.exit_code)
         raise
 
 

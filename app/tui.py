@@ -206,8 +206,10 @@ def resolve_theme(name: Optional[str]) -> str:
     return ALIASES.get(name, name)
 
 
-def run_tui(theme: Optional[str] = None, workspace: str | Path | None = None, open_run: Optional[str] = None) -> None:
-    """Open the TUI on the workspace ($KRL_WORKSPACE or ./runs); an unknown --theme is a user error."""
+def run_tui(theme: Optional[str] = None, workspace: str | Path | None = None, open_run: Optional[str] = None,
+            headless: bool = False) -> None:
+    """Open the TUI on the workspace ($KRL_WORKSPACE or ./runs); an unknown --theme is a user error. An app that
+    ended on an unhandled exception (Textual printed its traceback) exits with its non-zero return code."""
     from core.errors import KrlError
 
     names = [t.name for t in THEMES]
@@ -219,4 +221,6 @@ def run_tui(theme: Optional[str] = None, workspace: str | Path | None = None, op
     app = KrlApp(workspace=workspace, theme=theme, open_run=open_run)
     if theme:
         save_setting("theme", app.theme)
-    app.run()
+    app.run(headless=headless)
+    if app.return_code:
+        raise SystemExit(app.return_code)

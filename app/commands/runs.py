@@ -470,7 +470,7 @@ def logs(
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines until the run ends (Ctrl-C to leave)."),
     lines: int = typer.Option(0, "--lines", "-n", help="Only the last N lines [default: all]."),
 ) -> None:
-    """Print a run's log (stdout and stderr of its job)."""
+    """Print a run's log (stdout and stderr of its job). With -f, exit 3 when the run ends failed or crashed."""
     from core import procman
 
     reg = _registry()
@@ -493,6 +493,8 @@ def logs(
         return
     final = reg.get_run(row["id"])
     _err().print(f"{final['name']}: {_status_text(final['status'])}")
+    if final["status"] in ("failed", "crashed"):
+        raise run_failed_error(final["name"], final["status"])
 
 
 def shutil_copy(source, target) -> None:
@@ -506,7 +508,7 @@ def watch(
     interval_s: float = typer.Option(1.0, "--interval", help="Seconds between refreshes."),
 ) -> None:
     """A live terminal view of one run: status, step, reward and correct-rate sparklines, last verdicts.
-    Ends when the run ends, or on Ctrl-C."""
+    Ends when the run ends, or on Ctrl-C; exit 3 when the run failed or crashed."""
     from rich.live import Live
 
     from core import procman
@@ -524,7 +526,10 @@ def watch(
                     break
                 time.sleep(interval_s)
     except KeyboardInterrupt:
-        pass
+        return
+    final = reg.get_run(run_id)
+    if final["status"] in ("failed", "crashed"):
+        raise run_failed_error(final["name"], final["status"])
 
 
 def render_watch(reg, run_id: int):

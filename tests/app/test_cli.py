@@ -319,3 +319,43 @@ def test_foreground_train_that_fails_exits_3(krl):
     assert done.returncode == 3 and "failed" in done.stderr
     shown = json.loads(krl("runs", "show", "fg", "--json", check_rc=0).stdout)
     assert shown["status"] == "failed" and "no-such-problems" in shown["error"]
+
+
+# ---------------------------------------------------------------- usage errors (issue 13, bug 2)
+
+@pytest.mark.parametrize("args", [("runs", "show"), ("check",), ("foo",), ("runs", "ls", "--bogus"),
+                                  ("train", "demo", "--gpus", "abc"), ("runs",)],
+                         ids=["missing-argument", "missing-problem", "unknown-command", "unknown-option",
+                              "bad-integer", "group-alone"])
+def test_usage_errors_exit_2_with_the_usage_line(krl, workspace, args):
+    done = krl(*args)
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    # A group given alone prints its whole help (typer's rich help writes it to stdout).
+    assert "Usage: " in done.stderr + done.stdout and "Traceback" not in done.stderr
+
+
+def test_usage_error_as_a_real_process_has_no_traceback(cli):
+    done = cli("runs", "ls", "--bogus")
+    assert done.returncode == 2 and "No such option" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_crashed_tui_makes_krl_exit_non_zero(workspace, monkeypatch):
+    from app import tui
+
+    def crash(self) -> None:
+        raise RuntimeError("a bug in the app")
+
+    monkeypatch.setattr(tui.KrlApp, "on_mount", crash)
+    monkeypatch.setenv("KRL_CONFIG_DIR", str(workspace / "config"))
+    with pytest.raises(SystemExit) as exit_info:
+        tui.run_tui(workspace=workspace, headless=True)
+    assert exit_info.value.code not in (0, None)
+
+
+@pytest.mark.parametrize("follow", [("watch",), ("logs", "-f")], ids=["watch", "logs-follow"])
+def test_following_a_run_that_fails_exits_3(krl, workspace, follow):
+    krl("train", "demo", "--detach", "--name", "doomed", check_rc=0,
+        extra_env={"KRL_STANDIN": json.dumps({"exit_code": 1})})
+    done = krl(*follow, "doomed", timeout=30)
+    assert done.returncode == 3, (done.returncode, done.stderr)
+    assert "failed" in done.stderr
