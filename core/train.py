@@ -27,6 +27,7 @@ from core.errors import KrlError
 from core.problems import Problem, load_problem_set
 from core.registry import Registry, TrajectoryRecord
 from core.rollouts import Rollout, RolloutRunner, StopRequested, derive_seed, wait_all
+from core.system_metrics import StepSampler, visible_gpu_indices
 from core.train_metrics import rollout_metrics
 from core.reward import BatchAdvantages, StageSchedule, per_turn_advantages
 
@@ -110,6 +111,7 @@ class Trainer:
         self._heartbeat_thread: Optional[threading.Thread] = None
         self._pool: Optional[ThreadPoolExecutor] = None
         self._tb: Any = None
+        self._system: Optional[StepSampler] = None  # system/* metrics (GPU, CPU, RAM), a mean per step
 
     # ------------------------------------------------------------ control
 
@@ -245,6 +247,7 @@ class Trainer:
         width = min(MAX_ROLLOUT_THREADS, self.config.dataset.batch_size * self.config.dataset.group_size)
         self._pool = ThreadPoolExecutor(max_workers=max(1, width), thread_name_prefix="krl-rollout")
         self._tb = _tensorboard_writer(self.run_dir)
+        self._system = StepSampler(gpu_indices=visible_gpu_indices()).start()
         log.info("run %s: backend %s, model %s, %d problems, steps %d..%d, batch %d x group %d, %d turns, "
                  "evaluator on %s", self.name, self.config.backend, self.config.model, len(self.problems),
                  self.start_step, self.config.max_steps - 1, self.config.dataset.batch_size,
@@ -349,6 +352,8 @@ class Trainer:
         metrics["time/total"] = time.monotonic() - t_start
         if advantages.n_dropped == len(advantages.groups) and self.backend.can_train:
             events.append(("warning", f"step {step}: every group had equal rewards; no update"))
+        if self._system is not None:
+            metrics.update(self._system.take())
         self.registry.write_step(self.run_id, step, metrics, records, events)
         self._append_metrics_jsonl(step, metrics)
         if self._tb is not None:
@@ -457,6 +462,8 @@ class Trainer:
                 log.warning("closing the backend failed: %s", exc)
         if self._tb is not None:
             self._tb.close()
+        if self._system is not None:
+            self._system.stop()
         if self._heartbeat_thread is not None:
             self._heartbeat_thread.join(timeout=HEARTBEAT_INTERVAL_S + 1)
 
