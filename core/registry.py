@@ -423,12 +423,22 @@ class Registry:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """BEGIN IMMEDIATE … COMMIT; nested uses join the outer transaction."""
+        """BEGIN IMMEDIATE … COMMIT. A nested use is a SAVEPOINT (as sqlite-utils' atomic()): when it fails, its
+        own writes are rolled back and the exception goes on; a caller that catches it can still commit the rest."""
         with self._lock:
             if self._depth:
+                savepoint = f"krl_nested_{self._depth}"
+                self.conn.execute(f"SAVEPOINT {savepoint}")
                 self._depth += 1
                 try:
                     yield self.conn
+                except BaseException:
+                    if self.conn.in_transaction:  # SQLite may have rolled everything back itself (disk full)
+                        self.conn.execute(f"ROLLBACK TO {savepoint}")
+                        self.conn.execute(f"RELEASE {savepoint}")
+                    raise
+                else:
+                    self.conn.execute(f"RELEASE {savepoint}")
                 finally:
                     self._depth -= 1
                 return
@@ -438,7 +448,8 @@ class Registry:
                 yield self.conn
             except BaseException:
                 self._depth = 0
-                self.conn.execute("ROLLBACK")
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
                 raise
             self._depth = 0
             self.conn.execute("COMMIT")

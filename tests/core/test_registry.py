@@ -716,3 +716,36 @@ def test_list_runs_reads_only_the_columns_asked_for(registry):
     assert registry.list_runs(columns=("name", "config"))[0]["config"] == {"lr": 1}
     with pytest.raises(KrlError, match="unknown run column"):
         registry.list_runs(columns=("name", "colour"))
+
+
+def test_an_inner_transaction_that_fails_rolls_back_alone(registry, tmp_path):
+    """Nested transaction() uses a SAVEPOINT: the caller catches the inner failure, the outer one commits, and the
+    inner block's partial writes are gone (seen from a second connection)."""
+    from core.registry import Registry
+
+    run = registry.create_run("outer")
+    with registry.transaction():
+        registry.add_event(run["id"], "note", "outer write")
+        try:
+            with registry.transaction():
+                registry.add_event(run["id"], "note", "inner partial write")
+                raise RuntimeError("inner failure")
+        except RuntimeError:
+            pass
+        registry.add_event(run["id"], "note", "after the inner failure")
+    other = Registry(registry.path)
+    try:
+        messages = [e["message"] for e in other.events(run["id"]) if e["kind"] == "note"]
+    finally:
+        other.close()
+    assert messages == ["outer write", "after the inner failure"]
+
+
+def test_an_outer_failure_rolls_back_a_committed_inner_block(registry):
+    run = registry.create_run("outer2")
+    with pytest.raises(RuntimeError):
+        with registry.transaction():
+            with registry.transaction():
+                registry.add_event(run["id"], "note", "inner")
+            raise RuntimeError("outer failure")
+    assert [e for e in registry.events(run["id"]) if e["kind"] == "note"] == []
