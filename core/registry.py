@@ -32,6 +32,31 @@ _RUN_JSON_COLUMNS = ("config", "gpus", "tags", "segments", "summary", "command")
 _TURN_JSON_COLUMNS = ("eval_result", "reward_breakdown", "retrieved")
 
 
+# The metrics a runs list shows as a run's "reward" and "correct" (the CLI and the TUI alike): these exact names
+# first, then a key holding the word that is a mean, total or rate, then the shortest key holding it.
+REWARD_KEYS = ("env/all/reward/total", "reward/total", "reward/mean", "env/reward/mean", "reward_mean", "reward")
+CORRECT_KEYS = ("env/all/correct_rate", "rate/correct", "correct_rate", "env/correct_rate", "eval/correct_rate")
+
+
+def headline_key(keys: Sequence[str], preferred: Sequence[str], word: str) -> Optional[str]:
+    for key in preferred:
+        if key in keys:
+            return key
+    matching = sorted((k for k in keys if word in k), key=lambda k: (len(k), k))
+    for key in matching:
+        if any(kind in key for kind in ("mean", "total", "rate")):
+            return key
+    return matching[0] if matching else None
+
+
+def reward_key(keys: Sequence[str]) -> Optional[str]:
+    return headline_key(keys, REWARD_KEYS, "reward")
+
+
+def correct_key(keys: Sequence[str]) -> Optional[str]:
+    return headline_key(keys, CORRECT_KEYS, "correct")
+
+
 def workspace_path(workspace: str | os.PathLike | None = None) -> Path:
     """The workspace folder: explicit argument, else $KRL_WORKSPACE, else ./runs."""
     return Path(workspace or os.environ.get("KRL_WORKSPACE") or "runs").expanduser().resolve()
@@ -1007,6 +1032,27 @@ class Registry:
             raise KrlError(f"order must be return, step or speedup, not '{order}'.")
         return self._query(f"SELECT * FROM trajectories WHERE {where} ORDER BY {order_by} LIMIT ? OFFSET ?",
                            (*params, limit, offset))
+
+    def trajectory_outcomes(self, run_id: int) -> list[tuple]:
+        """(step, problem id, total return, best speedup, solved, id) of every trajectory of a run in step order:
+        what the TUI's distributions and best-kernel-per-problem views aggregate (six columns, no turns)."""
+        return self._rows("SELECT step, problem_id, total_return, best_speedup, solved, id FROM trajectories "
+                          "WHERE run_id = ? ORDER BY step, id", (run_id,))
+
+    def config_values(self, run_ids: Sequence[int], keys: Sequence[str]) -> dict[int, dict[str, Any]]:
+        """{run id: {dotted key: value}} read inside SQLite (json_extract), so config columns in the runs table
+        never load whole configs."""
+        if not run_ids or not keys:
+            return {}
+        paths = ", ".join("json_extract(config, ?)" for _ in keys)
+        out: dict[int, dict[str, Any]] = {}
+        for start in range(0, len(run_ids), 500):
+            chunk = list(run_ids[start:start + 500])
+            rows = self._rows(f"SELECT id, {paths} FROM runs WHERE id IN ({', '.join('?' for _ in chunk)})",
+                              (*("$." + k for k in keys), *chunk))
+            for row in rows:
+                out[row[0]] = dict(zip(keys, row[1:]))
+        return out
 
     def count_trajectories(self, run_id: int, *, problem_id: str | None = None, outcome: str | None = None,
                            solved_at_turn: int | None = None, step_min: int | None = None,

@@ -113,25 +113,6 @@ def _status_text(status: str) -> str:
     return f"[{STATUS_STYLES.get(status, 'white')}]{status}[/]"
 
 
-def pick_metric(keys: List[str], *words: str) -> Optional[str]:
-    """The metric key that best matches words (exact names first, then keys containing the first word)."""
-    preferred = {"reward": ("env/all/reward/total", "reward/total", "reward/mean", "env/reward/mean", "reward_mean",
-                            "reward"),
-                 "correct": ("env/all/correct_rate", "rate/correct", "correct_rate", "env/correct_rate",
-                             "eval/correct_rate")}
-    for word in words:
-        for exact in preferred.get(word, (word,)):
-            if exact in keys:
-                return exact
-        matching = [k for k in keys if word in k]
-        for key in matching:
-            if "mean" in key or "rate" in key:
-                return key
-        if matching:
-            return matching[0]
-    return None
-
-
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 
 
@@ -156,7 +137,7 @@ def list_runs(
     """List runs, newest first."""
     from core import procman
     from core.errors import KrlError
-    from core.registry import RUN_STATUSES
+    from core.registry import RUN_STATUSES, correct_key, reward_key
 
     statuses = [s.strip() for s in status.split(",")] if status else None
     for s in statuses or []:
@@ -185,7 +166,7 @@ def list_runs(
     for row in rows:
         last = (row.get("summary") or {}).get("last", {})
         keys = list(last)
-        reward_key, correct_key = pick_metric(keys, "reward"), pick_metric(keys, "correct")
+        reward_column, correct_column = reward_key(keys), correct_key(keys)
         step = "-" if row.get("last_step") is None else str(row["last_step"])
         if row.get("total_steps"):
             step += f"/{row['total_steps']}"
@@ -193,8 +174,8 @@ def list_runs(
             f"({row.get('gpus_requested') or 0})"
         table.add_row(row["name"], _status_text(row["status"]), step, row.get("backend") or "-",
                       (row.get("model") or "-")[-28:], gpus,
-                      _fmt(last.get(reward_key)) if reward_key else "-",
-                      _fmt(last.get(correct_key)) if correct_key else "-",
+                      _fmt(last.get(reward_column)) if reward_column else "-",
+                      _fmt(last.get(correct_column)) if correct_column else "-",
                       _fmt((row.get("summary") or {}).get("best_speedup")), _age(now - row["created_at"]),
                       ",".join(row.get("tags") or []))
     console.print(table)
@@ -548,8 +529,10 @@ def render_watch(reg, run_id: int):
                  f"heartbeat {_age(now - row['heartbeat_at']) if row.get('heartbeat_at') else '-'}",
                  f"gpus {row.get('gpus') or []}")
     curves = Table.grid(padding=(0, 2))
-    for label, word in (("reward", "reward"), ("correct", "correct")):
-        key = pick_metric(keys, word)
+    from core.registry import correct_key, reward_key
+
+    for label, choose in (("reward", reward_key), ("correct", correct_key)):
+        key = choose(keys)
         if key is None:
             curves.add_row(label, "[dim]no data yet[/]", "")
             continue

@@ -8,36 +8,18 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from core.config import flatten  # re-exported: screens and widgets flatten configs for display
-from core.registry import Registry
+from core.registry import Registry, correct_key, reward_key  # noqa: F401 - reward_key/correct_key re-exported
 
-# Preferred metric keys for the runs table's reward / correct-rate columns, then regexes as fallbacks, so the
-# table works whatever naming the training loop settles on.
-REWARD_KEYS = ("env/all/reward/total", "reward/total", "reward/mean", "env/reward/mean", "reward")
-CORRECT_KEYS = ("env/all/correct_rate", "rate/correct", "correct_rate", "env/correct_rate", "eval/correct_rate")
-DEFAULT_CURVE_PATTERNS = (r"correct_rate$|rate/correct", r"compile", r"format_rate|rate/format", r"hack",
+# The runs table's reward / correct-rate columns use core.registry's choice, as `krl runs ls` does.
+# kl_sample_train: the first sign that sampler and trainer disagree (tinker-cookbook's name), so it opens by default.
+DEFAULT_CURVE_PATTERNS = (r"correct_rate$|rate/correct", r"compile", r"kl_sample_train_v1$", r"format_rate|rate/format",
+                          r"hack",
                           r"speedup/mean|speedup", r"time/eval_mean|eval.*time", r"solved_rate",
                           r"turn\W?\d+/correct")
 
 
-def pick_key(keys: Sequence[str], preferred: Sequence[str], pattern: str) -> Optional[str]:
-    for key in preferred:
-        if key in keys:
-            return key
-    regex = re.compile(pattern)
-    matches = sorted((k for k in keys if regex.search(k)), key=len)
-    return matches[0] if matches else None
-
-
-def reward_key(keys: Sequence[str]) -> Optional[str]:
-    return pick_key(keys, REWARD_KEYS, r"reward")
-
-
-def correct_key(keys: Sequence[str]) -> Optional[str]:
-    return pick_key(keys, CORRECT_KEYS, r"correct")
-
-
-def default_curve_keys(keys: Sequence[str], limit: int = 6) -> list[str]:
-    """The curves a run opens with: reward, then rates, speedup, eval time (whatever exists)."""
+def default_curve_keys(keys: Sequence[str], limit: int = 7) -> list[str]:
+    """The curves a run opens with: reward, then rates, sampler/trainer KL, speedup, eval time (whatever exists)."""
     first = reward_key(keys)
     chosen: list[str] = [first] if first else []
     for pattern in DEFAULT_CURVE_PATTERNS:

@@ -359,3 +359,16 @@ def test_following_a_run_that_fails_exits_3(krl, workspace, follow):
     done = krl(*follow, "doomed", timeout=30)
     assert done.returncode == 3, (done.returncode, done.stderr)
     assert "failed" in done.stderr
+
+
+def test_runs_ls_and_the_tui_show_the_same_reward_metric(krl, registry):
+    """One choice of the 'reward' and 'correct' columns for `krl runs ls`, `krl watch` and the TUI's runs table."""
+    from app.screens.loaders import run_row
+
+    run = registry.create_run("odd-keys", status="finished")
+    registry.log_metrics(run["id"], 0, {"reward/stage": 0.0, "env/all/reward/turn_mean": 0.75,
+                                        "eval/correct_count": 3.0, "turn0/correct_rate": 0.5})
+    row = run_row(registry.get_run("odd-keys"))
+    table = krl("runs", "ls", check_rc=0).stderr
+    cells = next(line for line in table.splitlines() if line.strip().startswith("odd-keys")).split()
+    assert (float(cells[6]), float(cells[7])) == (row.reward, row.correct)
