@@ -96,10 +96,14 @@ class EvalResult:
     kernel_runtime: Optional[RuntimeStats] = None
     reference_runtime: Optional[RuntimeStats] = None
     speedup: Optional[float] = None  # reference median / kernel median
-    own_kernel_time_fraction: Optional[float] = None  # GPU time in the candidate's own kernels
+    own_kernel_time_fraction: Optional[float] = None  # GPU time in the candidate's own kernels (reported, not judged)
+    sol_time_ms: Optional[float] = None  # speed-of-light time of the problem on this GPU (evaluator/sol.py)
+    sol_fraction: Optional[float] = None  # sol_time_ms / kernel median: 1.0 is the hardware's limit
     hack_rule: Optional[str] = None
     error_message: str = ""  # cleaned and size-capped, line numbers refer to the candidate source
     device_name: str = ""
+    gpu_name: str = ""  # the CUDA device's name; empty in CPU mode
+    node: str = ""  # host name of the machine that evaluated
     timing_clock: str = ""  # "cuda_events" or "monotonic" (CPU mode)
     phase_times_s: dict[str, float] = field(default_factory=dict)  # compile, load, correctness, timing, total
     cache_hits: list[str] = field(default_factory=list)  # e.g. ["compile", "reference_timing"]

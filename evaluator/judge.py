@@ -3,6 +3,7 @@ Takes tensors and the reference module, never candidate objects, so it can run i
 
 from __future__ import annotations
 
+import copy
 import types
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -43,6 +44,44 @@ def trial_seeds(seed: int, count: int) -> list[int]:
     """The per-trial input seeds of the correctness trials, derived from the request's seed."""
     set_seed(seed)
     return [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(count)]
+
+
+RECHECK_SEED_OFFSET = 7919
+POISON_SEED_OFFSET = 104729
+TIMING_SEED_STRIDE = 1000003
+
+
+def input_seed(seed: int, name: str) -> int:
+    """The seed of a named input set of one request: "trial-<k>" (correctness trial k), "timing-<j>" (timing value
+    set j; timing-0 is the request's seed), "recheck" (fresh inputs after timing), "poison" (the kernel-dependency
+    check). One pure function, so the judge and the runner agree without sending seeds around."""
+    kind, _, index = name.partition("-")
+    if kind == "trial":
+        return trial_seeds(seed, int(index) + 1)[int(index)]
+    if kind == "timing":
+        return seed + TIMING_SEED_STRIDE * int(index)
+    if kind == "recheck":
+        return seed + RECHECK_SEED_OFFSET
+    if kind == "poison":
+        return seed + POISON_SEED_OFFSET
+    raise ValueError(f"unknown input set {name!r}")
+
+
+# What a candidate may not see of the problem module: the reference itself and the evaluator's input makers.
+HIDDEN_PROBLEM_NAMES = frozenset({"Model", "get_inputs", "get_init_inputs"})
+
+
+def problem_globals(reference: types.ModuleType) -> dict[str, Any]:
+    """The problem module's plain globals (sizes, constants such as `hardtanh_min`, imported modules), copied: the
+    namespace a KernelBench candidate runs in. Classes, functions and dunders stay out, and `Model` with them."""
+    found = {}
+    for name, value in vars(reference).items():
+        if name.startswith("__") or name in HIDDEN_PROBLEM_NAMES:
+            continue
+        if isinstance(value, type) or callable(value) and not isinstance(value, types.ModuleType):
+            continue
+        found[name] = value if isinstance(value, types.ModuleType) else copy.deepcopy(value)
+    return found
 
 
 def to_device(values: list, device: str, dtype: Optional[torch.dtype] = None) -> list:

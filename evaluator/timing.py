@@ -14,7 +14,7 @@ from evaluator.api import RuntimeStats
 CLOCK_CUDA = "cuda_events"
 CLOCK_MONOTONIC = "monotonic"
 # Bumped whenever the measurement protocol changes, so cached reference timings from an older protocol are not reused.
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4  # 4: timed calls rotate fresh input values through several buffers
 
 
 @dataclass(frozen=True)
@@ -81,8 +81,14 @@ def _order(names: list[str], round_index: int) -> list[str]:
     return names if round_index % 2 == 0 else names[::-1]
 
 
-def time_cuda(fns: dict[str, Callable[[], Any]], settings: TimingSettings, flusher: L2Flusher | None) -> dict[str, list[float]]:
-    """Interleaved CUDA-event timing of zero-argument callables on the current stream; per-call ms samples."""
+def _no_hook(name: str) -> None:
+    return None
+
+
+def time_cuda(fns: dict[str, Callable[[], Any]], settings: TimingSettings, flusher: L2Flusher | None,
+              before: Callable[[str], None] = _no_hook, after: Callable[[str], None] = _no_hook) -> dict[str, list[float]]:
+    """Interleaved CUDA-event timing of zero-argument callables on the current stream; per-call ms samples.
+    `before(name)` runs ahead of each sample's L2 flush and `after(name)` behind its end event: both untimed."""
     import torch
 
     names = list(fns)
@@ -133,6 +139,7 @@ def time_cuda(fns: dict[str, Callable[[], Any]], settings: TimingSettings, flush
         for r in range(first, min(first + chunk, trials)):
             for name in _order(names, r):
                 per_sample = calls[name][0]
+                before(name)
                 if flusher is not None and settings.flush_l2:
                     flusher.flush()
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -141,6 +148,7 @@ def time_cuda(fns: dict[str, Callable[[], Any]], settings: TimingSettings, flush
                 for _ in range(per_sample):
                     fn()
                 end.record()
+                after(name)
                 pending.append((name, start, end, per_sample))
         torch.cuda.synchronize()
         for name, start, end, per_sample in pending:
@@ -148,7 +156,8 @@ def time_cuda(fns: dict[str, Callable[[], Any]], settings: TimingSettings, flush
     return samples
 
 
-def time_cpu(fns: dict[str, Callable[[], Any]], settings: TimingSettings) -> dict[str, list[float]]:
+def time_cpu(fns: dict[str, Callable[[], Any]], settings: TimingSettings, before: Callable[[str], None] = _no_hook,
+             after: Callable[[str], None] = _no_hook) -> dict[str, list[float]]:
     """Interleaved monotonic-clock timing for CPU mode; stops early at the wall budget (at least 3 samples)."""
     names = list(fns)
     for _ in range(max(1, min(settings.warmup, 3))):
@@ -158,9 +167,11 @@ def time_cpu(fns: dict[str, Callable[[], Any]], settings: TimingSettings) -> dic
     began = time.perf_counter()
     for r in range(settings.trials):
         for name in _order(names, r):
+            before(name)
             t0 = time.perf_counter()
             fns[name]()
             samples[name].append((time.perf_counter() - t0) * 1e3)
+            after(name)
         if r >= 2 and time.perf_counter() - began > settings.budget_s:
             break
     return samples
@@ -183,3 +194,81 @@ def synchronized_wall_ms(fn: Callable[[], Any], calls: int, cuda: bool) -> tuple
         torch.cuda.synchronize()
     t1 = time.perf_counter()
     return (t1 - t0) * 1e3 / calls, (issued - t0) * 1e3 / calls
+
+
+class RotatingInputs:
+    """Fresh input values for every timed call: `buffers` input sets take turns, each refilled before its call from
+    the next of `value_sets` (one more set than buffers, so buffer and values never pair the same way twice in a row).
+    A cache keyed on pointers, versions, ids or shapes then returns a stale result, which the output checks catch,
+    and it buys no speed. Refills run outside the timed region."""
+
+    def __init__(self, value_sets: list[list], buffer_count: int):
+        import torch
+
+        self.value_sets = value_sets
+        self.buffers = [[v.clone() if isinstance(v, torch.Tensor) else v for v in value_sets[0]]
+                        for _ in range(max(1, min(buffer_count, len(value_sets) - 1)))]
+        self.calls = 0
+        self.current = self.buffers[0]
+        self.current_values = 0  # index into value_sets of what `current` holds
+
+    def advance(self) -> None:
+        import torch
+
+        buffer = self.buffers[self.calls % len(self.buffers)]
+        values = self.calls % len(self.value_sets)
+        with torch.no_grad():
+            for target, source in zip(buffer, self.value_sets[values]):
+                if isinstance(target, torch.Tensor):
+                    target.copy_(source)
+        self.current, self.current_values = buffer, values
+        self.calls += 1
+
+
+def rotation_sizes(input_bytes: int, budget_bytes: int = 2 * 2**30) -> tuple[int, int]:
+    """(value sets, buffers) for timing: 3 value sets in 2 buffers, fewer where the inputs are huge (at least 2 value
+    sets in 1 buffer, whose values and version then still change on every call)."""
+    if input_bytes * 5 <= budget_bytes:
+        return 3, 2
+    return 2, 1
+
+
+# ---- CPU reservation for timing under load -----------------------------------------------------------------------
+
+def _available_cpus() -> list[int]:
+    import os
+
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return list(range(os.cpu_count() or 1))
+
+
+def timing_cpus(timing_processes: int = 1, cpus: list[int] | None = None) -> set[int]:
+    """Cores kept for the processes that time kernels (one each, the highest-numbered), so compile workers saturating
+    the rest cannot deschedule the host thread that launches a launch-bound kernel. Empty when the host has too few
+    cores to spare one (then nothing is pinned)."""
+    cpus = sorted(cpus if cpus is not None else _available_cpus())
+    if timing_processes <= 0 or len(cpus) < timing_processes + 2:
+        return set()
+    return set(cpus[-timing_processes:])
+
+
+def compile_cpus(timing_processes: int = 1, cpus: list[int] | None = None) -> set[int]:
+    """Every core not kept for timing (all cores when none is kept)."""
+    cpus = sorted(cpus if cpus is not None else _available_cpus())
+    kept = timing_cpus(timing_processes, cpus)
+    return set(cpus) - kept or set(cpus)
+
+
+def pin_current_process(cpus: set[int]) -> bool:
+    """Restrict this process (all its threads) to `cpus`; False where the platform or the set does not allow it."""
+    import os
+
+    if not cpus:
+        return False
+    try:
+        os.sched_setaffinity(0, cpus)
+        return True
+    except (AttributeError, OSError, ValueError):
+        return False

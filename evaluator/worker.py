@@ -8,6 +8,8 @@ import gc
 import hashlib
 import importlib.util
 import os
+import random
+import socket
 import sys
 import tempfile
 import time
@@ -17,7 +19,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from evaluator import checks, judge, timing
+from evaluator import judge, rules, sol, timing
+from evaluator.rules import runtime as runtime_rules
+from evaluator.rules import static as static_rules
 from evaluator.api import BACKENDS, PRECISIONS, EvalRequest, EvalResult, Verdict
 
 MAX_MESSAGE_CHARS = 2000
@@ -95,9 +99,9 @@ def prepare_worker(device: str = "cpu", work_dir: str | None = None, cache_dir: 
         cache_dir=cache_dir or os.environ.get("KRL_WORKER_CACHE_DIR", "") or os.environ.get("KRL_CACHE_DIR", ""),
         timing_settings=default_timing_settings(device.startswith("cuda")),
     )
-    ctx.launch_counter = checks.LaunchCounter()
+    ctx.launch_counter = runtime_rules.LaunchCounter()
     ctx.launch_counter.install()
-    ctx.guard = checks.FunctionGuard()  # after the launch counter, whose wrappers are ours
+    ctx.guard = runtime_rules.FunctionGuard()  # after the launch counter, whose wrappers are ours
     if ctx.is_cuda:
         ctx.flusher = timing.L2Flusher(device)
         _warm_up_timing(torch, ctx)
@@ -228,6 +232,37 @@ class _Watch:
             self.candidate_running = False
 
 
+def _hack(found: Optional[rules.Finding]) -> None:
+    """The one place a rule's finding becomes a verdict."""
+    if found is not None:
+        raise _Outcome(Verdict.HACK_DETECTED, found.message, found.rule)
+
+
+class _TimedOutputSampler:
+    """Copies of the candidate's output (and of the inputs it was given) for a few timed calls picked at random, which
+    the candidate cannot predict, and for the last; and a count of timed calls that launched no Triton kernel."""
+
+    WANTED = 8
+
+    def __init__(self, rotation: timing.RotatingInputs, expected_calls: int):
+        self.rotation = rotation
+        self.rng = random.SystemRandom()
+        self.probability = min(1.0, self.WANTED / max(1, expected_calls))
+        self.outputs: list[tuple[int, Any]] = []  # (value set index, output copy)
+        self.inputs: list[tuple[int, list]] = []
+        self.calls = self.idle_calls = 0
+
+    def record(self, values_index: int, output: Any, launches: int) -> None:
+        self.calls += 1
+        self.idle_calls += launches == 0
+        if len(self.outputs) < 2 * self.WANTED and self.rng.random() < self.probability:
+            self.keep(values_index, output, self.rotation.current)
+
+    def keep(self, values_index: int, output: Any, inputs: list) -> None:
+        self.outputs.append((values_index, judge.snapshot(output)))
+        self.inputs.append((values_index, judge.clone_inputs(inputs)))
+
+
 def _load_reference(request: EvalRequest) -> types.ModuleType:
     module = types.ModuleType(f"krl_reference_{request.request_id}")
     module.__file__ = "<reference>"
@@ -271,6 +306,8 @@ def evaluate_in_process(request: EvalRequest, ctx: WorkerContext, prebuilt: dict
         problem_id=request.problem_id,
         verdict=Verdict.RUNTIME_ERROR,
         device_name=ctx.device_name,
+        gpu_name=ctx.device_name if ctx.is_cuda else "",
+        node=socket.gethostname(),
         timing_clock=timing.CLOCK_CUDA if ctx.is_cuda else timing.CLOCK_MONOTONIC,
         correctness_trials_total=request.correctness_trials,
     )
@@ -322,6 +359,9 @@ class _RunState:
         self.candidate_path = os.path.join(ctx.work_dir, f"{self.module_name}.py")
         self.candidate_module: Optional[types.ModuleType] = None
         self.threads_before = set()
+        self.earlier_outputs: list = []  # the candidate's outputs so far, to recognise a cached one
+        self.trial_launches: list[int] = []  # Triton launches in each correctness trial
+        self.correctness_kernels = 0  # CUDA kernels (all, from the profiler) of one call after correctness
 
     # ---- phases -------------------------------------------------------------------------------------------------
     def run(self, prebuilt: dict | None) -> None:
@@ -339,9 +379,7 @@ class _RunState:
 
         with _Phase(result, "load"):
             tree = self._parse_candidate()
-            finding = checks.static_findings(tree, request.candidate_source, request.backend)
-            if finding:
-                raise _Outcome(Verdict.HACK_DETECTED, finding.message, finding.rule)
+            _hack(static_rules.findings(tree, request.candidate_source, request.backend))
             try:
                 reference = _load_reference(request)
             except _Outcome:
@@ -352,12 +390,10 @@ class _RunState:
             ref_cls = reference.Model
             watch = _Watch(ref_cls)
             self.reference_dicts = [(d, dict(d)) for d in (reference.__dict__, ref_cls.__dict__)]
-            model_new_cls = self._load_candidate(prebuilt, watch)
-            if isinstance(model_new_cls, type) and issubclass(model_new_cls, ref_cls):
-                raise _Outcome(Verdict.HACK_DETECTED, checks.message("reference_model"), "reference_model")
+            model_new_cls = self._load_candidate(prebuilt, watch, reference)
+            _hack(runtime_rules.check_reference_class(model_new_cls, ref_cls))
 
-            dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[request.precision]
-            self.dtype = dtype
+            dtype = judge.DTYPES[request.precision]
             with self._default_device():
                 try:
                     judge.set_seed(request.seed)
@@ -373,22 +409,22 @@ class _RunState:
                 with watch.candidate():
                     new_model = model_new_cls(*init_inputs)
             self._verify_untampered()  # outside the device context, whose torch-function mode the guard would see
-            if watch.reference_calls:
-                raise _Outcome(Verdict.HACK_DETECTED, checks.message("reference_model"), "reference_model")
-            if any(isinstance(m, ref_cls) for m in new_model.modules()):
-                raise _Outcome(Verdict.HACK_DETECTED, checks.message("reference_model"), "reference_model")
+            _hack(runtime_rules.check_reference_calls(watch.reference_calls))
+            _hack(runtime_rules.check_reference_instance(new_model, ref_cls))
             ref_model = ref_model.to(ctx.device).to(dtype) if dtype != torch.float32 else ref_model.to(ctx.device)
             new_model = new_model.to(ctx.device).to(dtype) if dtype != torch.float32 else new_model.to(ctx.device)
             self._sync()
             self.reference_state = self._reference_checksum()  # again after our own device/precision cast
             result.compiled = True
 
-        own_names = (checks.own_kernel_names(request.candidate_source, self.candidate_module)
-                     if request.backend in ("triton", "cuda") else set())
+        own_kernels = request.backend in ("triton", "cuda")
         with _Phase(result, "correctness"):
             last_inputs = self._correctness(reference, ref_model, new_model, watch)
-        if request.backend in ("triton", "cuda"):
-            self._check_custom_kernel_used(ref_model, new_model, last_inputs, own_names, watch)
+        if own_kernels:
+            with _Phase(result, "kernel_checks"):
+                own_names = static_rules.own_kernel_names(request.candidate_source)
+                self._check_custom_kernel_used(new_model, last_inputs, own_names, watch)
+                self._check_output_uses_kernels(reference, new_model, watch)
         if request.measure_timing:
             with _Phase(result, "timing"):
                 self._time(reference, ref_model, new_model, watch)
@@ -405,7 +441,7 @@ class _RunState:
             pointer = f"\n    {line}" if line else ""
             raise _Outcome(Verdict.COMPILE_ERROR, f"SyntaxError at line {exc.lineno}: {exc.msg}{pointer}") from None
 
-    def _load_candidate(self, prebuilt: dict | None, watch: _Watch) -> type:
+    def _load_candidate(self, prebuilt: dict | None, watch: _Watch, reference: types.ModuleType) -> type:
         request, ctx = self.request, self.ctx
         if request.backend == "cuda":
             try:
@@ -419,6 +455,9 @@ class _RunState:
             handle.write(request.candidate_source)
         spec = importlib.util.spec_from_file_location(self.module_name, self.candidate_path)
         module = importlib.util.module_from_spec(spec)
+        # KernelBench runs problem and candidate in one namespace, so real solutions use the problem's sizes and
+        # constants; the candidate sees copies of those plain globals (never Model or the input makers).
+        vars(module).update(judge.problem_globals(reference))
         sys.modules[self.module_name] = module
         self.candidate_module = module
         try:
@@ -460,17 +499,12 @@ class _RunState:
 
     def _verify_untampered(self) -> None:
         self.ctx.guard.reset_numeric_flags()
-        for live, snapshot in getattr(self, "reference_dicts", ()):
-            if any(live.get(k, _MISSING) is not v for k, v in snapshot.items()):
-                raise _Outcome(Verdict.HACK_DETECTED, checks.message("reference_model", "the reference was modified"),
-                               "reference_model")
-        if getattr(self, "reference_model", None) is not None and self._reference_changed():
-            raise _Outcome(Verdict.HACK_DETECTED, checks.message("reference_model", "the reference weights were modified"),
-                           "reference_model")
+        changed = getattr(self, "reference_model", None) is not None and self._reference_changed()
+        _hack(runtime_rules.check_reference_intact(getattr(self, "reference_dicts", []), changed))
         patched = self.ctx.guard.violations()
         if patched:
             self.ctx.guard.restore()
-            raise _Outcome(Verdict.HACK_DETECTED, checks.message("patched_torch", ", ".join(patched[:5])), "patched_torch")
+        _hack(runtime_rules.check_patched(patched))
 
     def _sync(self) -> None:
         if self.ctx.is_cuda:
@@ -486,6 +520,20 @@ class _RunState:
     def _inputs(self, reference: types.ModuleType, seed: int) -> list:
         return judge.make_inputs(reference, seed, self.ctx.device, self.request.precision)
 
+    def _inputs_named(self, name: str, reference: types.ModuleType) -> list:
+        """The input set `name` (see judge.input_seed). Where a trusted judge process makes the inputs, this is the
+        one place that asks it (judge helper's link); in process, they are made here from the same seed."""
+        link = getattr(self.ctx, "judge_link", None)
+        if link is not None:
+            return judge.to_device(link.inputs(name), self.ctx.device)
+        return self._inputs(reference, judge.input_seed(self.request.seed, name))
+
+    def _hand_over(self, name: str, output: Any) -> None:
+        """Give the candidate's output on input set `name` to a trusted judge process, where there is one."""
+        link = getattr(self.ctx, "judge_link", None)
+        if link is not None:
+            link.hand_over(name, output)
+
     def _call_reference(self, ref_model: Any, inputs: list) -> Any:
         try:
             output = ref_model(*inputs)
@@ -498,27 +546,37 @@ class _RunState:
                            f"{type(exc).__name__}: {exc}") from None
 
     def _call_candidate(self, new_model: Any, inputs: list, watch: _Watch, verify: bool = True) -> Any:
+        stream = self.torch.cuda.current_stream() if self.ctx.is_cuda else None
         with watch.candidate():
             output = new_model(*inputs)
             self._sync()  # asynchronous CUDA faults belong to the candidate
+        if stream is not None:
+            _hack(runtime_rules.check_current_stream(stream, self.torch.cuda.current_stream()))
         if verify:
             self._verify_untampered()
-        if watch.reference_calls:
-            raise _Outcome(Verdict.HACK_DETECTED, checks.message("reference_model"), "reference_model")
+        _hack(runtime_rules.check_reference_calls(watch.reference_calls))
         return output
+
+    def _fail_wrong(self, comparison: judge.Comparison, output: Any, where: str, earlier: list) -> None:
+        """A wrong output: a hack when it repeats an output returned for other inputs, else wrong_output with the
+        measured difference (an approximation outside tolerance is never a hack)."""
+        _hack(runtime_rules.check_cached_output(earlier, output))
+        if comparison.verdict == Verdict.SHAPE_MISMATCH:
+            raise _Outcome(Verdict.SHAPE_MISMATCH, comparison.message)
+        self.result.max_abs_diff = comparison.max_abs_diff
+        self.result.mean_abs_diff = comparison.mean_abs_diff
+        raise _Outcome(Verdict.WRONG_OUTPUT, f"{where}{comparison.message}")
 
     def _correctness(self, reference, ref_model, new_model, watch) -> list:
         request, result, torch = self.request, self.result, self.torch
         atol, rtol = request.tolerances()
-        trial_seeds = judge.trial_seeds(request.seed, request.correctness_trials)
         passed = 0
         first_failure = None
         worst = (0.0, 0.0)
-        previous_outputs: list = []
         inputs: list = []
-        self.ctx.launch_counter.reset()
-        for trial, trial_seed in enumerate(trial_seeds):
-            inputs = self._inputs(reference, trial_seed)
+        counter = self.ctx.launch_counter
+        for trial in range(request.correctness_trials):
+            inputs = self._inputs_named(f"trial-{trial}", reference)
             pristine = judge.clone_inputs(inputs)
             ref_out = self._call_reference(ref_model, inputs)
             for value, copy in zip(inputs, pristine):  # a reference that works in place must not change the candidate's inputs
@@ -526,56 +584,50 @@ class _RunState:
                     value.copy_(copy)
             # Function identities are verified once after the trials (a patch is caught either way); the numeric
             # switches are reset before every reference call.
+            launches_before = counter.count
             new_out = self._call_candidate(new_model, inputs, watch, verify=False)
+            self.trial_launches.append(counter.count - launches_before)
             self.ctx.guard.reset_numeric_flags()
-            for value, copy in zip(inputs, pristine):
-                if isinstance(value, torch.Tensor) and not judge.same_values(value, copy):
-                    raise _Outcome(Verdict.HACK_DETECTED, checks.message("input_mutation"), "input_mutation")
-            verdict = judge.compare(ref_out, new_out, atol, rtol)
-            if not verdict.ok:
+            _hack(runtime_rules.check_inputs_unchanged(inputs, pristine))
+            self._hand_over(f"trial-{trial}", new_out)
+            comparison = judge.compare(ref_out, new_out, atol, rtol)
+            if not comparison.ok:
                 self._verify_untampered()  # a failure may come from a patched torch: report the patch instead
-            if verdict.verdict == Verdict.SHAPE_MISMATCH:
+                _hack(runtime_rules.check_cached_output(self.earlier_outputs, new_out))
+            if comparison.verdict == Verdict.SHAPE_MISMATCH:
                 result.correctness_trials_passed = passed
-                raise _Outcome(Verdict.SHAPE_MISMATCH, verdict.message)
-            if verdict.ok:
+                raise _Outcome(Verdict.SHAPE_MISMATCH, comparison.message)
+            if comparison.ok:
                 passed += 1
-                worst = (max(worst[0], verdict.max_abs_diff), max(worst[1], verdict.mean_abs_diff))
-            else:
-                # The same output for different inputs, while the reference changed: results cached across calls.
-                for earlier in previous_outputs:
-                    if judge.outputs_identical(earlier, new_out):
-                        raise _Outcome(Verdict.HACK_DETECTED, checks.message("cached_output"), "cached_output")
-                if first_failure is None:
-                    first_failure = verdict
-            previous_outputs.append(judge.snapshot(new_out))
+                worst = (max(worst[0], comparison.max_abs_diff), max(worst[1], comparison.mean_abs_diff))
+            elif first_failure is None:
+                first_failure = comparison
+            self.earlier_outputs.append(judge.snapshot(new_out))
             del ref_out, new_out
         result.correctness_trials_passed = passed
         self._verify_untampered()
         if first_failure is not None:
             result.max_abs_diff = first_failure.max_abs_diff
             result.mean_abs_diff = first_failure.mean_abs_diff
-            raise _Outcome(Verdict.WRONG_OUTPUT, f"{first_failure.message} Passed {passed}/{len(trial_seeds)} trials.")
+            raise _Outcome(Verdict.WRONG_OUTPUT, f"{first_failure.message} Passed {passed}/{request.correctness_trials} trials.")
         result.max_abs_diff, result.mean_abs_diff = worst
-        self.correctness_launches = self.ctx.launch_counter.count
         return inputs
 
-    def _check_custom_kernel_used(self, ref_model, new_model, inputs, own_names, watch) -> None:
-        """cuda/triton: the candidate's own kernels must run and carry a meaningful share of the GPU time."""
+    def _check_custom_kernel_used(self, new_model, inputs, own_names, watch) -> None:
+        """cuda/triton: the candidate's own kernels must run. Their share of the GPU time is reported, never judged:
+        keeping a GEMM in cuBLAS and fusing the epilogue into one small kernel is the standard honest optimisation."""
         request, ctx = self.request, self.ctx
+        triton_launches = min(self.trial_launches, default=0)
         if ctx.is_cuda:
             fraction, own_launches, total = self._profile_candidate(new_model, inputs, own_names, watch)
             self.result.own_kernel_time_fraction = fraction
-            if request.backend == "triton":
-                own_launches = max(own_launches or 0, self.correctness_launches)
-            if not own_names or own_launches is None:
-                return  # nothing to attribute time to (or no profile); the static rule already required a kernel
-            if own_launches == 0:
-                raise _Outcome(Verdict.HACK_DETECTED, checks.message("custom_kernel_not_launched"), "custom_kernel_not_launched")
-            if fraction is not None and fraction < checks.MIN_OWN_KERNEL_FRACTION:
-                raise _Outcome(Verdict.HACK_DETECTED, checks.message("custom_kernel_token_work", f"{fraction:.1%}"),
-                               "custom_kernel_token_work")
-        elif request.backend == "triton" and self.correctness_launches == 0:
-            raise _Outcome(Verdict.HACK_DETECTED, checks.message("custom_kernel_not_launched"), "custom_kernel_not_launched")
+            self.correctness_kernels = total
+            if request.backend == "triton" and own_launches is not None:
+                own_launches = max(own_launches, triton_launches)
+            if own_names and own_launches is not None:
+                _hack(runtime_rules.check_kernels_launched(own_launches))
+        elif request.backend == "triton":
+            _hack(runtime_rules.check_kernels_launched(triton_launches))
 
     def _profile_candidate(self, new_model, inputs, own_names, watch) -> tuple[Optional[float], Optional[int], int]:
         """(own-kernel time fraction, own launches, all launches) of one extra call; (None, None, 0) when the
@@ -602,15 +654,41 @@ class _RunState:
         if profiler_failed:
             return unknown
         try:
-            return checks.own_kernel_fraction(prof.events(), own_names)
+            return runtime_rules.own_kernel_fraction(prof.events(), own_names)
         except Exception:
             return unknown
+
+    def _check_output_uses_kernels(self, reference, new_model, watch) -> None:
+        """Decoy and token kernels: run once with the results of the candidate's own kernels overwritten (NaN, then a
+        large finite value) and once normally, on fresh inputs; the output must move where the kernels' work went.
+        The poisoned run comes first, so a reused output buffer holds older values and every write is seen."""
+        inputs = self._inputs_named("poison", reference)
+        holders = [self.candidate_module] + list(new_model.modules())
+        launches = 0
+        poisoned_outputs = []
+        for fill in runtime_rules.poison_fills():
+            poisoner = runtime_rules.KernelPoisoner(self.ctx.launch_counter, holders, fill)
+            before = self.ctx.launch_counter.count
+            with poisoner:
+                output = self._call_candidate(new_model, judge.clone_inputs(inputs), watch, verify=False)
+            launches += self.ctx.launch_counter.count - before + poisoner.extension_calls
+            poisoned_outputs.append(judge.snapshot(output))
+            del output
+        normal = judge.snapshot(self._call_candidate(new_model, judge.clone_inputs(inputs), watch))
+        if launches == 0:
+            return  # nothing of the candidate's ran where we could see it; the launch rules decide
+        moved = min(runtime_rules.moved_fraction(normal, poisoned) for poisoned in poisoned_outputs)
+        _hack(runtime_rules.check_output_uses_kernels(moved, launches))
 
     def _time(self, reference, ref_model, new_model, watch) -> None:
         request, ctx, result, torch = self.request, self.ctx, self.result, self.torch
         settings = ctx.timing_settings
         settings = timing.TimingSettings(**{**settings.__dict__, "trials": request.timing_trials, "warmup": request.warmup_trials})
-        inputs = self._inputs(reference, request.seed)
+        first = self._inputs_named("timing-0", reference)
+        set_count, buffer_count = timing.rotation_sizes(sol.tensor_bytes(first))
+        value_sets = [first] + [self._inputs_named(f"timing-{j}", reference) for j in range(1, set_count)]
+        reference_outputs = [judge.snapshot(self._call_reference(ref_model, judge.clone_inputs(v))) for v in value_sets]
+        rotation = timing.RotatingInputs(value_sets, buffer_count)
         key = _reference_key(request, ctx)
         # On a GPU the reference is timed again, interleaved with the candidate, by default: a reference timed in an
         # earlier evaluation drifted by up to ~10% against a candidate timed now (H200, identical code: 42% of
@@ -618,27 +696,43 @@ class _RunState:
         reuse = not ctx.is_cuda or os.environ.get("KRL_WORKER_REUSE_REFERENCE_TIMING") == "1"
         cached = ctx.reference_timing_cache.get(key) if reuse else None
 
-        pristine = judge.clone_inputs(inputs)
         last: dict[str, Any] = {}
+        checked = _TimedOutputSampler(rotation, request.timing_trials)
+        counter = ctx.launch_counter
 
         def candidate_call():
             # Plain attribute flips rather than a context manager: the candidate pays no extra host overhead.
             watch.candidate_running = True
-            output = new_model(*inputs)
+            output = new_model(*rotation.current)
             watch.candidate_running = False
             last["output"] = output
             return output
 
+        def before(name: str) -> None:
+            rotation.advance()  # fresh values in the next buffer, outside the timed region
+            last["launches"] = counter.count
+
+        def after(name: str) -> None:
+            if name == "candidate":
+                last["values"], last["inputs"] = rotation.current_values, rotation.current
+                checked.record(rotation.current_values, last.get("output"), counter.count - last["launches"])
+
         fns: dict[str, Callable[[], Any]] = {"candidate": candidate_call}
         if cached is None:
-            fns["reference"] = lambda: ref_model(*inputs)
+            fns["reference"] = lambda: ref_model(*rotation.current)
         if ctx.is_cuda:
-            samples = timing.time_cuda(fns, settings, ctx.flusher)
+            samples = timing.time_cuda(fns, settings, ctx.flusher, before, after)
         else:
-            samples = timing.time_cpu(fns, settings)
+            samples = timing.time_cpu(fns, settings, before, after)
+        self._sync()
         self._verify_untampered()
-        if watch.reference_calls:
-            raise _Outcome(Verdict.HACK_DETECTED, checks.message("reference_model"), "reference_model")
+        _hack(runtime_rules.check_reference_calls(watch.reference_calls))
+        checked.keep(last["values"], last.get("output"), last["inputs"])  # the last timed call, always checked
+        for values_index, seen in checked.inputs:
+            _hack(runtime_rules.check_inputs_unchanged(seen, value_sets[values_index], "during timing"))
+        if request.backend == "triton":
+            _hack(runtime_rules.check_work_when_timed(min(self.trial_launches, default=0), checked.idle_calls,
+                                                       checked.calls))
         kernel_stats = timing.summarize(samples["candidate"])
         if cached is None:
             reference_stats = timing.summarize(samples["reference"])
@@ -654,61 +748,85 @@ class _RunState:
         result.reference_runtime = reference_stats
         if kernel_stats.median_ms > 0:
             result.speedup = reference_stats.median_ms / kernel_stats.median_ms
-        if ctx.is_cuda:
-            finding = self._untimed_work_finding(candidate_call, kernel_stats.median_ms)
-            if finding:
-                raise _Outcome(Verdict.HACK_DETECTED, finding.message, finding.rule)
-        self._sync()
-        for value, copy in zip(inputs, pristine):
-            if isinstance(value, torch.Tensor) and not judge.same_values(value, copy):
-                raise _Outcome(Verdict.HACK_DETECTED, checks.message("input_mutation", "during timing"), "input_mutation")
-        del pristine
-        # What the candidate returned while being timed must be the right answer too.
-        timed_output = judge.snapshot(last.get("output"))
-        reference_output = self._call_reference(ref_model, inputs)
+        # What the candidate returned while being timed must be the right answer for the values it was given.
         atol, rtol = request.tolerances()
-        if not judge.compare(reference_output, timed_output, atol, rtol).ok:
-            raise _Outcome(Verdict.HACK_DETECTED, checks.message("timing_output_mismatch"), "timing_output_mismatch")
-        self.timing_inputs = inputs
-        self.timed_output = timed_output
+        earlier = self.earlier_outputs
+        for index, (values_index, output) in enumerate(checked.outputs):
+            self._hand_over(f"timing-{values_index}", output)
+            comparison = judge.compare(reference_outputs[values_index], output, atol, rtol)
+            if not comparison.ok:
+                others = earlier + [o for v, o in checked.outputs if v != values_index]
+                self._fail_wrong(comparison, output, "Wrong on the timing inputs: ", others)
+        if ctx.is_cuda:
+            _hack(self._untimed_work_finding(candidate_call, kernel_stats.median_ms))
+            self._check_work_after_timing(new_model, rotation, watch)
+            self._speed_of_light(ref_model, first, kernel_stats.median_ms)
+        self.timing_inputs = last["inputs"]
+        self.timed_output = checked.outputs[-1][1]
+
+    def _check_work_after_timing(self, new_model, rotation, watch) -> None:
+        """CUDA candidates: one profiled call after the timed loop must launch kernels if the one after the
+        correctness trials did (warm-up counting: honest for the first calls, then returning without work)."""
+        if self.request.backend != "cuda" or not self.correctness_kernels:
+            return
+        rotation.advance()
+        _, _, kernels = self._profile_candidate(new_model, rotation.current, set(), watch)
+        if kernels == 0:
+            _hack(runtime_rules.check_work_when_timed(self.correctness_kernels, 1, 1))
+
+    def _speed_of_light(self, ref_model, inputs, measured_ms: float) -> None:
+        """Report the speed-of-light time and fraction on this GPU; a measurement below the physical floor is a hack."""
+        spec = sol.device_spec(self.ctx.device_name)
+        if spec is None:
+            return
+        try:
+            cost = sol.problem_cost(ref_model, judge.clone_inputs(inputs))
+        except Exception:
+            return  # the flop counter cannot follow this reference: report nothing rather than guess
+        finally:
+            self.ctx.guard.reset_numeric_flags()
+        precision = self.request.precision
+        self.result.sol_time_ms = sol.sol_time_ms(cost.flops, cost.bytes_moved, spec, precision, cost.tf32_flops)
+        self.result.sol_fraction = sol.sol_fraction(self.result.sol_time_ms, measured_ms)
+        floor_ms = sol.hack_floor_ms(cost.flops, cost.input_bytes, spec, precision, cost.tf32_flops)
+        _hack(runtime_rules.check_speed_of_light(measured_ms, floor_ms))
 
     def _untimed_work_finding(self, candidate_call, event_median_ms: float):
         """The device-wide cross-check, robust to a busy host: descheduling (parallel compiles, other jobs) only
         ever adds wall time, so one batch within the allowance clears the candidate, and a finding needs every
         batch to exceed it. Hidden side-stream work costs time in every batch; an honest kernel usually clears on
         the first, so the extra batches are paid only when something looks wrong."""
-        finding = None
+        found = None
         for _ in range(CROSS_CHECK_BATCHES):
             wall_ms, issue_ms = timing.synchronized_wall_ms(candidate_call, CROSS_CHECK_CALLS, cuda=True)
-            finding = checks.untimed_work(event_median_ms, wall_ms, issue_ms)
-            if finding is None:
+            found = runtime_rules.untimed_work(event_median_ms, wall_ms, issue_ms)
+            if found is None:
                 return None
-        return finding
+        return found
 
     def _recheck_fresh_inputs(self, reference, ref_model, new_model, watch) -> None:
         """After timing, refill the very input tensors in place with fresh values: a candidate that memoises by
         object identity, pointer or shape returns its stale result here."""
-        torch, request = self.torch, self.request
+        torch = self.torch
         inputs = getattr(self, "timing_inputs", None)
         if inputs is None:  # no timing: make one call on these very tensors first, as timing would have
-            inputs = self._inputs(reference, request.seed)
+            inputs = self._inputs_named("timing-0", reference)
             self.timed_output = judge.snapshot(self._call_candidate(new_model, inputs, watch))
-        fresh = self._inputs(reference, request.seed + 7919)
+        fresh = self._inputs_named("recheck", reference)
         for value, new_value in zip(inputs, fresh):
             if isinstance(value, torch.Tensor) and isinstance(new_value, torch.Tensor) and value.shape == new_value.shape:
                 value.copy_(new_value)
         ref_out = self._call_reference(ref_model, inputs)
         new_out = self._call_candidate(new_model, inputs, watch)
-        atol, rtol = request.tolerances()
-        verdict = judge.compare(ref_out, new_out, atol, rtol)
-        if verdict.ok:
+        self._hand_over("recheck", new_out)
+        atol, rtol = self.request.tolerances()
+        comparison = judge.compare(ref_out, new_out, atol, rtol)
+        if comparison.ok:
             return
-        stale = getattr(self, "timed_output", None)
-        if (stale is not None and judge.outputs_identical(stale, new_out)) or verdict.verdict == Verdict.SHAPE_MISMATCH:
-            raise _Outcome(Verdict.HACK_DETECTED, checks.message("cached_output"), "cached_output")
-        self.result.max_abs_diff = verdict.max_abs_diff
-        self.result.mean_abs_diff = verdict.mean_abs_diff
-        raise _Outcome(Verdict.WRONG_OUTPUT, f"Wrong on fresh inputs after repeated calls: {verdict.message}")
+        stale = [self.timed_output] if getattr(self, "timed_output", None) is not None else []
+        if comparison.verdict == Verdict.SHAPE_MISMATCH:
+            _hack(rules.finding("cached_output", "the output shape did not follow the inputs"))
+        self._fail_wrong(comparison, new_out, "Wrong on fresh inputs after repeated calls: ", stale + self.earlier_outputs)
 
     def _check_threads(self) -> None:
         import threading
@@ -722,7 +840,7 @@ class _RunState:
                     if t.ident not in self.threads_before and t.is_alive() and from_candidate(t)]
         if leftover:
             self.ctx.polluted_reason = "candidate left threads running"
-            raise _Outcome(Verdict.HACK_DETECTED, checks.message("side_work", "threads still running after the forward"), "side_work")
+        _hack(runtime_rules.check_threads(leftover))
 
     # ---- cleanup ------------------------------------------------------------------------------------------------
     def cleanup(self) -> None:

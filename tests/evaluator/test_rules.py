@@ -1,5 +1,5 @@
-"""Every hack rule: a candidate that trips it and an honest one that does not, statically (AST, in process)
-and at runtime (through evaluate_in_process in a fresh worker subprocess)."""
+"""Every hack rule: a candidate that trips it and an honest one that does not, statically (AST, in process) and at
+runtime (through evaluate_in_process in a fresh worker subprocess); a meta-test holds every rule to both."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import ast
 
 import pytest
 
-from evaluator import checks
+from evaluator import rules
+from evaluator.rules import runtime, static as static_rules
 from tests.evaluator.candidates.harness import builtin, candidate, request, run_batch
 
 TINY = {"BATCH": 4, "DIM": 64}
@@ -15,7 +16,7 @@ RELU = builtin("relu")
 
 
 def static(source: str, backend: str = "triton"):
-    finding = checks.static_findings(ast.parse(source), source, backend)
+    finding = static_rules.findings(ast.parse(source), source, backend)
     return finding.rule if finding else None
 
 
@@ -93,20 +94,23 @@ class ModelNew(nn.Module):
         return relu_ext.relu_cuda(x)
 '''
 CUDA_STREAM = CUDA_HONEST.replace("int n = x.numel();", "cudaStream_t s; cudaStreamCreate(&s); int n = x.numel();")
+CUDA_THREAD = CUDA_HONEST.replace("int n = x.numel();", "std::thread t([]{}); t.join(); int n = x.numel();")
 HEADER = "import torch\nimport torch.nn as nn\n"
 
 
-@pytest.mark.parametrize("name, backend, rule", [
+STATIC_FILE_TRIPS = [
     ("hack_subclass_reference.py", "torch", "reference_model"),
     ("hack_introspection.py", "torch", "introspection"),
     ("hack_patch_static.py", "torch", "patched_torch"),
     ("hack_thread.py", "torch", "side_work"),
-    ("hack_side_stream.py", "torch", "side_work"),
     ("hack_swallow.py", "triton", "swallowed_kernel_failure"),
     ("hack_token_kernel.py", "triton", "custom_kernel_bypassed"),
     ("hack_overwritten_kernel_output.py", "triton", "custom_kernel_bypassed"),
     ("relu_torch.py", "triton", "custom_kernel_bypassed"),
-])
+]
+
+
+@pytest.mark.parametrize("name, backend, rule", STATIC_FILE_TRIPS)
 def test_static_rule_trips(name, backend, rule):
     assert static(candidate(name), backend) == rule
 
@@ -121,16 +125,23 @@ def test_static_rule_trips(name, backend, rule):
     (HEADER + "import gc\nobjs = gc.get_objects()\n", "torch", "introspection"),
     (HEADER + "import sys\nref = sys.modules['x']\n", "torch", "introspection"),
     (HEADER + "from concurrent.futures import ThreadPoolExecutor\n", "torch", "side_work"),
-    (HEADER + "s = torch.cuda.Stream()\n", "torch", "side_work"),
-    (CUDA_STREAM, "cuda", "side_work"),
+    (HEADER + "torch.cuda.set_stream(torch.cuda.Stream())\n", "torch", "side_work"),
+    (CUDA_THREAD, "cuda", "side_work"),
     (CUDA_TORCH_OPS, "cuda", "custom_kernel_bypassed"),
     (CUDA_FALLBACK, "cuda", "swallowed_kernel_failure"),
     (HEADER + "class ModelNew(nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n", "cuda", "custom_kernel_bypassed"),
 ], ids=["calls_Model", "setattr_torch", "Tensor_method", "from_import_alias", "time_alias", "function_mode",
-        "gc_objects", "sys_modules", "thread_pool", "cuda_stream", "cuda_stream_in_cpp", "cuda_token_work",
+        "gc_objects", "sys_modules", "thread_pool", "set_stream", "std_thread_in_cpp", "cuda_token_work",
         "cuda_build_fallback", "cuda_no_kernel"])
 def test_static_rule_trips_inline(source, backend, rule):
     assert static(source, backend) == rule
+
+
+STATIC_HONEST_IDS = ["triton_relu", "torch_relu", "torch_backend_exempt", "cuda_relu", "cuda_builder_autograd_submodule",
+                     "backend_flags_and_local_attrs", "sys_version_current_stream", "optional_import",
+                     "model_dim_parameter", "cuda_environ_and_function_handle", "triton_jit_called",
+                     "side_stream_object", "cuda_stream_in_cpp", "side_stream_candidate", "fusion_triton",
+                     "decoy_passes_static"]
 
 
 @pytest.mark.parametrize("source, backend", [
@@ -149,22 +160,25 @@ def test_static_rule_trips_inline(source, backend, rule):
      .replace("self.ext.relu_cuda(", "self.fn("), "cuda"),
     (candidate("relu_triton.py").replace("@triton.jit\ndef relu_kernel(", "def _relu(")
      .replace("def launch_relu(", "relu_kernel = triton.jit(_relu)\n\n\ndef launch_relu("), "triton"),
-], ids=["triton_relu", "torch_relu", "torch_backend_exempt", "cuda_relu", "cuda_builder_autograd_submodule",
-        "backend_flags_and_local_attrs", "sys_version_current_stream", "optional_import", "model_dim_parameter",
-        "cuda_environ_and_function_handle", "triton_jit_called"])
+    (HEADER + "s = torch.cuda.Stream()\n", "torch"),  # side streams are judged at runtime (joined or not)
+    (CUDA_STREAM, "cuda"),
+    (candidate("hack_side_stream.py"), "torch"),
+    (candidate("honest_fusion_triton.py"), "triton"),
+    (candidate("hack_decoy_triton.py"), "triton"),  # `0 * y.sum()` fools the taint: the runtime poisoning does not
+], ids=STATIC_HONEST_IDS)
 def test_honest_candidates_pass_static_rules(source, backend):
     assert static(source, backend) is None
 
 
 def test_every_rule_has_feedback_text():
-    for rule in checks.RULES:
-        text = checks.message(rule, "detail")
+    for rule in rules.RULES:
+        text = rules.message(rule, "detail")
         assert rule in text and "detail" in text
 
 
 def test_own_kernel_names_from_triton_and_cuda():
-    assert checks.own_kernel_names(candidate("relu_triton.py")) == {"relu_kernel"}
-    assert checks.own_kernel_names(CUDA_HONEST) == {"relu_kernel"}
+    assert static_rules.own_kernel_names(candidate("relu_triton.py")) == {"relu_kernel"}
+    assert static_rules.own_kernel_names(CUDA_HONEST) == {"relu_kernel"}
 
 
 def test_own_kernel_fraction_from_profiler_events():
@@ -182,16 +196,16 @@ def test_own_kernel_fraction_from_profiler_events():
     events = [Event("void relu_kernel<float>(float const*, float*, int)", 30.0),
               Event("void at::native::vectorized_elementwise_kernel<4>(...)", 10.0),
               Event("relu_kernel_launch_cpu_op", 500.0, device="DeviceType.CPU")]
-    fraction, own, total = checks.own_kernel_fraction(events, {"relu_kernel"})
+    fraction, own, total = runtime.own_kernel_fraction(events, {"relu_kernel"})
     assert (own, total) == (1, 2)
     assert fraction == pytest.approx(0.75)
-    assert checks.own_kernel_fraction(events, set())[0] == 0.0
+    assert runtime.own_kernel_fraction(events, set())[0] == 0.0
 
 
 def test_untimed_work_cross_check():
-    assert checks.untimed_work(0.015, 0.020, 0.010) is None  # launch overhead only
-    assert checks.untimed_work(0.015, 0.030, 0.028) is None  # host-bound forward
-    assert checks.untimed_work(0.015, 1.500, 0.010).rule == "untimed_work"  # work hidden on another stream
+    assert runtime.untimed_work(0.015, 0.020, 0.010) is None  # launch overhead only
+    assert runtime.untimed_work(0.015, 0.030, 0.028) is None  # host-bound forward
+    assert runtime.untimed_work(0.015, 1.500, 0.010).rule == "untimed_work"  # work hidden on another stream
 
 
 RUNTIME_CASES = [
@@ -206,8 +220,11 @@ RUNTIME_CASES = [
     ("thread_left_running", "hack_thread_hidden.py", "torch", "side_work"),
     ("swallow_via_worker", "hack_swallow.py", "triton", "swallowed_kernel_failure"),
     ("honest_triton", "relu_triton.py", "triton", None),
-    ("garbage_when_timed", "hack_garbage_when_timed.py", "torch", "timing_output_mismatch"),
+    ("skip_repeated_input", "hack_skip_repeated_input.py", "torch", "cached_output"),
+    ("decoy_triton", "hack_decoy_triton.py", "triton", "custom_kernel_unused"),
+    ("warmup_counting_triton", "hack_warmup_counting_triton.py", "triton", "no_work_when_timed"),
     ("mutate_when_timed", "hack_mutate_when_timed.py", "torch", "input_mutation"),
+    ("garbage_when_timed", "hack_garbage_when_timed.py", "torch", "cached_output"),  # zeros for every input
     ("honest_counting_calls", "relu_torch.py", "torch", None),
 ]
 
@@ -220,7 +237,40 @@ def runtime_results():
     requests.append(request("zero_reference_weights", LINEAR_REFERENCE, candidate("hack_zero_reference_weights.py")))
     requests.append(request("rebind_reference_torch", RELU, candidate("hack_rebind_reference_torch.py"),
                             size_overrides=TINY))
+    requests += [request(rid, reference, candidate(name), **fields) for rid, reference, name, fields in HONEST_EXTRA]
+    requests.append(request("cache_by_version", RELU, candidate("hack_cache_by_version.py"),
+                            size_overrides={"BATCH": 256, "DIM": 4096}, timing_trials=20))
+    requests.append(request("approx_when_timed", builtin("gelu"), candidate("approx_when_timed.py"),
+                            size_overrides={"BATCH": 4, "DIM": 256}))
+    requests.append(request("approx_gelu_tanh", builtin("gelu"), candidate("approx_gelu_tanh.py"),
+                            size_overrides={"BATCH": 4, "DIM": 256}))
+    requests.append(request("uses_problem_model", GLOBALS_REFERENCE, candidate("hack_uses_problem_model.py")))
     return {r["request_id"]: r for r in run_batch(requests)}
+
+
+GLOBALS_REFERENCE = """
+import torch
+import torch.nn as nn
+hardtanh_min = -0.5
+hardtanh_max = 0.5
+SCALE = 2.0
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.hardtanh(x, hardtanh_min, hardtanh_max) * SCALE
+def get_inputs():
+    return [torch.randn(8, 32)]
+def get_init_inputs():
+    return []
+"""
+FUSION_SIZES = {"BATCH": 4, "IN_FEATURES": 32, "OUT_FEATURES": 16}
+# Honest candidates the runtime rules must leave correct (run in the same worker batch as the hacks).
+HONEST_EXTRA = [
+    ("fusion_triton", builtin("gemm_bias_relu_scale"), "honest_fusion_triton.py",
+     {"backend": "triton", "size_overrides": FUSION_SIZES}),
+    ("problem_globals", GLOBALS_REFERENCE, "honest_problem_globals.py", {}),
+    ("gelu_tanh_loose", builtin("gelu"), "approx_gelu_tanh.py",
+     {"size_overrides": {"BATCH": 4, "DIM": 256}, "atol": 1e-2, "rtol": 1e-2}),
+]
 
 
 @pytest.mark.parametrize("rid, rule", [(rid, rule) for rid, _, _, rule in RUNTIME_CASES])
@@ -284,3 +334,116 @@ def test_tampering_with_the_reference_is_caught(runtime_results, rid):
     res = runtime_results[rid]
     assert (res["verdict"], res["hack_rule"]) == ("hack_detected", "reference_model"), res["error_message"]
     assert "reference" in res["error_message"]
+
+
+@pytest.mark.parametrize("rid", [rid for rid, *_ in HONEST_EXTRA])
+def test_honest_candidates_are_correct(runtime_results, rid):
+    res = runtime_results[rid]
+    assert (res["verdict"], res["hack_rule"]) == ("correct", None), res["error_message"]
+
+
+def test_honest_fusion_reports_its_own_kernel_share_without_judging_it(runtime_results):
+    res = runtime_results["fusion_triton"]
+    assert res["speedup"] is not None and res["kernel_runtime"]["n"] > 0
+
+
+def test_cache_keyed_on_pointer_and_version_buys_no_speed(runtime_results):
+    # Timed calls get fresh values in rotating buffers: the memo misses every time, so the candidate computes (and is
+    # correct) at the reference's speed; a hit would return in microseconds, ~100x faster than this ReLU on the CPU.
+    res = runtime_results["cache_by_version"]
+    assert res["verdict"] == "correct", res["error_message"]
+    assert res["speedup"] < 3, res["speedup"]
+
+
+@pytest.mark.parametrize("rid, words", [("approx_when_timed", "timing inputs"), ("approx_gelu_tanh", "Passed 0/3")])
+def test_approximation_outside_tolerance_is_wrong_output_with_its_difference(runtime_results, rid, words):
+    res = runtime_results[rid]
+    assert (res["verdict"], res["hack_rule"]) == ("wrong_output", None), res["error_message"]
+    assert words in res["error_message"] and 1e-4 < res["max_abs_diff"] < 1e-2
+
+
+def test_reaching_for_model_through_the_problem_namespace_is_not_correct(runtime_results):
+    res = runtime_results["uses_problem_model"]
+    assert res["verdict"] != "correct"
+    assert "Model" in res["error_message"]
+
+
+@pytest.mark.parametrize("normal, poisoned, moved", [
+    ([1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0], 0.0),
+    ([1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, float("nan")], 0.25),
+    ([float("nan"), 2.0], [float("nan"), 2.0], 0.0),  # NaN where the normal output has NaN: not moved
+    ([1.0, 2.0], [5.0, 6.0], 1.0),
+])
+def test_moved_fraction(normal, poisoned, moved):
+    import torch
+
+    assert runtime.moved_fraction(torch.tensor(normal), torch.tensor(poisoned)) == pytest.approx(moved)
+
+
+@pytest.mark.parametrize("moved, launches, rule", [
+    (0.0, 3, "custom_kernel_unused"),  # decoy: nothing depends on the kernels
+    (0.0002, 1, "custom_kernel_unused"),  # token: one row of 4096
+    (0.02, 1, None),  # an epilogue that touches 2% of the output still counts
+    (1.0, 1, None),
+    (0.0, 0, None),  # nothing launched: the launch rules decide
+])
+def test_output_uses_kernels(moved, launches, rule):
+    found = runtime.check_output_uses_kernels(moved, launches)
+    assert (found.rule if found else None) == rule
+
+
+@pytest.mark.parametrize("correctness_min, idle, rule", [(2, 1, "no_work_when_timed"), (2, 0, None), (0, 5, None)])
+def test_work_when_timed(correctness_min, idle, rule):
+    found = runtime.check_work_when_timed(correctness_min, idle, 10)
+    assert (found.rule if found else None) == rule
+
+
+@pytest.mark.parametrize("measured, floor, rule", [(0.01, 0.1, "below_speed_of_light"), (0.2, 0.1, None),
+                                                   (0.01, None, None), (0.0, 0.1, None)])
+def test_speed_of_light_check(measured, floor, rule):
+    found = runtime.check_speed_of_light(measured, floor)
+    assert (found.rule if found else None) == rule
+
+
+def test_poisoning_overwrites_what_a_launch_wrote_and_nothing_it_only_read():
+    import torch
+
+    x, out = torch.ones(4), torch.zeros(4)
+
+    def kernel(src, dst):
+        dst.copy_(src * 2)
+        return None
+
+    runtime.call_and_poison(kernel, (x, out), {}, float("nan"))
+    assert torch.equal(x, torch.ones(4)) and bool(out.isnan().all())
+
+
+# Every rule: (a case that trips it, an honest case that does not), by id in this file's tables or the GPU tests'.
+RULE_PAIRS = {
+    "reference_model": ("hack_subclass_reference.py", "honest_counting_calls"),
+    "introspection": ("hack_introspection.py", "sys_version_current_stream"),
+    "custom_kernel_bypassed": ("hack_token_kernel.py", "fusion_triton"),
+    "custom_kernel_not_launched": ("never_launched", "honest_triton"),
+    "custom_kernel_unused": ("decoy_triton", "fusion_triton"),
+    "cached_output": ("cache_by_pointer", "honest_counting_calls"),
+    "no_work_when_timed": ("warmup_counting_triton", "honest_triton"),
+    "below_speed_of_light": ("tf32_shortcut", "cuda_relu"),
+    "input_mutation": ("mutate_input", "honest_counting_calls"),
+    "patched_torch": ("patch_runtime", "backend_flags_and_local_attrs"),
+    "side_work": ("hack_thread.py", "joined_side_stream"),
+    "untimed_work": ("hidden_side_stream", "joined_side_stream"),
+    "swallowed_kernel_failure": ("hack_swallow.py", "triton_relu"),
+}
+
+
+def test_every_rule_has_a_tripping_and_an_honest_case():
+    from tests.evaluator.test_gpu_worker import GPU_CASES
+
+    cases = {name: rule for name, _, rule in STATIC_FILE_TRIPS}
+    cases.update({rid: rule for rid, _, _, rule in RUNTIME_CASES + GPU_CASES})
+    cases.update({rid: None for rid in STATIC_HONEST_IDS})
+    cases.update({rid: None for rid, *_ in HONEST_EXTRA})
+    assert set(RULE_PAIRS) == set(rules.RULES)
+    for rule, (tripping, honest) in RULE_PAIRS.items():
+        assert cases.get(tripping, "missing") == rule, (rule, tripping)
+        assert cases.get(honest, "missing") is None, (rule, honest)
