@@ -22,6 +22,8 @@ from typing import Any, List, Optional
 
 import typer
 
+from app.widgets.format import fmt_steps
+
 EXIT_RUN_FAILED = 3
 
 def run_failed_error(name: str, status: str):
@@ -167,9 +169,7 @@ def list_runs(
         last = (row.get("summary") or {}).get("last", {})
         keys = list(last)
         reward_column, correct_column = reward_key(keys), correct_key(keys)
-        step = "-" if row.get("last_step") is None else str(row["last_step"])
-        if row.get("total_steps"):
-            step += f"/{row['total_steps']}"
+        step = fmt_steps(row.get("last_step"), row.get("total_steps"))
         gpus = ",".join(map(str, row.get("gpus") or [])) if row["status"] in ("running", "stopping") else \
             f"({row.get('gpus_requested') or 0})"
         table.add_row(row["name"], _status_text(row["status"]), step, row.get("backend") or "-",
@@ -203,7 +203,7 @@ def show_run(
     lines = [
         ("model", row.get("model")), ("backend", row.get("backend")), ("preset", row.get("preset")),
         ("problems", row.get("problem_set")),
-        ("step", f"{_fmt(row.get('last_step'))} / {_fmt(row.get('total_steps'))}"),
+        ("steps", fmt_steps(row.get("last_step"), row.get("total_steps"))),
         ("process", f"pid {row.get('pid')} on {row.get('host')} ({'alive' if alive else 'not running'})"
          if row.get("pid") else "-"),
         ("gpus", f"{row.get('gpus') or []} (requested {row.get('gpus_requested') or 0})"),
@@ -339,7 +339,8 @@ def remove(
     if not yes:
         if not sys.stdin.isatty():
             raise KrlError(f"deleting '{row['name']}' needs confirmation: pass --yes.")
-        typer.confirm(f"delete run {row['name']} ({row['status']}, step {row.get('last_step')}) and its folder?",
+        typer.confirm(f"delete run {row['name']} ({row['status']}, steps {fmt_steps(row.get('last_step'), row.get('total_steps'))}) "
+                      "and its folder?",
                       abort=True, err=True)
     procman.delete_run(reg, name, remove_files=not keep_files)
     _err().print(f"deleted {row['name']}")
@@ -524,7 +525,7 @@ def render_watch(reg, run_id: int):
     keys = reg.metric_keys(run_id)
     head = Table.grid(padding=(0, 2))
     head.add_row(f"[bold]{row['name']}[/]", _status_text(row["status"]),
-                 f"step {_fmt(row.get('last_step'))}/{_fmt(row.get('total_steps'))}",
+                 f"step {fmt_steps(row.get('last_step'), row.get('total_steps'))}",
                  f"{row.get('backend') or '-'} · {row.get('model') or '-'}",
                  f"heartbeat {_age(now - row['heartbeat_at']) if row.get('heartbeat_at') else '-'}",
                  f"gpus {row.get('gpus') or []}")

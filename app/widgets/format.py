@@ -25,6 +25,13 @@ def fmt_float(value: Optional[float], digits: int = 2) -> str:
     return f"{value:.{digits}f}"
 
 
+def fmt_steps(last_step: Optional[int], total_steps: Optional[int]) -> str:
+    """Progress as steps done / total: steps are numbered from 0, so a run whose last step is 6 has done 7.
+    The one definition the CLI and the TUI show."""
+    done = "–" if last_step is None else str(last_step + 1)
+    return f"{done}/{'?' if total_steps is None else total_steps}"
+
+
 def runtime_ms(value: object) -> Optional[float]:
     """A runtime in ms from an EvalResult field: the evaluator writes timing statistics ({"median_ms", …}); older
     records hold a bare number."""

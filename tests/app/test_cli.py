@@ -372,3 +372,16 @@ def test_runs_ls_and_the_tui_show_the_same_reward_metric(krl, registry):
     table = krl("runs", "ls", check_rc=0).stderr
     cells = next(line for line in table.splitlines() if line.strip().startswith("odd-keys")).split()
     assert (float(cells[6]), float(cells[7])) == (row.reward, row.correct)
+
+
+def test_step_counts_agree_for_a_finished_one_step_run(krl, registry):
+    """Steps are counted as steps done (last step index + 1) by `runs ls`, `runs show`, `watch` and the TUI."""
+    from app.widgets.format import fmt_steps
+
+    run = registry.create_run("one-step", total_steps=1, status="finished")
+    registry.write_step(run["id"], 0, {"reward/mean": 1.0})
+    assert fmt_steps(registry.get_run("one-step")["last_step"], 1) == "1/1"
+    listing = krl("runs", "ls", check_rc=0).stderr
+    assert next(line for line in listing.splitlines() if "one-step" in line).split()[2] == "1/1"
+    assert "1/1" in krl("runs", "show", "one-step", check_rc=0).stderr.replace(" / ", "/")
+    assert "step 1/1" in krl("watch", "one-step", check_rc=0).stderr
