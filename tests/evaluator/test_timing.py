@@ -119,3 +119,46 @@ def test_cuda_timing_respects_budget_for_slow_kernels(host_events):
     samples = timing.time_cuda({"slow": lambda: time.sleep(0.02)}, settings, None)
     assert 3 <= len(samples["slow"]) <= 20
     assert time.perf_counter() - started < 2.0
+
+
+def test_rotating_inputs_give_every_call_fresh_values_and_versions():
+    import torch
+
+    sets = [[torch.full((4,), float(i)), 7] for i in range(3)]
+    rotation = timing.RotatingInputs(sets, buffer_count=2)
+    seen = []
+    for _ in range(6):
+        rotation.advance()
+        tensor = rotation.current[0]
+        seen.append((tensor.data_ptr(), tensor._version, float(tensor[0]), rotation.current_values))
+        assert rotation.current[1] == 7 and float(tensor[0]) == rotation.current_values
+    keys = [(ptr, version) for ptr, version, _, _ in seen]
+    assert len(set(keys)) == len(keys)  # no (pointer, version) pair repeats
+    for (ptr_a, _, value_a, _), (ptr_b, _, value_b, _) in zip(seen, seen[2:]):
+        assert ptr_a == ptr_b and value_a != value_b  # the same buffer comes back holding other values
+    assert all(torch.equal(s[0], torch.full((4,), float(i))) for i, s in enumerate(sets))
+
+
+@pytest.mark.parametrize("input_bytes, sizes", [(10 * 2**20, (3, 2)), (1 * 2**30, (2, 1))])
+def test_rotation_sizes(input_bytes, sizes):
+    assert timing.rotation_sizes(input_bytes) == sizes
+
+
+@pytest.mark.parametrize("cpus, timing_processes, kept, compile", [
+    (list(range(16)), 1, {15}, set(range(15))),
+    (list(range(16)), 2, {14, 15}, set(range(14))),
+    ([0, 1], 1, set(), {0, 1}),  # too few cores to keep one: nothing pinned
+    ([0, 2, 4, 6], 1, {6}, {0, 2, 4}),
+])
+def test_cpu_reservation_policy(cpus, timing_processes, kept, compile):
+    assert timing.timing_cpus(timing_processes, cpus) == kept
+    assert timing.compile_cpus(timing_processes, cpus) == compile
+
+
+def test_hooks_run_around_each_timed_cpu_call():
+    events = []
+    settings = timing.TimingSettings(trials=3, warmup=1)
+    timing.time_cpu({"a": lambda: events.append("call")}, settings, before=lambda n: events.append("before"),
+                    after=lambda n: events.append("after"))
+    timed = events[events.index("before"):]
+    assert timed == ["before", "call", "after"] * 3
