@@ -121,9 +121,11 @@ class PromptConfig(_Section):
 
 
 class LossConfig(_Section):
-    kind: Literal["importance_sampling", "ppo"] = "importance_sampling"
+    kind: Literal["importance_sampling", "ppo", "cispo"] = "importance_sampling"
     substeps: int = Field(1, ge=1)
     clip_epsilon: float = Field(0.2, gt=0, description="ppo only")
+    cispo_clip_low: float = Field(0.0, ge=0, description="cispo only: lower bound of the ratio weight (0: one-sided)")
+    cispo_clip_high: float = Field(4.0, gt=0, description="cispo only: upper bound of the ratio weight")
 
 
 class OptimConfig(_Section):
@@ -139,6 +141,8 @@ class OptimConfig(_Section):
 
 class SamplingConfig(_Section):
     max_tokens: int = Field(8192, ge=1)
+    context_window: Optional[int] = Field(None, ge=2, description="cap on prompt + response tokens; null: the "
+                                          "model's own (max_tokens is clamped to what is left after the prompt)")
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
 
@@ -163,6 +167,8 @@ class TinkerConfig(_Section):
     base_model: Optional[str] = Field(None, description="null: use `model`")
     lora_rank: int = Field(32, ge=1)
     base_url: Optional[str] = None
+    checkpoint_ttl_s: Optional[int] = Field(604800, ge=3600, description="periodic checkpoints expire after this on "
+                                            "Tinker (the final one is kept); null: keep all")
 
 
 class LocalConfig(_Section):

@@ -18,12 +18,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from core.backends.base import AdamParams, Datum, TrainingBackend, open_backend
+from core.backends.base import (AdamParams, Datum, TrainingBackend, open_backend, submit_forward_backward,
+                                submit_optim_step)
 from core.checkpoint import (append_checkpoint_record, capture_rng, checkpoint_dir, checkpoint_name,
                              load_trainer_state, restore_rng, save_trainer_state)
 from core.config import RunConfig, config_from_dict
 from core.env import make_retriever
 from core.errors import KrlError
+from core.losses import add_sums, loss_fn_config, sample_train_metrics
 from core.problems import Problem, load_problem_set
 from core.registry import Registry, TrajectoryRecord
 from core.rollouts import Rollout, RolloutRunner, StopRequested, derive_seed, wait_all
@@ -81,7 +83,31 @@ def split_even(items: Sequence[Any], parts: int) -> list[list[Any]]:
     return out
 
 
+# ---------------------------------------------------------------- the update
+
+def update_policy(backend: TrainingBackend, datums: Sequence[Datum], substeps: int, loss_kind: str,
+                  loss_config: Optional[dict[str, float]], adam: AdamParams) -> dict[str, float]:
+    """forward_backward + optim_step for each of `substeps` chunks, every call submitted before any result is
+    awaited: Tinker runs a model's requests in order, so a step queued right behind its pass lands in the same clock
+    cycle instead of the next one. Returns optim/* metrics, the sampler/trainer KL among them."""
+    submitted = [(submit_forward_backward(backend, chunk, loss_kind, loss_config), submit_optim_step(backend, adam))
+                 for chunk in split_even(datums, substeps)]
+    loss_sum, tokens, grad_norms, gap_sums = 0.0, 0.0, [], {}
+    for pass_future, step_future in submitted:
+        passed, stepped = pass_future.result(), step_future.result()
+        loss_sum += passed.get("loss:sum", 0.0)
+        tokens += passed.get("tokens", 0.0)
+        add_sums(gap_sums, passed)
+        if "grad_norm" in stepped:
+            grad_norms.append(stepped["grad_norm"])
+    metrics = {"optim/loss": loss_sum, "optim/tokens": tokens, **sample_train_metrics(gap_sums)}
+    if grad_norms:
+        metrics["optim/grad_norm"] = sum(grad_norms) / len(grad_norms)
+    return metrics
+
+
 # ---------------------------------------------------------------- the trainer
+
 
 class Trainer:
     """Runs one registered run from its start (or last checkpoint) to max_steps, writing everything to the registry."""
@@ -292,28 +318,10 @@ class Trainer:
         metrics: dict[str, float] = {"optim/lr": lr, "optim/num_datums": float(len(datums))}
         if not self.backend.can_train or not datums:
             return metrics
-        loss_config = None
-        if cfg.loss.kind == "ppo":
-            loss_config = {"clip_low_threshold": 1.0 - cfg.loss.clip_epsilon,
-                           "clip_high_threshold": 1.0 + cfg.loss.clip_epsilon}
         adam = AdamParams(learning_rate=lr, beta1=cfg.optim.beta1, beta2=cfg.optim.beta2, eps=cfg.optim.eps,
                           weight_decay=cfg.optim.weight_decay, grad_clip_norm=cfg.optim.grad_clip or 0.0)
-        loss_sum, tokens, grad_norms, kls = 0.0, 0.0, [], []
-        for chunk in split_even(datums, cfg.loss.substeps):
-            fb = self.backend.forward_backward(chunk, cfg.loss.kind, loss_config)
-            opt = self.backend.optim_step(adam)
-            loss_sum += fb.get("loss:sum", 0.0)
-            tokens += fb.get("tokens", 0.0)
-            if "kl_sample_train" in fb:
-                kls.append(fb["kl_sample_train"])
-            if "grad_norm" in opt:
-                grad_norms.append(opt["grad_norm"])
-        metrics["optim/loss"] = loss_sum
-        metrics["optim/tokens"] = tokens
-        if grad_norms:
-            metrics["optim/grad_norm"] = sum(grad_norms) / len(grad_norms)
-        if kls:
-            metrics["optim/kl_sample_train"] = sum(kls) / len(kls)
+        metrics.update(update_policy(self.backend, datums, cfg.loss.substeps, cfg.loss.kind,
+                                     loss_fn_config(cfg.loss), adam))
         return metrics
 
     def run_step(self, step: int) -> dict[str, float]:
@@ -390,11 +398,12 @@ class Trainer:
 
     # ------------------------------------------------------------ checkpoints
 
-    def checkpoint(self, step: int) -> None:
+    def checkpoint(self, step: int, final: bool = False) -> None:
+        """final: the checkpoint a run ends or stops on, which a service keeps (periodic ones may expire)."""
         name = checkpoint_name(step)
         folder = checkpoint_dir(self.run_dir, name)
         folder.mkdir(parents=True, exist_ok=True)
-        paths = self.backend.save_state(name, str(folder.parent))
+        paths = self.backend.save_state(name, str(folder.parent), final=final)
         trainer_path = save_trainer_state(folder, {
             "step": step, "run": self.name, "seed": self.config.seed,
             "problem_ids": [p.id for p in self.problems], "batch_size": self.config.dataset.batch_size,
@@ -403,7 +412,9 @@ class Trainer:
             "rng": capture_rng(), "time": time.time()})
         state_path = paths.state_path or str(trainer_path)
         self.registry.add_checkpoint(self.run_id, step, name, state_path, paths.sampler_path)
-        append_checkpoint_record(self.run_dir, {"name": name, "batch": step, "step": step, "state_path": state_path,
+        # The cookbook's `batch` is the batch to run next, so its tools resume where this checkpoint leaves off.
+        append_checkpoint_record(self.run_dir, {"name": name, "batch": step + 1, "step": step,
+                                                "state_path": state_path,
                                                 "sampler_path": paths.sampler_path,
                                                 "trainer_state_path": str(trainer_path)})
         self.last_checkpoint_step = step
@@ -414,10 +425,10 @@ class Trainer:
         checkpointed as the initial state, so a resume always has something to start from)."""
         if self.last_completed_step is None:
             if self.last_checkpoint_step is None and self.backend is not None:
-                self.checkpoint(-1)
+                self.checkpoint(-1, final=True)
             return
         if self.last_checkpoint_step != self.last_completed_step:
-            self.checkpoint(self.last_completed_step)
+            self.checkpoint(self.last_completed_step, final=True)
 
     # ------------------------------------------------------------ the whole run
 
@@ -433,13 +444,13 @@ class Trainer:
                 self._final_checkpoint()
                 raise
             if (step + 1) % cfg.checkpoint_every == 0 or step == cfg.max_steps - 1:
-                self.checkpoint(step)
+                self.checkpoint(step, final=step == cfg.max_steps - 1)
             self.registry.heartbeat(self.run_id)
             if self.stop_after_step is not None and step >= self.stop_after_step and step < cfg.max_steps - 1:
                 self.request_stop(f"stop after step {self.stop_after_step}")
             self._check_stop_and_checkpoint()
         if self.last_completed_step is not None and self.last_checkpoint_step != self.last_completed_step:
-            self.checkpoint(self.last_completed_step)
+            self.checkpoint(self.last_completed_step, final=True)
 
     def _check_stop_and_checkpoint(self) -> None:
         if self.stop_event.is_set():

@@ -12,10 +12,9 @@ from core.registry import Registry, correct_key, reward_key  # noqa: F401 - rewa
 
 # The runs table's reward / correct-rate columns use core.registry's choice, as `krl runs ls` does.
 # kl_sample_train: the first sign that sampler and trainer disagree (tinker-cookbook's name), so it opens by default.
-DEFAULT_CURVE_PATTERNS = (r"correct_rate$|rate/correct", r"compile", r"kl_sample_train_v1$", r"format_rate|rate/format",
-                          r"hack",
-                          r"speedup/mean|speedup", r"time/eval_mean|eval.*time", r"solved_rate",
-                          r"turn\W?\d+/correct")
+DEFAULT_CURVE_PATTERNS = (r"correct_rate$|rate/correct", r"compile", r"kl_sample_train_v1$",
+                          r"format_rate|rate/format", r"hack", r"speedup/mean|speedup", r"time/eval_mean|eval.*time",
+                          r"solved_rate", r"turn\W?\d+/correct")
 
 
 def default_curve_keys(keys: Sequence[str], limit: int = 7) -> list[str]:

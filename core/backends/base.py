@@ -4,12 +4,13 @@ Targets are pre-shifted (input_tokens[i] predicts target_tokens[i]); losses are 
 from __future__ import annotations
 
 import math
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 
 from core.errors import KrlError
 
-LOSS_KINDS = ("importance_sampling", "ppo")
+LOSS_KINDS = ("importance_sampling", "ppo", "cispo")
 STOP_LENGTH = "length"  # hit max_tokens: the response is truncated
 STOP_EOS = "stop"
 
@@ -57,12 +58,14 @@ class Datum:
     """One training example, Tinker style: prompt + sampled tokens, shifted by one.
 
     input_tokens = full[:-1], target_tokens = full[1:]; logprobs and advantages are aligned with targets and are
-    0 on prompt positions (so only sampled tokens carry loss)."""
+    0 on prompt positions (so only sampled tokens carry loss); mask is 1 on sampled positions (the model's actions),
+    which is what the sampler/trainer KL is measured over. The mask stays here: Tinker's losses do not take it."""
 
     input_tokens: list[int]
     target_tokens: list[int]
     logprobs: list[float]
     advantages: list[float]
+    mask: list[float] = field(default_factory=list)
 
     @classmethod
     def from_sample(cls, prompt_tokens: Sequence[int], sampled_tokens: Sequence[int],
@@ -77,7 +80,12 @@ class Datum:
         pad = n_prompt - 1
         return cls(input_tokens=full[:-1], target_tokens=full[1:],
                    logprobs=[0.0] * pad + [float(x) for x in sampled_logprobs],
-                   advantages=[0.0] * pad + [float(advantage)] * len(sampled_tokens))
+                   advantages=[0.0] * pad + [float(advantage)] * len(sampled_tokens),
+                   mask=[0.0] * pad + [1.0] * len(sampled_tokens))
+
+    def action_mask(self) -> list[float]:
+        """1 where the target was sampled by the policy (falls back to nonzero advantages for hand-made datums)."""
+        return self.mask or [1.0 if a != 0 else 0.0 for a in self.advantages]
 
     def __len__(self) -> int:
         return len(self.target_tokens)
@@ -109,18 +117,25 @@ def check_loss_kind(loss_fn: str) -> None:
 def token_loss(new_logprobs, old_logprobs, advantages, loss_fn: str, config: dict[str, float] | None = None):
     """Per-token policy-gradient loss (torch tensors), to be summed; same formulas as Tinker's built-ins.
 
-    importance_sampling: -(p_new / p_old) * A.  ppo: -min(r * A, clip(r, 1 - low, 1 + high) * A)."""
+    importance_sampling: -(p_new / p_old) * A.  ppo: -min(r * A, clip(r, low, high) * A).
+    cispo: -stopgrad(clip(r, low, high)) * A * log p_new (the clipped ratio only weighs the gradient, never zeros it;
+    Tinker's default is one-sided: low 0, high 4)."""
     import torch
 
     ratio = torch.exp(new_logprobs - old_logprobs)
+    cfg = config or {}
     if loss_fn == "importance_sampling":
         return -(ratio * advantages)
     if loss_fn == "ppo":
-        cfg = config or {}
         low = float(cfg.get("clip_low_threshold", 0.8))
         high = float(cfg.get("clip_high_threshold", 1.2))
         clipped = torch.clamp(ratio, low, high)
         return -torch.minimum(ratio * advantages, clipped * advantages)
+    if loss_fn == "cispo":
+        low = float(cfg.get("clip_low_threshold", 0.0))
+        high = float(cfg.get("clip_high_threshold", 4.0))
+        weight = torch.clamp(ratio, low, high).detach()
+        return -(weight * advantages * new_logprobs)
     check_loss_kind(loss_fn)
     raise AssertionError("unreachable")
 
@@ -168,14 +183,51 @@ class TrainingBackend(Protocol):
     def optim_step(self, params: AdamParams) -> dict[str, float]:
         """Apply accumulated gradients and clear them; returns metrics (grad_norm where known)."""
 
-    def save_state(self, name: str, directory: str) -> CheckpointPaths:
-        """Weights + optimizer under `name` (local backends write into `directory`)."""
+    def save_state(self, name: str, directory: str, final: bool = False) -> CheckpointPaths:
+        """Weights + optimizer under `name` (local backends write into `directory`). final: the run's last one,
+        kept where a service would expire periodic checkpoints."""
 
     def load_state(self, state_path: str, with_optimizer: bool = True) -> None:
         """Restore what save_state wrote."""
 
     def close(self) -> None:
         ...
+
+    # Optional, found with getattr: `context_window` (tokens the model holds, None when unknown) and
+    # `submit_forward_backward` / `submit_optim_step` (return futures; see the functions below).
+
+
+def finished_future(value: Any) -> Future:
+    future: Future = Future()
+    future.set_result(value)
+    return future
+
+
+def submit_forward_backward(backend: TrainingBackend, datums: Sequence[Datum], loss_fn: str,
+                            loss_fn_config: dict[str, float] | None = None) -> Future:
+    """forward_backward as a future of its metrics. A service backend (tinker) answers at once, so the optimizer step
+    can be queued right behind the pass and both land in the same clock cycle; others compute before returning."""
+    submit = getattr(backend, "submit_forward_backward", None)
+    if submit is not None:
+        return submit(datums, loss_fn, loss_fn_config)
+    return finished_future(backend.forward_backward(datums, loss_fn, loss_fn_config))
+
+
+def submit_optim_step(backend: TrainingBackend, params: AdamParams) -> Future:
+    """optim_step as a future of its metrics (see submit_forward_backward)."""
+    submit = getattr(backend, "submit_optim_step", None)
+    if submit is not None:
+        return submit(params)
+    return finished_future(backend.optim_step(params))
+
+
+def context_window_tokens(backend: Any, configured: Optional[int] = None) -> Optional[int]:
+    """The most tokens prompt + response may hold: the configured cap, else what the backend knows of its model
+    (None: unknown, no clamping)."""
+    known = getattr(backend, "context_window", None)
+    if configured and known:
+        return min(int(configured), int(known))
+    return int(configured or known) if (configured or known) else None
 
 
 class SamplingOnlyBackend:
@@ -190,7 +242,7 @@ class SamplingOnlyBackend:
     def optim_step(self, params: AdamParams) -> dict[str, float]:
         raise KrlError(f"the {self.name} backend only samples; it cannot train. Use backend=local or tinker to train.")
 
-    def save_state(self, name: str, directory: str) -> CheckpointPaths:
+    def save_state(self, name: str, directory: str, final: bool = False) -> CheckpointPaths:
         # Nothing to save: the run's own checkpoint file (step, data order, RNG) is all a resume needs.
         return CheckpointPaths(state_path="", sampler_path=None)
 
@@ -222,14 +274,11 @@ def open_backend(config: Any, state_path: str | None = None) -> TrainingBackend:
             opened.load_state(state_path)
         return opened
     if backend == "tinker":
-        import os
-
         from core.backends.tinker import TinkerBackend
 
-        if config.tinker.base_url:
-            os.environ.setdefault("TINKER_BASE_URL", config.tinker.base_url)
         return TinkerBackend(config.tinker.base_model or config.model, lora_rank=config.tinker.lora_rank,
-                             seed=config.seed, state_path=state_path or None)
+                             seed=config.seed, state_path=state_path or None, base_url=config.tinker.base_url,
+                             checkpoint_ttl_s=config.tinker.checkpoint_ttl_s)
     if backend == "openai":
         import os
 

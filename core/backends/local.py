@@ -11,6 +11,7 @@ from typing import Any, Sequence
 from core.backends.base import (STOP_EOS, STOP_LENGTH, AdamParams, ChatRendering, CheckpointPaths, Datum, Prompt,
                                 SampleContext, SampledSequence, SamplingParams, check_loss_kind, token_loss)
 from core.errors import KrlError
+from core.losses import add_sums, sample_train_sums
 
 TINY_RANDOM = "tiny-random"
 
@@ -251,7 +252,7 @@ class LocalBackend(ChatRendering):
                          loss_fn_config: dict[str, float] | None = None) -> dict[str, float]:
         check_loss_kind(loss_fn)
         torch = self._torch
-        total_loss, n_tokens, kl_sum = 0.0, 0, 0.0
+        metrics: dict[str, float] = {"loss:sum": 0.0, "tokens": 0.0}
         with self._lock:
             for datum in datums:
                 new_lp = self.token_logprobs(datum)
@@ -259,13 +260,11 @@ class LocalBackend(ChatRendering):
                 adv = torch.tensor(datum.advantages, device=self.device)
                 loss = token_loss(new_lp, old_lp, adv, loss_fn, loss_fn_config).sum()
                 loss.backward()
-                total_loss += float(loss.detach())
-                mask = adv != 0
-                n_tokens += int(mask.sum())
-                if bool(mask.any()):
-                    kl_sum += float((old_lp - new_lp.detach())[mask].sum())
-        return {"loss:sum": total_loss, "tokens": float(n_tokens),
-                "kl_sample_train": kl_sum / n_tokens if n_tokens else 0.0}
+                metrics["loss:sum"] += float(loss.detach())
+                mask = datum.action_mask()
+                metrics["tokens"] += float(sum(mask))
+                add_sums(metrics, sample_train_sums(datum.logprobs, new_lp.detach().cpu().tolist(), mask))
+        return metrics
 
     def optim_step(self, params: AdamParams) -> dict[str, float]:
         torch = self._torch
@@ -285,7 +284,7 @@ class LocalBackend(ChatRendering):
     def trainable_state(self) -> dict[str, Any]:
         return {name: p.detach().cpu().clone() for name, p in self.model.named_parameters() if p.requires_grad}
 
-    def save_state(self, name: str, directory: str) -> CheckpointPaths:
+    def save_state(self, name: str, directory: str, final: bool = False) -> CheckpointPaths:
         torch = self._torch
         folder = Path(directory) / name
         folder.mkdir(parents=True, exist_ok=True)

@@ -1,30 +1,68 @@
 """The `tinker` backend: LoRA training and sampling on the Tinker service through its SDK (0.38: calls return futures).
-A missing or rejected TINKER_API_KEY fails with a KrlError before any work starts."""
+Credentials are checked with the SDK's own resolution before any work; every SDK failure reaches the user as KrlError."""
 
 from __future__ import annotations
 
-import os
+import logging
 import threading
-from pathlib import Path
-from typing import Any, Sequence
+from concurrent.futures import Future
+from typing import Any, Callable, Optional, Sequence
 
 from core.backends.base import (STOP_EOS, STOP_LENGTH, AdamParams, ChatRendering, CheckpointPaths, Datum, Prompt,
                                 SampleContext, SampledSequence, SamplingParams, check_loss_kind)
 from core.backends.local import _HFTokenizer
 from core.errors import KrlError
+from core.losses import add_sums, sample_train_sums
+
+log = logging.getLogger("krl.tinker")
 
 API_KEY_ENV = "TINKER_API_KEY"
+CREDENTIAL_SOURCES = ("TINKER_API_KEY (a key from the Tinker console), TINKER_CREDENTIAL_CMD (a command that prints "
+                      "one) or a key stored with `tinker auth login` (~/.tinker/credentials.json)")
 
 
-def check_api_key_present() -> None:
-    if os.environ.get(API_KEY_ENV):
+def check_tinker_credentials() -> None:
+    """Raise KrlError unless the Tinker SDK can resolve a credential, by the SDK's own rules; offline and instant
+    (a TINKER_CREDENTIAL_CMD counts without being run). Call it before a detached tinker run starts."""
+    try:
+        import tinker.auth
+    except ImportError:
+        raise KrlError("the tinker backend needs the Tinker SDK: `pip install 'kernelrl[tinker]'`.") from None
+    if tinker.auth.tinker_has_credentials():
         return
-    stored = Path(os.environ.get("TINKER_CREDENTIALS_PATH", "~/.tinker/credentials.json")).expanduser()
-    if stored.is_file():
-        return
-    raise KrlError(f"{API_KEY_ENV} is not set, so the tinker backend cannot start. Export your key "
-                   f"(`export {API_KEY_ENV}=...`, from the Tinker console) or run `tinker auth login`; "
+    raise KrlError(f"no Tinker credential found, so the tinker backend cannot start. Set {CREDENTIAL_SOURCES}; "
                    "for a run without Tinker use backend=local.")
+
+
+def as_krl_error(exc: BaseException, what: str) -> BaseException:
+    """The KrlError a user should see for an SDK failure while doing `what`; other exceptions pass unchanged
+    (they are our bugs and keep their traceback)."""
+    import tinker
+
+    name = exc.__class__.__name__
+    if isinstance(exc, (tinker.AuthenticationError, tinker.PermissionDeniedError)):
+        return KrlError(f"Tinker rejected the credential while {what} ({name}). Check {CREDENTIAL_SOURCES}.")
+    if isinstance(exc, tinker.BillingError):
+        return KrlError(f"Tinker refused the work while {what}: the account's billing is not set up or is "
+                        "exhausted (402). Fix it in the Tinker console, then resume the run.")
+    if isinstance(exc, tinker.APIConnectionError):
+        return KrlError(f"cannot reach the Tinker service while {what}: {exc}. Check the network or tinker.base_url.")
+    if isinstance(exc, tinker.BadRequestError):
+        return KrlError(f"Tinker refused the request while {what} (bad request: {exc}). Check the model name, "
+                        "tinker.lora_rank and the sampling/loss settings.")
+    if isinstance(exc, tinker.TinkerError):
+        return KrlError(f"Tinker failed while {what} ({name}: {exc}).")
+    return exc
+
+
+def _sdk_tokenizer(training: Any, model: str) -> Any:
+    """The model's tokenizer; the SDK downloads it from the Hugging Face hub, which fails offline."""
+    try:
+        return training.get_tokenizer()
+    except (OSError, ValueError) as exc:  # hub/network errors are OSErrors (transformers wraps them)
+        raise KrlError(f"cannot load the tokenizer of {model} from the Hugging Face hub ({exc.__class__.__name__}: "
+                       f"{str(exc).splitlines()[0] if str(exc) else ''}). Connect to the network once (it is cached "
+                       "in ~/.cache/huggingface), or set HF_HUB_OFFLINE=1 when it is already cached.") from None
 
 
 class TinkerBackend(ChatRendering):
@@ -34,37 +72,73 @@ class TinkerBackend(ChatRendering):
     can_train = True
 
     def __init__(self, model: str, lora_rank: int = 32, seed: int | None = None, state_path: str | None = None,
+                 base_url: str | None = None, checkpoint_ttl_s: int | None = None,
                  service_client: Any = None) -> None:
         import tinker
 
         self._tinker = tinker
         self.model_name = model
+        self.checkpoint_ttl_s = checkpoint_ttl_s
         if service_client is None:
-            check_api_key_present()
-            service_client = tinker.ServiceClient()
+            check_tinker_credentials()
+            service_client = self._call(lambda: tinker.ServiceClient(base_url=base_url), "opening a session")
         self.service = service_client
         self._lock = threading.RLock()
-        if state_path:
-            self.training = self._call(lambda: self.service.create_training_client_from_state_with_optimizer(
-                state_path).result(), "loading checkpoint")
-        else:
-            self.training = self._call(lambda: self.service.create_lora_training_client(
-                base_model=model, rank=lora_rank, seed=seed).result(), "creating the LoRA training client")
-        self.tokenizer = _HFTokenizer(self.training.get_tokenizer())
+        self._closed = False
+        self._failed = False  # an SDK call failed: the session finishes as "errored"
+        try:
+            if state_path:
+                self.training = self._call(lambda: self.service.create_training_client_from_state_with_optimizer(
+                    state_path).result(), "loading checkpoint")
+            else:
+                self.training = self._call(lambda: self.service.create_lora_training_client(
+                    base_model=model, rank=lora_rank, seed=seed).result(), "creating the LoRA training client")
+            self.tokenizer = _HFTokenizer(_sdk_tokenizer(self.training, model))
+            self.context_window: Optional[int] = self._model_context_window()
+        except BaseException:
+            self._failed = True
+            self.close()
+            raise
         self._stop_ids = sorted(self.tokenizer.stop_ids())
         self._sampler: Any = None
         self._sampler_stale = True
 
-    def _call(self, fn, what: str):
-        tinker = self._tinker
+    def _call(self, fn: Callable[[], Any], what: str) -> Any:
         try:
             return fn()
-        except (tinker.AuthenticationError, tinker.PermissionDeniedError) as exc:
-            raise KrlError(f"Tinker rejected the API key while {what} ({exc.__class__.__name__}). Check "
-                           f"{API_KEY_ENV} (a current key from the Tinker console).") from None
-        except tinker.APIConnectionError as exc:
-            raise KrlError(f"cannot reach the Tinker service while {what}: {exc}. Check the network or "
-                           "TINKER_BASE_URL.") from None
+        except Exception as exc:
+            self._failed = True
+            mapped = as_krl_error(exc, what)
+            if mapped is exc:
+                raise
+            raise mapped from None
+
+    def _then(self, api_future: Any, what: str, convert: Callable[[Any], Any]) -> Future:
+        """A future of convert(result) that fails with the KrlError for an SDK failure (as _call does)."""
+        out: Future = Future()
+
+        def finish(done: Future) -> None:
+            try:
+                out.set_result(convert(done.result()))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on `out`
+                self._failed = True
+                out.set_exception(as_krl_error(exc, what))
+
+        api_future.future().add_done_callback(finish)
+        return out
+
+    def _model_context_window(self) -> Optional[int]:
+        """The model's context length as the service states it (None when it does not say)."""
+        try:
+            capabilities = self._call(self.service.get_server_capabilities, "reading the server's capabilities")
+        except KrlError as exc:
+            log.warning("context length of %s unknown (%s); prompts are not clamped", self.model_name, exc)
+            return None
+        base = self.model_name.split(":")[0]
+        for supported in capabilities.supported_models:
+            if supported.model_name == base and supported.max_context_length:
+                return int(supported.max_context_length)
+        return None
 
     # ------------------------------------------------------------ prompts and sampling
 
@@ -80,18 +154,27 @@ class TinkerBackend(ChatRendering):
                context: SampleContext | None = None) -> list[SampledSequence]:
         types = self._tinker.types
         sampler = self._sampling_client()
+        # One seed with num_samples > 1 can give n token-identical sequences (reported by Tinker users; the
+        # cookbook never combines them): equal rewards, a dropped group, no learning. A group is one unseeded call.
+        seed = params.seed if n == 1 else None
         sampling_params = types.SamplingParams(max_tokens=params.max_tokens, temperature=params.temperature,
-                                               top_p=params.top_p, seed=params.seed, stop=self._stop_ids)
+                                               top_p=params.top_p, seed=seed, stop=self._stop_ids)
         response = self._call(lambda: sampler.sample(prompt=types.ModelInput.from_ints(list(prompt.tokens)),
                                                      num_samples=n, sampling_params=sampling_params).result(),
                               "sampling")
         results = []
         for seq in response.sequences:
             tokens = list(seq.tokens)
+            logprobs = seq.logprobs
+            if logprobs is None or len(logprobs) != len(tokens):
+                # Zeros would make the importance ratio p_new / 1: a silently wrong loss.
+                raise KrlError(f"Tinker returned {'no' if logprobs is None else len(logprobs)} logprobs for "
+                               f"{len(tokens)} sampled tokens; training needs one per token. This is a service "
+                               "fault: resume the run; report it to Tinker if it repeats.")
             stopped = seq.stop_reason != "length"
             text_tokens = tokens[:-1] if stopped and tokens and tokens[-1] in self._stop_ids else tokens
             results.append(SampledSequence(text=self.tokenizer.decode(text_tokens), tokens=tokens,
-                                           logprobs=list(seq.logprobs or [0.0] * len(tokens)),
+                                           logprobs=[float(x) for x in logprobs],
                                            stop_reason=STOP_EOS if stopped else STOP_LENGTH))
         return results
 
@@ -104,31 +187,59 @@ class TinkerBackend(ChatRendering):
                                            "logprobs": list(datum.logprobs),
                                            "advantages": list(datum.advantages)})
 
+    def submit_forward_backward(self, datums: Sequence[Datum], loss_fn: str = "importance_sampling",
+                                loss_fn_config: dict[str, float] | None = None) -> Future:
+        """Queue the pass and return at once: a future of its metrics, including the sampler/trainer gap sums
+        computed from the per-datum training logprobs Tinker returns."""
+        check_loss_kind(loss_fn)
+        datums = list(datums)
+        data = [self.to_tinker_datum(d) for d in datums]
+        api_future = self._call(lambda: self.training.forward_backward(data, loss_fn, loss_fn_config),
+                                "submitting forward_backward")
+
+        def metrics_of(output: Any) -> dict[str, float]:
+            metrics = {k: float(v) for k, v in (output.metrics or {}).items()}
+            metrics["tokens"] = float(sum(sum(d.action_mask()) for d in datums))
+            if len(output.loss_fn_outputs) != len(datums):
+                raise KrlError(f"Tinker returned {len(output.loss_fn_outputs)} loss outputs for {len(datums)} "
+                               "datums; resume the run.")
+            for datum, per_datum in zip(datums, output.loss_fn_outputs):
+                training_logprobs = per_datum["logprobs"].tolist()
+                add_sums(metrics, sample_train_sums(datum.logprobs, training_logprobs, datum.action_mask()))
+            return metrics
+
+        return self._then(api_future, "running forward_backward", metrics_of)
+
     def forward_backward(self, datums: Sequence[Datum], loss_fn: str = "importance_sampling",
                          loss_fn_config: dict[str, float] | None = None) -> dict[str, float]:
-        check_loss_kind(loss_fn)
-        data = [self.to_tinker_datum(d) for d in datums]
-        output = self._call(lambda: self.training.forward_backward(data, loss_fn, loss_fn_config).result(),
-                            "running forward_backward")
-        metrics = {k: float(v) for k, v in (getattr(output, "metrics", None) or {}).items()}
-        metrics["tokens"] = float(sum(sum(1 for a in d.advantages if a != 0) for d in datums))
-        return metrics
+        return self.submit_forward_backward(datums, loss_fn, loss_fn_config).result()
 
-    def optim_step(self, params: AdamParams) -> dict[str, float]:
+    def submit_optim_step(self, params: AdamParams) -> Future:
         types = self._tinker.types
         adam = types.AdamParams(learning_rate=params.learning_rate, beta1=params.beta1, beta2=params.beta2,
                                 eps=params.eps, weight_decay=params.weight_decay, grad_clip_norm=params.grad_clip_norm)
-        response = self._call(lambda: self.training.optim_step(adam).result(), "running optim_step")
+        api_future = self._call(lambda: self.training.optim_step(adam), "submitting optim_step")
         with self._lock:
             self._sampler_stale = True  # the next sample() publishes the new weights first
-        return {k: float(v) for k, v in (getattr(response, "metrics", None) or {}).items()}
+
+        def metrics_of(response: Any) -> dict[str, float]:
+            return {k: float(v) for k, v in (response.metrics or {}).items()}
+
+        return self._then(api_future, "running optim_step", metrics_of)
+
+    def optim_step(self, params: AdamParams) -> dict[str, float]:
+        return self.submit_optim_step(params).result()
 
     # ------------------------------------------------------------ checkpoints
 
-    def save_state(self, name: str, directory: str) -> CheckpointPaths:
-        state = self._call(lambda: self.training.save_state(name).result(), "saving state")
-        sampler = self._call(lambda: self.training.save_weights_for_sampler(name).result(), "saving sampler weights")
-        return CheckpointPaths(state_path=state.path, sampler_path=getattr(sampler, "path", None))
+    def save_state(self, name: str, directory: str, final: bool = False) -> CheckpointPaths:
+        """Weights + optimizer, and sampler weights. Periodic checkpoints expire after checkpoint_ttl_s; the final
+        one is kept (as the cookbook does)."""
+        ttl = None if final else self.checkpoint_ttl_s
+        state = self._call(lambda: self.training.save_state(name, ttl_seconds=ttl).result(), "saving state")
+        sampler = self._call(lambda: self.training.save_weights_for_sampler(name, ttl_seconds=ttl).result(),
+                             "saving sampler weights")
+        return CheckpointPaths(state_path=state.path, sampler_path=sampler.path)
 
     def load_state(self, state_path: str, with_optimizer: bool = True) -> None:
         with self._lock:
@@ -141,4 +252,14 @@ class TinkerBackend(ChatRendering):
             self._sampler_stale = True
 
     def close(self) -> None:
-        return None
+        """Finish the Tinker session (heartbeats stop, the console shows it ended, "errored" after a failed SDK
+        call); once, best effort."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self.service.close("errored" if self._failed else "success").result(timeout=30)
+        except Exception as exc:  # the run's result is already recorded; a failed goodbye must not change it
+            log.warning("closing the Tinker session failed: %s", exc)
+

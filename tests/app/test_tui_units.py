@@ -79,6 +79,8 @@ def test_metric_key_choice_prefers_training_names():
     chosen = default_curve_keys(keys)
     assert chosen[:3] == ["env/all/reward/total", "env/all/correct_rate", "env/all/compile_rate"]
     assert "time/eval_mean" in chosen and "optim/lr" not in chosen
+    trained = keys + ["optim/kl_sample_train_v1", "optim/kl_sample_train_v2", "optim/entropy", "env/all/hack_rate"]
+    assert default_curve_keys(trained)[3] == "optim/kl_sample_train_v1"
 
 
 def test_refresh_active_rereads_only_active_runs(registry):

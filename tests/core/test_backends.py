@@ -88,6 +88,33 @@ def test_token_losses_follow_tinker_formulas():
         token_loss(new, old, adv, "dpo")
 
 
+def test_cispo_weighs_the_log_probability_by_the_clipped_ratio():
+    new = torch.log(torch.tensor([0.5, 0.5, 0.5])).requires_grad_()
+    old = torch.log(torch.tensor([0.05, 0.5, 1.0]))  # ratios 10, 1, 0.5
+    adv = torch.tensor([1.0, 1.0, -1.0])
+    loss = token_loss(new, old, adv, "cispo", {"clip_low_threshold": 0.0, "clip_high_threshold": 4.0})
+    assert torch.allclose(loss, torch.tensor([-4.0, -1.0, 0.5]) * new.detach())
+    loss.sum().backward()
+    # The weight is a constant: the gradient is -w * A per token, never zeroed by the clip (unlike ppo).
+    assert torch.allclose(new.grad, torch.tensor([-4.0, -1.0, 0.5]))
+
+
+def test_local_forward_backward_reports_the_sampler_trainer_gap(tiny):
+    from core.losses import sample_train_metrics
+
+    prompt = tiny.render(MESSAGES)
+    seq = tiny.sample(prompt, 1, SamplingParams(max_tokens=8, seed=5))[0]
+    on_policy = Datum.from_sample(prompt.tokens, seq.tokens, seq.logprobs, 1.0)
+    metrics = sample_train_metrics(tiny.forward_backward([on_policy]))
+    assert metrics["optim/kl_sample_train_v1"] == pytest.approx(0.0, abs=1e-4)  # same weights, same numbers
+    assert metrics["optim/entropy"] == pytest.approx(-sum(seq.logprobs) / len(seq.logprobs), rel=1e-5)
+    stale = Datum.from_sample(prompt.tokens, seq.tokens, [lp - 0.3 for lp in seq.logprobs], 1.0)
+    metrics = sample_train_metrics(tiny.forward_backward([stale]))
+    assert metrics["optim/kl_sample_train_v1"] == pytest.approx(-0.3, abs=1e-3)
+    assert metrics["optim/kl_sample_train_v2"] == pytest.approx(0.5 * 0.3 ** 2, abs=1e-3)
+    tiny.optimizer.zero_grad(set_to_none=True)  # the module-scoped backend must stay untrained
+
+
 def test_forward_backward_sums_over_tokens_and_optim_step_moves_weights():
     from core.backends.local import LocalBackend
 

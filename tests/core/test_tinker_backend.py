@@ -1,235 +1,250 @@
-"""The tinker backend against a fake of the Tinker SDK's client objects (the service cannot be reached from CI):
-exact calls, real `tinker.types` datums and their shapes, key errors before work, and one training step of the loop."""
+"""The tinker backend against autospecs of the real Tinker SDK clients answering with the SDK's own types (the
+service cannot be reached from CI): calls, datum shapes, seeds, logprobs, the KL metric, overlap, session, errors."""
 
 from __future__ import annotations
 
-import string
-from concurrent.futures import Future
-
-import httpx
 import pytest
 import tinker
 from tinker import types
 
-from core.backends.base import AdamParams, Datum, SamplingParams
+from core.backends.base import AdamParams, Datum, SamplingParams, submit_forward_backward, submit_optim_step
 from core.errors import KrlError
+from core.losses import sample_train_metrics
+from tests.core.tinker_sdk_fakes import (NO_KERNEL_RESPONSE, RELU_RESPONSE, SAMPLING_LOGPROB, TRAIN_SHIFT,
+                                         ClockServer, FakeTinker, http_error)
 
 MESSAGES = [{"role": "user", "content": "Write ReLU."}]
-RELU_RESPONSE = """<think>
-ReLU is one elementwise pass; clamp_min writes the output directly.
-</think>
-<KERNEL>
-```python
-import torch
-import torch.nn as nn
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return torch.clamp_min(x, 0.0)
-```
-</KERNEL>"""
-
-
-def make_tokenizer():
-    """A real transformers tokenizer built in code (character level, Qwen-like chat template pre-filling <think>)."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>"]
-    vocab = {t: i for i, t in enumerate(specials + sorted(set(string.printable)))}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    hf = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", unk_token="<unk>",
-                                 pad_token="<|endoftext|>", additional_special_tokens=["<|im_start|>"])
-    hf.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-                        "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}")
-    return hf
-
-
-def done(value):
-    future: Future = Future()
-    future.set_result(value)
-    return future
-
-
-class FakeSamplingClient:
-    def __init__(self, owner, version):
-        self.owner = owner
-        self.version = version
-
-    def sample(self, prompt, num_samples, sampling_params, **kwargs):
-        assert isinstance(prompt, types.ModelInput) and isinstance(sampling_params, types.SamplingParams)
-        self.owner.calls.append(("sample", {"prompt": prompt.to_ints(), "num_samples": num_samples,
-                                            "params": sampling_params, "version": self.version}))
-        eos = self.owner.tokenizer.convert_tokens_to_ids("<|im_end|>")
-        sequences = []
-        for i in range(num_samples):
-            text = self.owner.responses[i % len(self.owner.responses)]
-            tokens = self.owner.tokenizer.encode(text, add_special_tokens=False)
-            truncated = len(tokens) >= sampling_params.max_tokens
-            tokens = tokens[: sampling_params.max_tokens] if truncated else tokens + [eos]
-            sequences.append(types.SampledSequence(stop_reason="length" if truncated else "stop", sequence_id=f"s{i}",
-                                                   _tokens_list=tokens, _logprobs_list=[-0.5] * len(tokens)))
-        return done(types.SampleResponse(sequences=sequences))
-
-
-class FakeTrainingClient:
-    def __init__(self, owner, origin):
-        self.owner = owner
-        self.origin = origin
-        self.versions = 0
-
-    def get_tokenizer(self):
-        return self.owner.tokenizer
-
-    def save_weights_and_get_sampling_client(self, name=None, **kwargs):
-        self.versions += 1
-        self.owner.calls.append(("save_weights_and_get_sampling_client", self.versions))
-        return done(FakeSamplingClient(self.owner, self.versions))
-
-    def forward_backward(self, data, loss_fn, loss_fn_config=None):
-        for datum in data:
-            assert isinstance(datum, types.Datum)
-            assert set(datum.loss_fn_inputs) == {"target_tokens", "logprobs", "advantages"}
-            n = datum.model_input.length
-            for key, tensor in datum.loss_fn_inputs.items():
-                assert list(tensor.shape) == [n], key
-            assert datum.loss_fn_inputs["target_tokens"].dtype == "int64"
-        self.owner.calls.append(("forward_backward", {"data": data, "loss_fn": loss_fn, "config": loss_fn_config}))
-        return done(types.ForwardBackwardOutput(loss_fn_output_type="ArrayRecord", loss_fn_outputs=[],
-                                                metrics={"loss:sum": -1.25}))
-
-    def optim_step(self, adam_params):
-        assert isinstance(adam_params, types.AdamParams)
-        self.owner.calls.append(("optim_step", adam_params))
-        return done(types.OptimStepResponse(metrics=None))
-
-    def save_state(self, name):
-        self.owner.calls.append(("save_state", name))
-        return done(types.SaveWeightsResponse(path=f"tinker://run-1/weights/{name}"))
-
-    def save_weights_for_sampler(self, name):
-        self.owner.calls.append(("save_weights_for_sampler", name))
-        return done(types.SaveWeightsForSamplerResponse(path=f"tinker://run-1/sampler_weights/{name}"))
-
-
-class FakeServiceClient:
-    """Stands in for tinker.ServiceClient; records every call in order."""
-
-    instances: list["FakeServiceClient"] = []
-    reject_key = False
-    responses = [RELU_RESPONSE, "<think>\nno idea</think>\nsorry"]
-
-    def __init__(self, *args, **kwargs):
-        self.calls: list[tuple[str, object]] = []
-        self.tokenizer = make_tokenizer()
-        type(self).instances.append(self)
-
-    def _refuse(self):
-        response = httpx.Response(401, request=httpx.Request("POST", "https://tinker.example/api/v1/create_model"))
-        raise tinker.AuthenticationError("invalid api key", response=response, body=None)
-
-    def create_lora_training_client(self, base_model, rank=32, seed=None, **kwargs):
-        self.calls.append(("create_lora_training_client", {"base_model": base_model, "rank": rank, "seed": seed}))
-        if self.reject_key:
-            self._refuse()
-        return done(FakeTrainingClient(self, "new"))
-
-    def create_training_client_from_state_with_optimizer(self, path, **kwargs):
-        self.calls.append(("create_training_client_from_state_with_optimizer", path))
-        return done(FakeTrainingClient(self, path))
 
 
 @pytest.fixture
-def fake_sdk(monkeypatch):
-    FakeServiceClient.instances = []
-    FakeServiceClient.reject_key = False
-    monkeypatch.setattr(tinker, "ServiceClient", FakeServiceClient)
+def no_credentials(monkeypatch, tmp_path):
+    for name in ("TINKER_API_KEY", "TINKER_CREDENTIAL_CMD", "TINKER_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.tinker/credentials.json either
+
+
+@pytest.fixture
+def fake(monkeypatch, no_credentials):
+    service = FakeTinker()
+    monkeypatch.setattr(tinker, "ServiceClient", service.service_class)
     monkeypatch.setenv("TINKER_API_KEY", "tml-test-key")
-    return FakeServiceClient
+    return service
 
 
-def test_missing_api_key_fails_before_any_call(monkeypatch, tmp_path, fake_sdk):
+def open_backend(**kwargs):
     from core.backends.tinker import TinkerBackend
 
+    return TinkerBackend("Qwen/Qwen3-8B", **kwargs)
+
+
+# ---------------------------------------------------------------- session and credentials
+
+def test_missing_credentials_fail_before_any_call(monkeypatch, fake):
     monkeypatch.delenv("TINKER_API_KEY")
-    monkeypatch.setenv("HOME", str(tmp_path))  # no stored credentials either
-    with pytest.raises(KrlError, match="TINKER_API_KEY is not set"):
-        TinkerBackend("Qwen/Qwen3-8B")
-    assert fake_sdk.instances == []
+    with pytest.raises(KrlError, match="no Tinker credential found"):
+        open_backend()
+    fake.service_class.assert_not_called()
 
 
-def test_rejected_api_key_is_a_clear_error(fake_sdk):
-    from core.backends.tinker import TinkerBackend
+def test_credentials_follow_the_sdk_rules(monkeypatch, tmp_path, no_credentials):
+    from core.backends.tinker import check_tinker_credentials
 
-    fake_sdk.reject_key = True
-    with pytest.raises(KrlError, match="rejected the API key"):
-        TinkerBackend("Qwen/Qwen3-8B")
+    with pytest.raises(KrlError, match="TINKER_CREDENTIAL_CMD"):
+        check_tinker_credentials()
+    monkeypatch.setenv("TINKER_CREDENTIAL_CMD", "echo tml-from-a-command")  # counts without being run
+    check_tinker_credentials()
+    monkeypatch.delenv("TINKER_CREDENTIAL_CMD")
+    store = tinker.lib.credentials.JsonCredentialStore(tmp_path / ".tinker" / "credentials.json")
+    store.add_key("work", tinker.lib.credentials.ManualKey(key="tml-stored", name="work"))
+    store.set_default("work")
+    check_tinker_credentials()
 
 
-def test_calls_and_datum_shapes(fake_sdk):
-    from core.backends.tinker import TinkerBackend
+def test_base_url_goes_to_the_client_not_the_environment(fake, monkeypatch):
+    import os
 
-    backend = TinkerBackend("Qwen/Qwen3-8B", lora_rank=16, seed=7)
-    service = fake_sdk.instances[-1]
-    assert service.calls[0] == ("create_lora_training_client", {"base_model": "Qwen/Qwen3-8B", "rank": 16, "seed": 7})
+    open_backend(base_url="https://tinker.example/services/x")
+    fake.service_class.assert_called_once_with(base_url="https://tinker.example/services/x")
+    assert "TINKER_BASE_URL" not in os.environ
+
+
+@pytest.mark.parametrize("error, message", [
+    (http_error(tinker.AuthenticationError, 401, "invalid api key"), "rejected the credential"),
+    (http_error(tinker.BillingError, 402, "billing not set up"), "billing"),
+    (http_error(tinker.BadRequestError, 400, "unknown base model"), "refused the request .*unknown base model"),
+    (tinker.RequestFailedError("out of capacity", "req-1", types.RequestErrorCategory.Server), "Tinker failed"),
+])
+def test_sdk_errors_become_clear_krl_errors_and_close_the_session(fake, error, message):
+    fake.create_error = error
+    with pytest.raises(KrlError, match=message):
+        open_backend()
+    fake.service.close.assert_called_once_with("errored")
+
+
+def test_offline_tokenizer_download_is_a_clear_error(fake):
+    fake.training.get_tokenizer.side_effect = OSError(
+        "We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them in the cache")
+    with pytest.raises(KrlError, match="cannot load the tokenizer of Qwen/Qwen3-8B.*HF_HUB_OFFLINE"):
+        open_backend()
+    fake.service.close.assert_called_once_with("errored")
+
+
+def test_close_finishes_the_session_once(fake):
+    backend = open_backend()
+    backend.close()
+    backend.close()
+    fake.service.close.assert_called_once_with("success")
+
+
+def test_context_window_comes_from_the_server(fake):
+    fake.context_length = 40960
+    assert open_backend().context_window == 40960
+    fake.model_name = "another/model"
+    assert open_backend().context_window is None
+
+
+# ---------------------------------------------------------------- calls and shapes
+
+def test_calls_and_datum_shapes(fake):
+    backend = open_backend(lora_rank=16, seed=7)
+    fake.service.create_lora_training_client.assert_called_once_with(base_model="Qwen/Qwen3-8B", rank=16, seed=7)
 
     prompt = backend.render(MESSAGES)
     assert prompt.prefilled_think
-    assert service.tokenizer.decode(prompt.tokens).endswith("<|im_start|>assistant\n<think>\n")
+    assert fake.tokenizer.decode(prompt.tokens).endswith("<|im_start|>assistant\n<think>\n")
     seqs = backend.sample(prompt, 2, SamplingParams(max_tokens=4096, temperature=0.9, seed=3))
-    name, sent = service.calls[-1]
-    assert name == "sample" and sent["num_samples"] == 2 and sent["prompt"] == prompt.tokens
-    assert sent["params"].max_tokens == 4096 and sent["params"].temperature == 0.9 and sent["params"].seed == 3
-    assert service.tokenizer.convert_tokens_to_ids("<|im_end|>") in sent["params"].stop
+    (n, sent), = fake.sent_sampling_params()
+    assert n == 2 and sent.max_tokens == 4096 and sent.temperature == 0.9
+    assert fake.samplers[0].sample.call_args.kwargs["prompt"].to_ints() == prompt.tokens
+    assert fake.eos in sent.stop
     assert seqs[0].text == RELU_RESPONSE and seqs[0].stop_reason == "stop"
-    assert len(seqs[0].logprobs) == len(seqs[0].tokens)
+    assert seqs[0].logprobs == [SAMPLING_LOGPROB] * len(seqs[0].tokens)
 
     datum = Datum.from_sample(prompt.tokens, seqs[0].tokens, seqs[0].logprobs, 0.75)
     metrics = backend.forward_backward([datum], "ppo", {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2})
-    name, sent = service.calls[-1]
-    assert name == "forward_backward" and sent["loss_fn"] == "ppo"
-    assert sent["config"] == {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
-    tinker_datum = sent["data"][0]
-    assert tinker_datum.model_input.to_ints() == prompt.tokens + seqs[0].tokens[:-1]
-    assert tinker_datum.loss_fn_inputs["target_tokens"].data == prompt.tokens[1:] + seqs[0].tokens
-    advantages = tinker_datum.loss_fn_inputs["advantages"].data
+    fake.training.forward_backward.assert_called_once()
+    data, loss_fn, config = fake.training.forward_backward.call_args.args
+    assert loss_fn == "ppo" and config == {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
+    assert data[0].model_input.to_ints() == prompt.tokens + seqs[0].tokens[:-1]
+    assert data[0].loss_fn_inputs["target_tokens"].data == prompt.tokens[1:] + seqs[0].tokens
+    advantages = data[0].loss_fn_inputs["advantages"].data
     assert advantages[: len(prompt.tokens) - 1] == [0.0] * (len(prompt.tokens) - 1)
     assert advantages[len(prompt.tokens) - 1:] == [0.75] * len(seqs[0].tokens)
-    assert metrics["loss:sum"] == -1.25
+    assert metrics["loss:sum"] == -1.25 and metrics["tokens"] == len(seqs[0].tokens)
 
     backend.optim_step(AdamParams(learning_rate=3e-5, eps=1e-8, grad_clip_norm=1.0))
-    name, adam = service.calls[-1]
-    assert name == "optim_step" and adam.learning_rate == 3e-5 and adam.eps == 1e-8 and adam.grad_clip_norm == 1.0
+    adam = fake.training.optim_step.call_args.args[0]
+    assert isinstance(adam, types.AdamParams)
+    assert adam.learning_rate == 3e-5 and adam.eps == 1e-8 and adam.grad_clip_norm == 1.0
     # The next sample publishes the updated weights first.
-    backend.sample(prompt, 1, SamplingParams(max_tokens=8))
-    names = [c[0] for c in service.calls]
-    assert names[-2:] == ["save_weights_and_get_sampling_client", "sample"]
-    assert service.calls[-1][1]["version"] == 2
-    assert seqs and backend.sample(prompt, 1, SamplingParams(max_tokens=8))[0].truncated
+    assert backend.sample(prompt, 1, SamplingParams(max_tokens=8))[0].truncated
+    assert fake.training.save_weights_and_get_sampling_client.call_count == 2 and len(fake.samplers) == 2
 
     paths = backend.save_state("step-000003", "/unused")
     assert paths.state_path == "tinker://run-1/weights/step-000003"
     assert paths.sampler_path == "tinker://run-1/sampler_weights/step-000003"
     backend.load_state(paths.state_path)
-    assert service.calls[-1] == ("create_training_client_from_state_with_optimizer", paths.state_path)
+    fake.service.create_training_client_from_state_with_optimizer.assert_called_once_with(paths.state_path)
 
 
-def test_resume_opens_the_training_client_from_state(fake_sdk):
-    from core.backends.tinker import TinkerBackend
+def test_resume_opens_the_training_client_from_state(fake):
+    open_backend(state_path="tinker://run-1/weights/step-000002")
+    fake.service.create_training_client_from_state_with_optimizer.assert_called_once_with(
+        "tinker://run-1/weights/step-000002")
+    fake.service.create_lora_training_client.assert_not_called()
 
-    TinkerBackend("Qwen/Qwen3-8B", state_path="tinker://run-1/weights/step-000002")
-    calls = [c[0] for c in fake_sdk.instances[-1].calls]
-    assert calls == ["create_training_client_from_state_with_optimizer"]
 
+def test_periodic_checkpoints_expire_and_final_ones_are_kept(fake):
+    backend = open_backend(checkpoint_ttl_s=7 * 24 * 3600)
+    backend.save_state("step-000009", "/unused")
+    assert fake.training.save_state.call_args.kwargs["ttl_seconds"] == 7 * 24 * 3600
+    assert fake.training.save_weights_for_sampler.call_args.kwargs["ttl_seconds"] == 7 * 24 * 3600
+    backend.save_state("step-000019", "/unused", final=True)
+    assert fake.training.save_state.call_args.kwargs["ttl_seconds"] is None
+
+
+# ---------------------------------------------------------------- defects of issue 14
+
+def test_a_group_is_never_sampled_with_one_seed(fake):
+    """Seed + num_samples > 1 gives copies on Tinker (the fake does the same): a group must be unseeded."""
+    backend = open_backend()
+    prompt = backend.render(MESSAGES)
+    group = backend.sample(prompt, 4, SamplingParams(max_tokens=4096, seed=11))
+    assert len({tuple(s.tokens) for s in group}) > 1
+    single = backend.sample(prompt, 1, SamplingParams(max_tokens=4096, seed=11))
+    assert len(single) == 1
+    (n_group, group_params), (n_single, single_params) = fake.sent_sampling_params()
+    assert (n_group, group_params.seed) == (4, None)
+    assert (n_single, single_params.seed) == (1, 11)  # a single sample keeps its seed
+
+
+def test_missing_sampling_logprobs_fail_loudly(fake):
+    fake.missing_logprobs = True
+    backend = open_backend()
+    with pytest.raises(KrlError, match="no logprobs for .* sampled tokens"):
+        backend.sample(backend.render(MESSAGES), 2, SamplingParams(max_tokens=4096))
+
+
+def test_forward_backward_measures_the_sampler_trainer_gap(fake):
+    backend = open_backend()
+    prompt = backend.render(MESSAGES)
+    seqs = backend.sample(prompt, 2, SamplingParams(max_tokens=4096))
+    datums = [Datum.from_sample(prompt.tokens, s.tokens, s.logprobs, a) for s, a in zip(seqs, (1.0, -1.0))]
+    metrics = sample_train_metrics(backend.forward_backward(datums))
+    # The fake trainer scores every token TRAIN_SHIFT below the sampler; prompt positions do not count.
+    assert metrics["optim/kl_sample_train_v1"] == pytest.approx(TRAIN_SHIFT, rel=1e-5)
+    assert metrics["optim/kl_sample_train_v2"] == pytest.approx(0.5 * TRAIN_SHIFT ** 2, rel=1e-4)
+    assert metrics["optim/entropy"] == pytest.approx(-SAMPLING_LOGPROB)
+
+
+def test_optim_step_is_queued_before_the_pass_returns(fake):
+    from core.train import update_policy
+
+    fake.clock = ClockServer(cycle_s=0.2, round_trip_s=0.01)
+    backend = open_backend()
+    prompt = backend.render(MESSAGES)
+    seqs = backend.sample(prompt, 2, SamplingParams(max_tokens=4096))
+    datums = [Datum.from_sample(prompt.tokens, s.tokens, s.logprobs, a) for s, a in zip(seqs, (1.0, -1.0))]
+    metrics = update_policy(backend, datums, 2, "importance_sampling", None, AdamParams())
+    # Both passes were still on the server when each optimizer step was sent: one clock cycle, not four.
+    assert fake.pending_passes_at_optim == [1, 2]
+    assert metrics["optim/kl_sample_train_v1"] == pytest.approx(TRAIN_SHIFT, rel=1e-5)
+    assert metrics["optim/tokens"] == sum(len(s.tokens) for s in seqs)
+
+
+def test_sdk_failure_inside_a_future_is_a_krl_error(fake):
+    backend = open_backend()
+    fake.training.optim_step.side_effect = None
+    fake.training.optim_step.return_value = tinker.lib.public_interfaces.api_future.AwaitableConcurrentFuture(
+        _failed(http_error(tinker.BillingError, 402, "no credits")))
+    with pytest.raises(KrlError, match="billing"):
+        submit_optim_step(backend, AdamParams()).result()
+
+
+def _failed(error):
+    from concurrent.futures import Future
+
+    future: Future = Future()
+    future.set_exception(error)
+    return future
+
+
+def test_local_submit_helpers_wrap_synchronous_backends():
+    class Synchronous:
+        def forward_backward(self, datums, loss_fn, loss_fn_config=None):
+            return {"loss:sum": 2.0, "tokens": 3.0}
+
+        def optim_step(self, params):
+            return {"grad_norm": 1.5}
+
+    assert submit_forward_backward(Synchronous(), [], "ppo").result() == {"loss:sum": 2.0, "tokens": 3.0}
+    assert submit_optim_step(Synchronous(), AdamParams()).result() == {"grad_norm": 1.5}
+
+
+# ---------------------------------------------------------------- the loop through the SDK
 
 @pytest.mark.slow
-def test_one_training_step_of_the_loop_through_the_sdk(fake_sdk, registry):
+def test_one_training_step_of_the_loop_through_the_sdk(fake, registry):
     from core.config import load_config
     from core.train import execute
 
@@ -242,21 +257,20 @@ def test_one_training_step_of_the_loop_through_the_sdk(fake_sdk, registry):
     assert execute(registry, run["id"], install_signals=False) == 0
     row = registry.get_run(run["id"])
     assert row["status"] == "finished", row["error"]
-    service = fake_sdk.instances[-1]
-    names = [c[0] for c in service.calls]
-    assert names[0] == "create_lora_training_client"
-    order = [names.index(n) for n in ("sample", "forward_backward", "optim_step", "save_state")]
-    assert order == sorted(order)
-    fb = next(c[1] for c in service.calls if c[0] == "forward_backward")
-    assert fb["loss_fn"] == "importance_sampling" and len(fb["data"]) == 2  # one datum per sample's turn
-    signs = sorted(d.loss_fn_inputs["advantages"].data[-1] > 0 for d in fb["data"])
+    fake.service.create_lora_training_client.assert_called_once()
+    (n, params), = fake.sent_sampling_params()
+    assert n == 2 and params.seed is None  # the group: one unseeded call
+    data, loss_fn, _ = fake.training.forward_backward.call_args.args
+    assert loss_fn == "importance_sampling" and len(data) == 2  # one datum per sample's turn
+    signs = sorted(d.loss_fn_inputs["advantages"].data[-1] > 0 for d in data)
     assert signs == [False, True]  # the correct kernel is pushed up, the empty answer down
-    adam = next(c[1] for c in service.calls if c[0] == "optim_step")
-    assert adam.learning_rate == pytest.approx(2e-5)
+    assert fake.training.optim_step.call_args.args[0].learning_rate == pytest.approx(2e-5)
+    kl = registry.metric_series(run["id"], "optim/kl_sample_train_v1")["value"]
+    assert kl == [pytest.approx(TRAIN_SHIFT, rel=1e-5)]
     checkpoint = registry.last_checkpoint(run["id"])
     assert checkpoint["state_path"] == "tinker://run-1/weights/step-000000"
     verdicts = sorted(t["verdict"] for traj in registry.trajectories(run["id"])
                       for t in registry.trajectory_turns(traj["id"]))
     assert verdicts == ["correct", "format_error"]
-    # eval.size=gpu (from the preset) is not used on a CPU evaluator; the run says so.
-    assert any("problems keep their own sizes" in e["message"] for e in registry.events(run["id"]))
+    fake.service.close.assert_called_once_with("success")
+    assert NO_KERNEL_RESPONSE  # the fake's second answer is the empty one

@@ -129,7 +129,8 @@ def test_checkpoints_are_recorded_in_registry_and_jsonl(finished_run):
     for checkpoint in checkpoints:
         assert Path(checkpoint["state_path"]).is_file() and Path(checkpoint["sampler_path"]).is_file()
     jsonl = [json.loads(line) for line in (registry.run_dir("e2e") / "checkpoints.jsonl").read_text().splitlines()]
-    assert [(c["name"], c["batch"]) for c in jsonl] == [("step-000001", 1), ("step-000002", 2)]
+    # batch: the batch to run next (tinker-cookbook's convention), one past the checkpoint's step.
+    assert [(c["name"], c["batch"]) for c in jsonl] == [("step-000001", 2), ("step-000002", 3)]
     state = json.loads(Path(jsonl[-1]["trainer_state_path"]).read_text())
     assert state["step"] == 2 and state["problem_ids"] and state["rng"]
 
