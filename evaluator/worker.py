@@ -243,6 +243,7 @@ class _TimedOutputSampler:
     the candidate cannot predict, and for the last; and a count of timed calls that launched no Triton kernel."""
 
     WANTED = 8
+    MAX_BYTES = 2 * 2**30  # copies kept of outputs and inputs together
 
     def __init__(self, rotation: timing.RotatingInputs, expected_calls: int):
         self.rotation = rotation
@@ -256,7 +257,9 @@ class _TimedOutputSampler:
         self.calls += 1
         self.idle_calls += launches == 0
         if len(self.outputs) < 2 * self.WANTED and self.rng.random() < self.probability:
-            self.keep(values_index, output, self.rotation.current)
+            size = sol.tensor_bytes(output) + sol.tensor_bytes(self.rotation.current)
+            if (len(self.outputs) + 2) * size <= self.MAX_BYTES:  # room left for the last call's copies
+                self.keep(values_index, output, self.rotation.current)
 
     def keep(self, values_index: int, output: Any, inputs: list) -> None:
         self.outputs.append((values_index, judge.snapshot(output)))
