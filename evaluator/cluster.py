@@ -1,0 +1,528 @@
+"""The evaluator on a Ray cluster: one long-lived actor per GPU (per CPU slot on CPU-only nodes) owns a local pool.
+The driver keeps the exactly-once promise: a dead actor's in-flight requests go elsewhere once, then `crashed`."""
+
+from __future__ import annotations
+
+import collections
+import enum
+import json
+import os
+import subprocess
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Optional
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from evaluator.api import BACKENDS, PRECISIONS, EvalRequest, EvalResult, Evaluator, EvaluatorError, Verdict
+from evaluator.factory import EvaluatorBusy, evaluate_with_backpressure
+
+MAINTAIN_EVERY_S = 2.0  # how often nodes are re-read, missing actors started and actor stats refreshed
+THROUGHPUT_WINDOW_S = 60.0
+MAX_START_FAILURES = 3  # an actor slot whose actor failed to start this often in a row is marked broken
+# Environment the driver passes on to its actors (where the cache lives, how workers import tests' stand-ins).
+FORWARDED_ENV = ("PYTHONPATH", "KRL_CACHE_DIR", "KRL_CACHE_MAX_GB", "TORCH_CUDA_ARCH_LIST")
+
+
+class ActorState(str, enum.Enum):
+    STARTING = "starting"
+    READY = "ready"
+    DEAD = "dead"
+
+
+# ---------------------------------------------------------------- the actor (runs on a node)
+
+class EvalActor:
+    """Lives in one Ray worker process on one node and owns a local Evaluator there: over the one GPU Ray gave it, or
+    over the CPU. Requests and results cross Ray as JSON text, never pickled objects."""
+
+    def __init__(self, options_json: str, env: dict[str, str]):
+        os.environ.update(env)
+        options = json.loads(options_json)
+        gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+        self.gpu_ids = gpu_ids
+        self.node = ray.util.get_node_ip_address()
+        self.gpu_name = _gpu_name(gpu_ids[0]) if gpu_ids else ""
+        # Ray has set CUDA_VISIBLE_DEVICES to this actor's GPU, so "auto" finds exactly that one.
+        options["devices"] = "auto" if gpu_ids else "cpu"
+        self.evaluator = Evaluator(**options)
+        self.parallel = options.get("cpu_workers", 2) if self.evaluator.cpu_mode else options.get("workers_per_device", 1)
+
+    def describe(self) -> dict[str, Any]:
+        # Devices by physical GPU index: inside the actor every GPU is cuda:0.
+        devices = [f"gpu{g}" for g in self.gpu_ids] or list(self.evaluator.devices)
+        return {"node": self.node, "gpu_name": self.gpu_name, "devices": devices,
+                "cpu_mode": self.evaluator.cpu_mode, "parallel": int(self.parallel), "pid": os.getpid()}
+
+    async def evaluate(self, request_json: str) -> str:
+        import asyncio
+
+        try:
+            request = EvalRequest.from_dict(json.loads(request_json))
+            result = await asyncio.wrap_future(self.evaluator.submit(request))
+        except EvaluatorError as exc:  # this node's pool cannot run it: the driver tries elsewhere
+            return json.dumps({"error": str(exc)})
+        data = result.to_dict()
+        # Kept by EvalResult.from_dict where EvalResult has these fields; the worker id always says where it ran.
+        data["node"] = self.node
+        data["gpu_name"] = self.gpu_name or data.get("device_name", "")
+        data["worker_id"] = f"{self.node}:{os.getpid()}/{data.get('worker_id', '')}"
+        return json.dumps(data)
+
+    def stats(self) -> str:
+        return json.dumps(self.evaluator.stats())
+
+    def close(self) -> None:
+        self.evaluator.close()
+
+
+def _gpu_name(physical_index: str) -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "-i", physical_index, "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20).stdout.strip()
+        return out.splitlines()[0] if out else ""
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+# ---------------------------------------------------------------- the driver side
+
+@dataclass(eq=False)
+class _Job:
+    request: EvalRequest
+    payload: str  # the request as JSON, sent unchanged on every attempt
+    future: Future
+    submitted_at: float
+    attempts: int = 0
+    tried: set = field(default_factory=set)  # slot keys whose actor failed it
+
+
+@dataclass(eq=False)
+class _Slot:
+    """One actor place: a GPU of a node, or a CPU share of a CPU-only node. Its actor may be replaced."""
+
+    key: str  # "<node id>/gpu0" | "<node id>/cpu0"
+    node_id: str
+    gpus: int
+    handle: Any = None
+    state: ActorState = ActorState.STARTING
+    started_at: float = 0.0
+    info: dict = field(default_factory=dict)
+    capacity: int = 2
+    in_flight: dict = field(default_factory=dict)  # ObjectRef -> _Job
+    done: int = 0
+    failures: int = 0
+    finished_at: collections.deque = field(default_factory=collections.deque)
+    pool: dict = field(default_factory=dict)  # the actor's latest Evaluator.stats()
+    stats_asked_at: float = 0.0
+    why: str = ""
+
+
+class ClusterEvaluator:
+    """An evaluator whose workers are Ray actors, one per GPU of every node (`num_gpus=1`, never a fraction: two
+    timed evaluations never share a device), or `cpu_actors_per_node` CPU actors on nodes without GPUs. Each actor
+    owns a local Evaluator (its pool, sandbox and compile workers run on that node), so an evaluation's reference and
+    candidate are timed on the same GPU. `address`: None starts a Ray instance here; else what ray.init takes
+    ("auto", "ray://HOST:10001"). `max_queue` bounds the requests not yet sent to an actor; past it submit raises
+    EvaluatorBusy. `evaluator_options` go to every node's Evaluator (cpu_workers, workers_per_device, ...)."""
+
+    def __init__(self, address: Optional[str] = None, *, evaluator_options: Optional[dict[str, Any]] = None,
+                 cpu_actors_per_node: int = 1, actor_cpus: float = 1.0, max_queue: int = 10_000,
+                 in_flight_per_worker: int = 2, start_timeout_s: float = 300.0, actor_env: Optional[dict] = None,
+                 num_cpus: Optional[int] = None):
+        if cpu_actors_per_node < 1 or max_queue < 1 or in_flight_per_worker < 1:
+            raise EvaluatorError("cpu_actors_per_node, max_queue and in_flight_per_worker must be at least 1.")
+        self.address = address or "local"
+        self._owns_ray = False
+        if not ray.is_initialized():
+            try:
+                if address is None:
+                    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+                    self._owns_ray = True
+                else:
+                    ray.init(address=address, log_to_driver=False)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise EvaluatorError(f"cannot connect to Ray at {address or 'a new local instance'}: {exc}") from None
+        self._options_json = json.dumps(evaluator_options or {})
+        self._env = dict(actor_env) if actor_env is not None else \
+            {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
+        self._cpu_actors_per_node = cpu_actors_per_node
+        self._actor_cpus = actor_cpus
+        self.max_queue = max_queue
+        self._in_flight_per_worker = in_flight_per_worker
+        self._start_timeout_s = start_timeout_s
+        self._actor_class = ray.remote(EvalActor)
+        self._lock = threading.RLock()
+        self._pending: collections.deque[_Job] = collections.deque()
+        self._retry: collections.deque[_Job] = collections.deque()  # failed once on some actor: go first, elsewhere
+        self._slots: dict[str, _Slot] = {}
+        self._graveyard: collections.deque[dict] = collections.deque(maxlen=20)  # rows of dead actors, for stats
+        self._refs: dict[Any, tuple[str, _Slot, Optional[_Job]]] = {}
+        self._start_failures: collections.Counter = collections.Counter()
+        self._respawn_at: dict[str, float] = {}
+        self._broken: dict[str, str] = {}
+        self._counters: collections.Counter = collections.Counter()
+        self._closing = False
+        self._maintained_at = 0.0
+        self._no_actor_since: Optional[float] = None
+        self._wanted_count = 0
+        with self._lock:
+            self._maintain(force=True)
+        self._thread = threading.Thread(target=self._run, name="krl-ray-driver", daemon=True)
+        self._thread.start()
+        self._wait_first_ready(start_timeout_s)
+
+    # ---------------------------------------------------------------- EvaluatorLike
+
+    def submit(self, request: EvalRequest) -> "Future[EvalResult]":
+        if request.backend not in BACKENDS:
+            raise EvaluatorError(f"unknown backend {request.backend!r}; use one of {', '.join(BACKENDS)}.")
+        if request.precision not in PRECISIONS:
+            raise EvaluatorError(f"unknown precision {request.precision!r}; use one of {', '.join(PRECISIONS)}.")
+        future: Future = Future()
+        future.set_running_or_notify_cancel()
+        with self._lock:
+            if self._closing:
+                raise EvaluatorError("the evaluator is closed; open a new one.")
+            depth = len(self._pending) + len(self._retry)
+            if depth >= self.max_queue:
+                self._counters["rejected_busy"] += 1
+                raise EvaluatorBusy(f"the cluster's queue is full ({depth} requests waiting); retry later.", depth)
+            self._pending.append(_Job(request, json.dumps(request.to_dict()), future, time.monotonic()))
+            self._counters["submitted"] += 1
+            self._dispatch()
+        return future
+
+    def evaluate(self, request: EvalRequest) -> EvalResult:
+        return self.submit(request).result()
+
+    def evaluate_many(self, requests: Iterable[EvalRequest]) -> Iterator[EvalResult]:
+        return evaluate_with_backpressure(self.submit, requests)
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            now = time.monotonic()
+            rows = [self._row(slot, now) for slot in self._slots.values()] + list(self._graveyard)
+            return {"kind": "ray", "address": self.address, "queue_depth": len(self._pending) + len(self._retry),
+                    "in_flight": sum(len(s.in_flight) for s in self._slots.values()), "max_queue": self.max_queue,
+                    "nodes": rows, "stats": dict(self._counters), "broken": dict(self._broken)}
+
+    @property
+    def devices(self) -> list[str]:
+        with self._lock:
+            return [f"{s.info.get('node', s.node_id[:8])}:{','.join(s.info.get('devices', []))}"
+                    for s in self._slots.values() if s.state == ActorState.READY]
+
+    @property
+    def cpu_mode(self) -> bool:
+        with self._lock:
+            ready = [s for s in self._slots.values() if s.state == ActorState.READY]
+            return all(s.info.get("cpu_mode", True) for s in ready)
+
+    def actor_handles(self) -> dict[str, Any]:
+        """Slot key -> live actor handle (for tests and operators that need to reach one actor)."""
+        with self._lock:
+            return {s.key: s.handle for s in self._slots.values() if s.state != ActorState.DEAD}
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+        self._thread.join(timeout=10.0)
+        with self._lock:
+            error = EvaluatorError("the evaluator was closed before this request finished.")
+            for job in list(self._pending) + list(self._retry):
+                _fail(job, error)
+            self._pending.clear()
+            self._retry.clear()
+            for slot in self._slots.values():
+                for job in slot.in_flight.values():
+                    _fail(job, error)
+                slot.in_flight.clear()
+            handles = [s.handle for s in self._slots.values() if s.handle is not None and s.state != ActorState.DEAD]
+        closing = []
+        for handle in handles:
+            try:
+                closing.append(handle.close.remote())
+            except Exception:  # noqa: BLE001 - a dead actor needs no closing
+                pass
+        if closing:
+            ray.wait(closing, num_returns=len(closing), timeout=15.0)
+        for handle in handles:
+            try:
+                ray.kill(handle, no_restart=True)
+            except Exception:  # noqa: BLE001
+                pass
+        if self._owns_ray:
+            ray.shutdown()
+
+    def __enter__(self) -> "ClusterEvaluator":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- driver thread
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if self._closing:
+                    return
+                refs = list(self._refs)
+            if not refs:
+                time.sleep(0.05)
+            else:
+                ready, rest = ray.wait(refs, num_returns=1, timeout=0.2)
+                if ready and rest:
+                    more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
+                    ready += more
+                for ref in ready:
+                    self._on_ready(ref)
+            with self._lock:
+                if self._closing:
+                    return
+                self._maintain()
+                self._dispatch()
+
+    def _on_ready(self, ref: Any) -> None:
+        with self._lock:
+            entry = self._refs.pop(ref, None)
+        if entry is None:
+            return
+        kind, slot, job = entry
+        try:
+            value = ray.get(ref, timeout=30)
+            error: Optional[BaseException] = None
+        except Exception as exc:  # noqa: BLE001 - every Ray failure becomes a death or a retry below
+            value, error = None, exc
+        with self._lock:
+            if kind == "describe":
+                self._on_described(slot, value, error)
+            elif kind == "stats":
+                if error is None:
+                    slot.pool = json.loads(value)
+                elif isinstance(error, ray.exceptions.RayActorError):
+                    self._actor_died(slot, error)
+            else:
+                self._on_evaluated(slot, ref, job, value, error)
+            self._dispatch()
+
+    def _on_described(self, slot: _Slot, value: Any, error: Optional[BaseException]) -> None:
+        if error is not None:
+            self._start_failures[slot.key] += 1
+            self._actor_died(slot, error)
+            if self._start_failures[slot.key] >= MAX_START_FAILURES:
+                self._broken[slot.key] = slot.why
+                self._graveyard[-1]["state"] = "broken"
+            return
+        self._start_failures[slot.key] = 0
+        slot.info = value
+        slot.capacity = max(1, int(value.get("parallel", 1))) * self._in_flight_per_worker
+        slot.state = ActorState.READY
+
+    def _on_evaluated(self, slot: _Slot, ref: Any, job: _Job, value: Any, error: Optional[BaseException]) -> None:
+        slot.in_flight.pop(ref, None)
+        if isinstance(error, ray.exceptions.RayActorError):
+            slot.in_flight[ref] = job  # so the death handler retries it with the others
+            self._actor_died(slot, error)
+            return
+        if error is not None:
+            slot.failures += 1
+            self._retry_or_give_up(job, slot, f"the Ray call failed ({type(error).__name__}: {str(error)[:300]})")
+            return
+        data = json.loads(value)
+        if "error" in data:
+            slot.failures += 1
+            self._retry_or_give_up(job, slot, data["error"], crash=False)
+            return
+        result = EvalResult.from_dict(data)
+        result.attempts = job.attempts
+        result.phase_times_s["end_to_end"] = round(time.monotonic() - job.submitted_at, 6)
+        slot.done += 1
+        slot.finished_at.append(time.monotonic())
+        self._finish(job, result)
+
+    def _actor_died(self, slot: _Slot, error: BaseException) -> None:
+        if slot.state == ActorState.DEAD:
+            return
+        started = slot.state == ActorState.READY
+        slot.state = ActorState.DEAD
+        slot.why = _first_line(error)
+        self._counters["actor_deaths" if started else "actor_start_failures"] += 1
+        try:
+            ray.kill(slot.handle, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        for ref in [r for r, (_, s, _) in self._refs.items() if s is slot]:
+            self._refs.pop(ref, None)
+        jobs = list(slot.in_flight.values())
+        slot.in_flight.clear()
+        for job in jobs:
+            self._retry_or_give_up(job, slot, f"the Ray actor on {slot.info.get('node', slot.node_id[:8])} died "
+                                              f"({slot.why})")
+        self._graveyard.append(self._row(slot, time.monotonic()))
+        del self._slots[slot.key]
+        delay = min(60.0, 2.0 * 2 ** self._start_failures[slot.key])
+        self._respawn_at[slot.key] = time.monotonic() + delay
+
+    def _retry_or_give_up(self, job: _Job, slot: _Slot, why: str, crash: bool = True) -> None:
+        job.tried.add(slot.key)
+        if job.attempts < 2:
+            self._counters["retries"] += 1
+            self._retry.append(job)
+            return
+        if not crash:
+            _fail(job, EvaluatorError(f"no node could evaluate this request, twice: {why}"))
+            self._counters["errors"] += 1
+            return
+        self._counters["crashed_after_retry"] += 1
+        self._finish(job, EvalResult(
+            request_id=job.request.request_id, problem_id=job.request.problem_id, verdict=Verdict.CRASHED,
+            error_message=("Evaluator infrastructure failure (not the candidate's fault), twice: " + why)[:2000],
+            attempts=job.attempts, phase_times_s={"total": time.monotonic() - job.submitted_at},
+        ))
+
+    def _finish(self, job: _Job, result: EvalResult) -> None:
+        if job.future.done():
+            self._counters["duplicate_results_dropped"] += 1
+            return
+        self._counters["results"] += 1
+        job.future.set_result(result)
+
+    # ---- placing work
+
+    def _dispatch(self) -> None:
+        ready = [s for s in self._slots.values() if s.state == ActorState.READY]
+        for slot in sorted(ready, key=lambda s: len(s.in_flight) / s.capacity):
+            while len(slot.in_flight) < slot.capacity:
+                job = self._next_job_for(slot, ready)
+                if job is None:
+                    break
+                job.attempts += 1
+                try:
+                    ref = slot.handle.evaluate.remote(job.payload)
+                except Exception as exc:  # noqa: BLE001 - the handle is unusable: the actor is gone
+                    job.attempts -= 1
+                    self._retry.appendleft(job)
+                    self._actor_died(slot, exc)
+                    break
+                slot.in_flight[ref] = job
+                self._refs[ref] = ("evaluate", slot, job)
+        if not ready and not any(s.state == ActorState.STARTING for s in self._slots.values()):
+            self._fail_if_nothing_can_run()
+        else:
+            self._no_actor_since = None
+
+    def _next_job_for(self, slot: _Slot, ready: list[_Slot]) -> Optional[_Job]:
+        """Retries first, each to an actor it has not failed on (unless no other is ready); then the queue."""
+        for job in list(self._retry):
+            if slot.key not in job.tried or all(s.key in job.tried for s in ready):
+                self._retry.remove(job)
+                return job
+        return self._pending.popleft() if self._pending else None
+
+    def _fail_if_nothing_can_run(self) -> None:
+        if not self._pending and not self._retry:
+            return
+        now = time.monotonic()
+        self._no_actor_since = self._no_actor_since or now
+        if now - self._no_actor_since < self._start_timeout_s and len(self._broken) < max(1, self._wanted_count):
+            return
+        why = "; ".join(f"{k}: {v}" for k, v in list(self._broken.items())[:3]) or "no node offers a GPU or a CPU"
+        error = EvaluatorError(f"no Ray actor could evaluate requests for {now - self._no_actor_since:.0f} s ({why}).")
+        for job in list(self._pending) + list(self._retry):
+            _fail(job, error)
+        self._pending.clear()
+        self._retry.clear()
+
+    # ---- actors
+
+    def _maintain(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._maintained_at < MAINTAIN_EVERY_S:
+            return
+        self._maintained_at = now
+        wanted = self._wanted_slots()
+        self._wanted_count = len(wanted)
+        for key, (node_id, gpus) in wanted.items():
+            if key in self._slots or key in self._broken or self._respawn_at.get(key, 0.0) > now:
+                continue
+            self._start_actor(_Slot(key=key, node_id=node_id, gpus=gpus))
+        for slot in list(self._slots.values()):
+            if slot.state == ActorState.STARTING and now - slot.started_at > self._start_timeout_s:
+                self._start_failures[slot.key] += 1
+                self._actor_died(slot, TimeoutError(f"not ready after {self._start_timeout_s:.0f} s"))
+            elif slot.state == ActorState.READY and not any(k == "stats" and s is slot for k, s, _ in self._refs.values()):
+                self._refs[slot.handle.stats.remote()] = ("stats", slot, None)
+
+    def _wanted_slots(self) -> dict[str, tuple[str, int]]:
+        wanted: dict[str, tuple[str, int]] = {}
+        for node in ray.nodes():
+            if not node.get("Alive"):
+                continue
+            resources = node.get("Resources", {})
+            node_id = node["NodeID"]
+            gpus = int(resources.get("GPU", 0))
+            if gpus:
+                for index in range(gpus):
+                    wanted[f"{node_id}/gpu{index}"] = (node_id, 1)
+            else:
+                count = min(self._cpu_actors_per_node, int(resources.get("CPU", 0) // max(self._actor_cpus, 1e-9)))
+                for index in range(count):
+                    wanted[f"{node_id}/cpu{index}"] = (node_id, 0)
+        return wanted
+
+    def _start_actor(self, slot: _Slot) -> None:
+        options: dict[str, Any] = {
+            "num_cpus": self._actor_cpus, "num_gpus": slot.gpus, "max_restarts": 0, "max_concurrency": 1000,
+            "scheduling_strategy": NodeAffinitySchedulingStrategy(slot.node_id, soft=False),
+        }
+        slot.handle = self._actor_class.options(**options).remote(self._options_json, self._env)
+        slot.started_at = time.monotonic()
+        self._slots[slot.key] = slot
+        self._refs[slot.handle.describe.remote()] = ("describe", slot, None)
+        self._counters["actors_started"] += 1
+
+    def _wait_first_ready(self, timeout_s: float) -> None:
+        """Return once every actor placed at start is ready (or failed); raise if none is ready."""
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            with self._lock:
+                states = [s.state for s in self._slots.values()]
+                if ActorState.STARTING not in states and (ActorState.READY in states or self._broken):
+                    break
+            time.sleep(0.05)
+        with self._lock:
+            if any(s.state == ActorState.READY for s in self._slots.values()):
+                return
+            whys = list(self._broken.values()) + [row["why"] for row in self._graveyard if row["why"]]
+        self.close()
+        raise EvaluatorError("no evaluation actor could start on the Ray cluster: "
+                             f"{(whys[0] if whys else 'none became ready in time')[:1500]}")
+
+    def _row(self, slot: _Slot, now: float) -> dict[str, Any]:
+        while slot.finished_at and now - slot.finished_at[0] > THROUGHPUT_WINDOW_S:
+            slot.finished_at.popleft()
+        window = min(THROUGHPUT_WINDOW_S, max(1e-9, now - slot.started_at))
+        return {"node": slot.info.get("node", slot.node_id[:12]), "slot": slot.key,
+                "device": ",".join(slot.info.get("devices", [])), "gpu_name": slot.info.get("gpu_name", ""),
+                "state": "broken" if slot.key in self._broken else slot.state.value,
+                "in_flight": len(slot.in_flight), "done": slot.done, "failures": slot.failures,
+                "evals_per_min": round(len(slot.finished_at) * 60.0 / window, 2), "why": slot.why,
+                "pool": slot.pool}
+
+
+def _fail(job: _Job, error: BaseException) -> None:
+    if not job.future.done():
+        job.future.set_exception(error)
+
+
+def _first_line(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}".strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return " ".join(lines[:3])[:500]
