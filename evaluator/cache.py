@@ -1,5 +1,5 @@
-"""The evaluator's on-disk caches (CUDA builds, Triton kernels) kept under a size budget: least recently used
-entries go first, never one being built or loaded, nor one used in the last minutes."""
+"""The evaluator's on-disk caches (CUDA builds published by the trusted side, Triton kernels) kept under a size
+budget: least recently used entries go first, never one being built or loaded, nor one used in the last minutes."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ class Entry:
     area: str
     path: str
     bytes: int
-    last_used: float  # newest modification time inside it (CUDA hits touch their result.json)
+    last_used: float  # newest modification time inside it (the trusted side touches a CUDA hit's manifest.json)
 
 
 @dataclass

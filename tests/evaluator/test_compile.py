@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -101,7 +102,9 @@ def test_cache_key_covers_flags_arch_and_sources(monkeypatch):
 
 
 @pytest.mark.slow
-def test_two_processes_building_the_same_kernel_build_it_once(tmp_path):
+def test_two_processes_building_the_same_kernel_publish_one_entry(tmp_path):
+    # Each builds in its own private folder (no shared lock in a cache builders cannot write); publishing the
+    # second finds the first's verified entry and keeps it, so both point at one artefact.
     script = textwrap.dedent(f'''
         import json, os, sys
         sys.path.insert(0, {ROOT!r})
@@ -119,8 +122,8 @@ def test_two_processes_building_the_same_kernel_build_it_once(tmp_path):
                                       stdout=subprocess.PIPE, text=True))
     outputs = [json.loads(p.communicate(timeout=240)[0].strip().splitlines()[-1]) for p in procs]
     assert all(o["ok"] for o in outputs)
-    assert sorted(o["hit"] for o in outputs) == [False, True]  # one built, the other waited and reused it
-    assert outputs[0]["so"] == outputs[1]["so"]
+    assert outputs[0]["so"] == outputs[1]["so"] and outputs[0]["so"].startswith(cache)
+    assert len([e for e in os.listdir(os.path.join(cache, "cuda")) if not e.startswith(".") and "." not in e]) == 1
     assert ctypes.CDLL(outputs[0]["so"]).krl_answer() == 42
 
 
@@ -193,3 +196,150 @@ def test_cuda_candidate_compiles_in_a_compile_worker_and_runs_from_the_cache(tmp
     assert broken.verdict == Verdict.COMPILE_ERROR
     line = next(k for k, l in enumerate(broken_source.splitlines(), 1) if "xx[idx]" in l)
     assert f"line {line}:" in broken.error_message and "xx" in broken.error_message
+
+
+# ---------------------------------------------------------------- a cache candidates cannot poison
+
+EVIL_SOURCE = 'extern "C" int krl_answer() { return 666; }'
+
+
+@pytest.fixture
+def evil_so(tmp_path) -> str:
+    """A real shared library that answers 666 where the honest one answers 42."""
+    source, path = tmp_path / "evil.cpp", str(tmp_path / "evil.so")
+    source.write_text(EVIL_SOURCE)
+    subprocess.run(["c++", "-shared", "-fPIC", "-o", path, str(source)], check=True)
+    return path
+
+
+def honest_load(cache: str, private, record) -> str:
+    """What a GPU worker does with a published record: load the candidate's extension through the hook."""
+    from evaluator.compile import install_load_inline_hook
+
+    private.mkdir(exist_ok=True)
+    os.chdir(private)
+    install_load_inline_hook(cache, record)
+    namespace: dict = {}
+    exec(compile(CPP_CANDIDATE, "candidate.py", "exec"), namespace)
+    return namespace["lib_path"]
+
+
+def compile_in(private, cache: str, source: str):
+    """A compile worker's build in its private folder (as in the sandbox: nothing is written to the cache)."""
+    from evaluator.compile import compile_candidate
+
+    private.mkdir(exist_ok=True)
+    os.chdir(private)
+    before = sorted(os.listdir(os.path.join(cache, "cuda"))) if os.path.isdir(os.path.join(cache, "cuda")) else []
+    record = compile_candidate(EvalRequest("p", "", source, backend="cuda"), cache, str(private / "krl-builds"))
+    after = sorted(os.listdir(os.path.join(cache, "cuda"))) if os.path.isdir(os.path.join(cache, "cuda")) else []
+    assert before == after  # the builder never writes the cache
+    return record
+
+
+@pytest.mark.slow
+def test_an_artefact_a_candidate_swaps_in_is_never_loaded_by_a_later_honest_candidate(tmp_path, monkeypatch,
+                                                                                      evil_so):
+    import torch.utils.cpp_extension as cpp
+
+    from evaluator.compile import entry_key, publish_compile
+
+    monkeypatch.setattr(cpp, "load_inline", cpp.load_inline)
+    monkeypatch.chdir(tmp_path)
+    cache = str(tmp_path / "cache")
+    # The attacker asks for exactly the honest extension, then swaps the built library for its own, and also plants
+    # an entry in the old cache layout (cuda/<key>/result.json + .so) that earlier versions loaded.
+    attacker = CPP_CANDIDATE + textwrap.dedent(f'''
+        import glob, json, os, shutil
+        for built in glob.glob("krl-builds/*/*.so"):
+            shutil.copy({evil_so!r}, built)
+        for folder in glob.glob({cache!r} + "/cuda/*/"):
+            try:
+                shutil.copy({evil_so!r}, folder + "answer.so")
+                json.dump({{"ok": True, "so_name": "answer.so", "module_name": "answer_ext"}},
+                          open(folder + "result.json", "w"))
+            except OSError:
+                pass
+    ''')
+    planted = compile_in(tmp_path / "w1", cache, attacker)
+    published_attack = publish_compile(planted, str(tmp_path / "w1"), cache, attacker)
+    evil_path = published_attack.builds[0].so_path
+    assert ctypes.CDLL(evil_path).krl_answer() == 666  # the swap was real, and is kept for the attacker alone
+    key = published_attack.builds[0].key
+    os.makedirs(os.path.join(cache, "cuda", key), exist_ok=True)  # the old layout's folder for this key
+    shutil.copy(evil_so, os.path.join(cache, "cuda", key, "answer.so"))
+    (tmp_path / "cache" / "cuda" / key / "result.json").write_text(json.dumps({"ok": True, "so_name": "answer.so"}))
+
+    honest = compile_in(tmp_path / "w2", cache, CPP_CANDIDATE)
+    assert honest.ok and not honest.cache_hit  # the attacker's entry is scoped to the attacker's source
+    assert honest.builds[0].key == key
+    published = publish_compile(honest.to_dict(), str(tmp_path / "w2"), cache, CPP_CANDIDATE)
+    lib_path = honest_load(cache, tmp_path / "w2", published.to_dict())
+    assert lib_path != evil_path and lib_path.startswith(cache)
+    assert ctypes.CDLL(lib_path).krl_answer() == 42
+    assert entry_key(published.source_sha256, key) != entry_key(published_attack.source_sha256, key)
+
+
+@pytest.mark.slow
+def test_a_tampered_artefact_fails_verification_and_is_rebuilt_never_loaded(tmp_path, monkeypatch, evil_so):
+    import torch.utils.cpp_extension as cpp
+
+    from evaluator.compile import entry_key, lookup, publish_compile
+
+    monkeypatch.setattr(cpp, "load_inline", cpp.load_inline)
+    monkeypatch.chdir(tmp_path)
+    cache = str(tmp_path / "cache")
+    first = publish_compile(compile_in(tmp_path / "w1", cache, CPP_CANDIDATE), str(tmp_path / "w1"), cache,
+                            CPP_CANDIDATE)
+    build = first.builds[0]
+    entry = entry_key(first.source_sha256, build.key)
+    assert build.so_path.endswith(f"/{entry}/{build.artefact_sha256}.so") and lookup(cache, entry) is not None
+    shutil.copy(evil_so, build.so_path)  # the bytes change, the name (its old hash) does not
+    assert lookup(cache, entry) is None
+    # A GPU worker holding the old record does not load it: the hook verifies, misses and builds privately.
+    lib_path = honest_load(cache, tmp_path / "w3", first.to_dict())
+    assert lib_path != build.so_path and ctypes.CDLL(lib_path).krl_answer() == 42
+    # The next compile rebuilds, and publishing replaces the corrupt entry.
+    again = compile_in(tmp_path / "w2", cache, CPP_CANDIDATE)
+    assert not again.cache_hit
+    replaced = publish_compile(again, str(tmp_path / "w2"), cache, CPP_CANDIDATE)
+    assert replaced.ok and lookup(cache, entry).artefact_sha256 == replaced.builds[0].artefact_sha256
+    assert ctypes.CDLL(replaced.builds[0].so_path).krl_answer() == 42
+
+
+@pytest.mark.slow
+def test_publishing_believes_no_path_or_name_from_the_record(tmp_path, monkeypatch):
+    import torch.utils.cpp_extension as cpp
+
+    from evaluator.compile import publish_compile, safe_file_name
+
+    monkeypatch.setattr(cpp, "load_inline", cpp.load_inline)
+    monkeypatch.chdir(tmp_path)
+    cache = str(tmp_path / "cache")
+    record = compile_in(tmp_path / "w1", cache, CPP_CANDIDATE).to_dict()
+    (tmp_path / "w2").mkdir()
+    sibling = tmp_path / "w2" / "x.so"
+    sibling.write_bytes(b"not yours")
+    (tmp_path / "w1" / "link.so").symlink_to(sibling)
+    os.mkfifo(tmp_path / "w1" / "fifo.so")  # opening it for reading would block a careless publisher
+    build = record["artifacts"]["builds"][0]
+
+    def published_with(**changes):
+        forged = json.loads(json.dumps(record))
+        forged["artifacts"]["builds"][0].update(changes)
+        return publish_compile(forged, str(tmp_path / "w1"), cache, CPP_CANDIDATE)
+
+    assert safe_file_name("../../w2/x.so") == "_.._w2_x.so" and safe_file_name(".hidden") == "hidden"
+    for changes, why in (({"so_name": "../../w2/x.so"}, "cannot be read"),
+                         ({"build_dir": str(tmp_path / "w2"), "so_name": "x.so"}, "outside the worker's private"),
+                         ({"build_dir": str(tmp_path / "w1"), "so_name": "link.so"}, "outside the worker's private"),
+                         ({"build_dir": str(tmp_path / "w1"), "so_name": "fifo.so"}, "cannot be read"),
+                         ({"module_name": "os; import sys"}, "not a Python identifier"),
+                         ({"key": "../" * 10 + "x" * 2}, "not a key"),
+                         ({"cache_hit": True}, "missing or failed verification")):
+        out = published_with(**changes)
+        assert not out.ok and why in out.error_message, (changes, out)
+        assert not out.builds[0].so_path
+    assert published_with(ok="yes").ok is False  # a field of the wrong type: the record is refused
+    assert build["so_name"] and published_with().ok  # the record as the builder made it is fine
+    assert not any(name.startswith(".build-publish") for name in os.listdir(os.path.join(cache, "cuda")))
