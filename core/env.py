@@ -591,6 +591,13 @@ class KernelEnv:
         self._prompt = None if done else self._refinement_prompt()
         return StepOutcome(score, breakdown, feedback, done, self._prompt, parsed, eval_result, turn)
 
+    def end_early(self) -> None:
+        """End the episode after the turn just scored (its next prompt no longer fits the context window)."""
+        self.done = True
+        self._prompt = None
+        if self.trajectory.transitions:
+            self.trajectory.transitions[-1].done = True
+
 
 class _OnceRetriever:
     """Asks the wrapped retriever once and hands every env of a group the same examples."""

@@ -9,14 +9,19 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from core.backends.base import Prompt, SampleContext, SampledSequence, SamplingParams, TrainingBackend
+from core.backends.base import (Prompt, SampleContext, SampledSequence, SamplingParams, TrainingBackend,
+                                context_window_tokens)
 from core.config import RunConfig
 from core.env import KernelEnv, Retriever, messages_to_text
+from core.errors import KrlError
 from core.problems import Problem
 from core.reward import StageSchedule
 from evaluator.api import EvalResult
 
 WAIT_POLL_S = 0.25  # how often waiting threads look at the stop flag
+# A later turn whose prompt leaves fewer response tokens than this (or than max_tokens, if smaller) ends the episode:
+# a reply cut that short cannot hold a kernel, and scoring it would punish the policy for the history's length.
+MIN_RESPONSE_TOKENS = 256
 
 
 class StopRequested(Exception):
@@ -33,6 +38,7 @@ def derive_seed(*parts: Any) -> int:
 class TurnSample:
     prompt: Prompt
     sequence: SampledSequence
+    max_tokens_clamped: bool = False  # the context window left less than sampling.max_tokens
 
 
 @dataclass
@@ -42,6 +48,7 @@ class Rollout:
     problem: Problem
     env: KernelEnv
     samples: list[TurnSample] = field(default_factory=list)
+    context_full: bool = False  # ended early: the next turn's prompt no longer fitted the context window
 
 
 class SharedFirstTurn:
@@ -72,6 +79,20 @@ class RolloutRunner:
         self.stop_event = stop_event
         self.stop_reason = stop_reason
         self.schedule = schedule or StageSchedule.from_config(config)
+        self.context_window = context_window_tokens(backend, config.sampling.context_window)
+
+    def prompt_tokens(self, prompt: Prompt) -> int:
+        return len(prompt.tokens) or self.backend.count_tokens(messages_to_text(prompt.messages))
+
+    def response_budget(self, prompt: Prompt) -> int:
+        """max_tokens for this prompt: the configured one, clamped to what the context window leaves."""
+        configured = self.config.sampling.max_tokens
+        if self.context_window is None:
+            return configured
+        return min(configured, self.context_window - self.prompt_tokens(prompt))
+
+    def fits(self, prompt: Prompt) -> bool:
+        return self.response_budget(prompt) >= min(MIN_RESPONSE_TOKENS, self.config.sampling.max_tokens)
 
     def check_stop(self) -> None:
         if self.stop_event.is_set():
@@ -80,7 +101,7 @@ class RolloutRunner:
     def sample(self, prompt: Prompt, n: int, step: int, group: int, turn: int, problem: Problem,
                samples: list[int], sample_key: Any) -> list[SampledSequence]:
         self.check_stop()
-        params = SamplingParams(max_tokens=self.config.sampling.max_tokens,
+        params = SamplingParams(max_tokens=max(1, self.response_budget(prompt)),
                                 temperature=self.config.sampling.temperature, top_p=self.config.sampling.top_p,
                                 seed=derive_seed("sample", self.config.seed, step, group, sample_key, turn))
         context = SampleContext(problem_id=problem.id, turn=turn, samples=samples)
@@ -105,6 +126,11 @@ class RolloutRunner:
         messages = env.initial_prompt()
         prompt = self.backend.render(messages)
         env.prefilled_think = prompt.prefilled_think
+        if not self.fits(prompt):
+            raise KrlError(f"problem {problem.id}: its first prompt is {self.prompt_tokens(prompt)} tokens, which "
+                           f"leaves fewer than {MIN_RESPONSE_TOKENS} of the {self.context_window}-token context "
+                           "window for the answer. Raise sampling.context_window (up to the model's), use a model "
+                           "with a longer context, or leave the problem out.")
         # Replay/recorded samples rotate with the epoch, so a problem seen again gets other recordings.
         sample_index = epoch * group_size + sample
         sequences = first_turn.get(lambda: self.sample(
@@ -121,11 +147,16 @@ class RolloutRunner:
             tokens_in = len(prompt.tokens) or self.backend.count_tokens(messages_to_text(messages))
             outcome = env.step(sequence.text, sequence.truncated, result, parsed=parsed, response_tokens=tokens_out,
                                prompt_tokens=tokens_in)
-            rollout.samples.append(TurnSample(prompt, sequence))
+            rollout.samples.append(TurnSample(prompt, sequence,
+                                              self.response_budget(prompt) < self.config.sampling.max_tokens))
             if outcome.done:
                 return rollout
             messages = outcome.next_prompt
             prompt = self.backend.render(messages)
+            if not self.fits(prompt):
+                env.end_early()
+                rollout.context_full = True
+                return rollout
             sequence = self.sample(prompt, 1, step, group, env.turn, problem, [sample_index], sample)[0]
 
     def submit_group(self, pool: Executor, step: int, group: int, problem: Problem, epoch: int,
@@ -134,6 +165,16 @@ class RolloutRunner:
         shared = SharedFirstTurn()
         return [pool.submit(self.rollout, step, group, sample, problem, epoch, shared, group_size)
                 for sample in samples]
+
+
+def context_metrics(rollouts: Sequence[Rollout]) -> dict[str, float]:
+    """env/all/context_full_frac: episodes ended because the next prompt no longer fitted the context window;
+    env/all/clamped_turn_frac: turns whose max_tokens the window clamped."""
+    turns = [t for r in rollouts for t in r.samples]
+    if not rollouts:
+        return {}
+    return {"env/all/context_full_frac": sum(r.context_full for r in rollouts) / len(rollouts),
+            "env/all/clamped_turn_frac": sum(t.max_tokens_clamped for t in turns) / len(turns) if turns else 0.0}
 
 
 def wait_all(futures: Sequence[Future]) -> list[Any]:

@@ -28,7 +28,7 @@ from core.errors import KrlError
 from core.losses import add_sums, loss_fn_config, sample_train_metrics
 from core.problems import Problem, load_problem_set
 from core.registry import Registry, TrajectoryRecord
-from core.rollouts import Rollout, RolloutRunner, StopRequested, derive_seed, wait_all
+from core.rollouts import Rollout, RolloutRunner, StopRequested, context_metrics, derive_seed, wait_all
 from core.system_metrics import StepSampler, visible_gpu_indices
 from core.train_metrics import rollout_metrics
 from core.reward import BatchAdvantages, StageSchedule, per_turn_advantages
@@ -350,6 +350,7 @@ class Trainer:
             records.append(rollout.env.trajectory.to_record(rollout.group, rollout.sample, adv.returns[rollout.sample],
                                                             adv.advantages[rollout.sample], cfg.reward.gamma))
         metrics = rollout_metrics([r.env.trajectory for r in rollouts], cfg)
+        metrics.update(context_metrics(rollouts))
         metrics.update(advantages.metrics())
         metrics.update(self.schedule.metrics(step))
         metrics.update(train_metrics)

@@ -274,3 +274,52 @@ def test_one_training_step_of_the_loop_through_the_sdk(fake, registry):
     assert verdicts == ["correct", "format_error"]
     fake.service.close.assert_called_once_with("success")
     assert NO_KERNEL_RESPONSE  # the fake's second answer is the empty one
+
+
+# ---------------------------------------------------------------- the context window (multi-turn)
+
+def _answerless_runner(fake, monkeypatch, context_length, max_tokens=4096):
+    """Three-turn episodes whose answers hold no kernel (no evaluator needed), through the autospecced SDK."""
+    import threading
+
+    from core.config import load_config
+    from core.problems import load_problem_set
+    from core.rollouts import RolloutRunner, SharedFirstTurn
+
+    fake.responses = [NO_KERNEL_RESPONSE]
+    fake.context_length = context_length
+    config = load_config("kevin", ["backend=tinker", "model=Qwen/Qwen3-8B", "problems=builtin/relu", "max_turns=3",
+                                   "dataset.group_size=1", f"sampling.max_tokens={max_tokens}", "rag.index=null"])
+    runner = RolloutRunner(open_backend(), None, config, None, threading.Event())
+    problem = load_problem_set("builtin/relu")[0]
+    return runner, lambda: runner.rollout(0, 0, 0, problem, 0, SharedFirstTurn(), 1)
+
+
+def test_max_tokens_is_clamped_and_an_episode_ends_cleanly_when_its_prompt_outgrows_the_context(fake, monkeypatch):
+    from core.rollouts import MIN_RESPONSE_TOKENS, context_metrics
+
+    _, play = _answerless_runner(fake, monkeypatch, context_length=10**6)
+    roomy = play()
+    first, second = (len(t.prompt.tokens) for t in roomy.samples[:2])
+    assert len(roomy.samples) == 3 and not roomy.context_full and second > first
+
+    # The first prompt fits with room to spare; the second (history + feedback) leaves too little for an answer.
+    window = first + MIN_RESPONSE_TOKENS + (second - first) // 2
+    assert window - second < MIN_RESPONSE_TOKENS
+    runner, play = _answerless_runner(fake, monkeypatch, context_length=window)
+    assert runner.context_window == window
+    tight = play()
+    assert len(tight.samples) == 1 and tight.context_full and tight.env.done
+    assert tight.env.trajectory.transitions[-1].done
+    sent = fake.sent_sampling_params()[-1][1]
+    assert sent.max_tokens == window - first  # clamped to what the window leaves after the prompt
+    assert context_metrics([tight]) == {"env/all/context_full_frac": 1.0, "env/all/clamped_turn_frac": 1.0}
+    assert context_metrics([roomy])["env/all/context_full_frac"] == 0.0
+
+
+def test_a_first_prompt_that_does_not_fit_is_a_clear_error(fake, monkeypatch):
+    _, play = _answerless_runner(fake, monkeypatch, context_length=10**6)
+    first = len(play().samples[0].prompt.tokens)
+    _, play = _answerless_runner(fake, monkeypatch, context_length=first + 10)
+    with pytest.raises(KrlError, match="problem builtin/relu: its first prompt is .* sampling.context_window"):
+        play()
