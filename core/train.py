@@ -130,6 +130,7 @@ class Trainer:
         self.retriever: Any = None
         self.env_config: RunConfig = self.config  # what episodes see (eval.size may be adapted to a CPU evaluator)
         self.problems: list[Problem] = []
+        self.heldout: list[Problem] = []  # eval_every: problems kept out of training (core/evaluation.py)
         self.last_completed_step: Optional[int] = None
         self.last_checkpoint_step: Optional[int] = None
         self.start_step = 0
@@ -195,6 +196,12 @@ class Trainer:
             if not problems:
                 raise KrlError(f"none of the problems in '{self.config.problems}' has recordings in "
                                f"{getattr(self.backend, 'path', 'the replay file')}.")
+        if self.config.eval_every:
+            from core.evaluation import split_heldout
+
+            problems, self.heldout = split_heldout(problems, self.config)
+            self.registry.add_event(self.run_id, "heldout", f"held out of training for eval_every: "
+                                                             f"{', '.join(p.id for p in self.heldout)}")
         if saved_ids:
             by_id = {p.id: p for p in problems}
             missing = [pid for pid in saved_ids if pid not in by_id]
@@ -377,6 +384,15 @@ class Trainer:
                  metrics["time/total"])
         return metrics
 
+    def _evaluate_heldout(self, step: int) -> None:
+        """eval_every: score the held-out problems with the current weights, as metrics of this step
+        (eval/heldout/fast_p/eager/kernelbench/1 beside env/all/reward/total)."""
+        from core.evaluation import heldout_metrics
+
+        metrics = heldout_metrics(self.rollout_runner, self._pool, self.heldout,
+                                  self.config.evaluation.heldout_samples, step)
+        self.registry.log_metrics(self.run_id, step, metrics)
+
     def _truncate_metrics_jsonl(self, first_new_step: int) -> None:
         """Drop lines of steps that will be redone (written after the checkpoint we resume from)."""
         path = self.run_dir / "metrics.jsonl"
@@ -441,6 +457,8 @@ class Trainer:
         for step in range(self.start_step, cfg.max_steps):
             try:
                 self.run_step(step)
+                if cfg.eval_every and (step + 1) % cfg.eval_every == 0:
+                    self._evaluate_heldout(step)
             except StopRequested:
                 self._final_checkpoint()
                 raise
