@@ -266,12 +266,12 @@ def _publish_one(build: ExtensionBuild, private_dir: str, cache_dir: str, source
         return _refused(build, "its extension key is not a key")
     entry = entry_key(source_sha256, build.key)
     folder = os.path.join(cache_dir, "cuda", entry)
-    if build.cache_hit:
+    if build.cache_hit or (build.artefact_sha256 and not build.build_dir):  # a hit, or published already
         found = lookup(cache_dir, entry)
         if found is None:
             return _refused(build, "the cached build it names is missing or failed verification")
         _touch(os.path.join(folder, MANIFEST))  # last use, for the pruner's least-recently-used order
-        found.seconds = build.seconds
+        found.cache_hit, found.seconds = build.cache_hit, build.seconds
         return found
     if not build.cacheable:  # a failure that may not repeat (killed, import error): passed on, not kept
         return dataclasses.replace(build, so_path="", so_name="", build_dir="", artefact_sha256="")

@@ -343,3 +343,38 @@ def test_publishing_believes_no_path_or_name_from_the_record(tmp_path, monkeypat
     assert published_with(ok="yes").ok is False  # a field of the wrong type: the record is refused
     assert build["so_name"] and published_with().ok  # the record as the builder made it is fine
     assert not any(name.startswith(".build-publish") for name in os.listdir(os.path.join(cache, "cuda")))
+
+
+@pytest.mark.slow
+def test_a_sandboxed_compile_worker_builds_privately_and_the_trusted_side_publishes(tmp_path, monkeypatch):
+    import torch.utils.cpp_extension as cpp
+
+    from evaluator.compile import CompileRecord, publish_compile
+    from evaluator.sandbox import get_sandbox, worker_spec
+
+    sandbox = get_sandbox()
+    if sandbox.kind == "none":
+        pytest.skip("no sandbox can start on this machine")
+    monkeypatch.setattr(cpp, "load_inline", cpp.load_inline)
+    cache, private = tmp_path / "cache", tmp_path / "w1"
+    (cache / "cuda").mkdir(parents=True)
+    private.mkdir()
+    os.chmod(tmp_path, 0o755)
+    (private / "candidate.py").write_text(CPP_CANDIDATE)
+    script = ("import json\nfrom evaluator.api import EvalRequest\nfrom evaluator.compile import build_cuda_candidate\n"
+              "source = open('candidate.py').read()\n"
+              f"print('RECORD', json.dumps(build_cuda_candidate(EvalRequest('p', '', source, backend='cuda'), {str(cache)!r})))")
+    spec = worker_spec(str(private), os.environ, cache_dir=str(cache), extra_env={"CUDA_VISIBLE_DEVICES": ""})
+    done = sandbox.popen(spec, [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    out, err = done.communicate(timeout=300)
+    assert done.returncode == 0, err[-3000:]
+    raw = json.loads(next(line for line in out.splitlines() if line.startswith("RECORD "))[len("RECORD "):])
+    built = CompileRecord.from_dict(raw)
+    assert built.ok and not built.cache_hit and built.builds[0].build_dir.startswith(str(private))
+    if "read-only system" in sandbox.protections:
+        assert os.listdir(cache / "cuda") == []  # it could not publish itself: the cache is read-only inside
+    published = publish_compile(raw, str(private), str(cache), CPP_CANDIDATE)
+    assert published.ok and published.builds[0].so_path.startswith(str(cache))
+    assert publish_compile(published, str(private), str(cache), CPP_CANDIDATE).builds[0] == published.builds[0]
+    assert ctypes.CDLL(honest_load(str(cache), tmp_path / "w2", published.to_dict())).krl_answer() == 42
