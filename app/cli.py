@@ -69,7 +69,9 @@ def main() -> None:
         code = app(standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
     except KrlError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        from app.widgets.format import printable
+
+        typer.echo(f"error: {printable(exc)}", err=True)
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)

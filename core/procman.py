@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from core.errors import KrlError
-from core.registry import ACTIVE_STATUSES, Registry
+from core.registry import ACTIVE_STATUSES, Registry, check_run_name
 
 # Run lifecycle
 #     start_run → row `queued` → reconcile() spawns `python -m core.train <run-id> --workspace W` when its GPUs are free
@@ -505,7 +505,19 @@ def _start_step(registry: Registry, row: dict[str, Any]) -> tuple[int, Optional[
 
 
 def _spawn(registry: Registry, row: dict[str, Any], gpus: list, detected: list) -> dict[str, Any]:
-    """Start a queued run's job (called inside reconcile's write transaction, so two readers never start it twice)."""
+    """Start a queued run's job (called inside reconcile's write transaction, so two readers never start it twice).
+    Whatever stops it before the process exists (a file where the run folder goes, a full disk while writing the
+    log header, a missing interpreter) marks this run failed with the reason and leaves reconciliation going."""
+    try:
+        return _start_job(registry, row, gpus, detected)
+    except OSError as exc:
+        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+        message = f"could not start the job: {exc.strerror or exc}{where}"
+        registry.set_status(row["id"], "failed", message, error=message, ended_at=_now())
+        return {"name": row["name"], "from": "queued", "to": "failed", "message": message}
+
+
+def _start_job(registry: Registry, row: dict[str, Any], gpus: list, detected: list) -> dict[str, Any]:
     workspace = registry.workspace
     run_dir = registry.run_dir(row["name"])
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -526,22 +538,13 @@ def _spawn(registry: Registry, row: dict[str, Any], gpus: list, detected: list) 
     start_step, checkpoint = _start_step(registry, row)
     segments = [dict(s) for s in (row.get("segments") or [])]
     index = len(segments)
-    log = open(run_dir / "logs.log", "ab")
-    try:
+    with open(run_dir / "logs.log", "ab") as log:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         log.write(f"=== krl: segment {index} of run {row['name']} starting at step {start_step} ({stamp}, "
                   f"gpus [{','.join(str(g) for g in gpus)}]) ===\n".encode())
         log.flush()
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
                                 env=env, start_new_session=True, close_fds=True)
-    except OSError as exc:
-        log.close()
-        message = f"could not start the job: {exc}"
-        registry.set_status(row["id"], "failed", message, error=message, ended_at=_now())
-        return {"name": row["name"], "from": "queued", "to": "failed", "message": message}
-    finally:
-        if not log.closed:
-            log.close()
     _CHILDREN[row["id"]] = proc
     identity = process_identity(proc.pid)
     now = _now()
@@ -613,6 +616,11 @@ def start_run(config: Any, name: str | None = None, gpus: int | None = None, pre
             cfg["gpus"] = need
         backend = cfg.get("backend")
         problems = cfg.get("problems")
+        check_run_name(name)
+        folder = reg.run_dir(name)
+        if folder.exists() and not folder.is_dir():
+            raise KrlError(f"{folder} is a file, and a run named '{name}' keeps its logs and checkpoints in a folder "
+                           "of that name. Move the file away or choose another --name.")
         row = reg.create_run(
             name,
             kind=kind or ("replay" if backend == "replay" else "train"), config=cfg, preset=preset,

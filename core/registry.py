@@ -509,7 +509,7 @@ class Registry:
                    parent_step: int | None = None, status: str = "queued") -> dict[str, Any]:
         if kind not in RUN_KINDS:
             raise KrlError(f"run kind must be one of {', '.join(RUN_KINDS)}, not '{kind}'.")
-        _check_run_name(name)
+        check_run_name(name)
         with self.transaction():
             if self.conn.execute("SELECT 1 FROM runs WHERE name = ?", (name,)).fetchone():
                 raise KrlError(f"a run named '{name}' already exists. Choose another --name, or resume it with "
@@ -629,7 +629,7 @@ class Registry:
             self.conn.execute("UPDATE runs SET heartbeat_at = ? WHERE id = ?", (time.time(), run_id))
 
     def rename_run(self, run_id: int, new_name: str) -> None:
-        _check_run_name(new_name)
+        check_run_name(new_name)
         with self.transaction():
             if self.conn.execute("SELECT 1 FROM runs WHERE name = ?", (new_name,)).fetchone():
                 raise KrlError(f"a run named '{new_name}' already exists; choose another name.")
@@ -1095,9 +1095,19 @@ class Registry:
             (run_id, limit))
 
 
-def _check_run_name(name: str) -> None:
-    if not name or "/" in name or name.startswith(".") or len(name) > 120 or any(c.isspace() for c in name):
-        raise KrlError(f"invalid run name '{name}': use letters, digits, '-', '_' and '.', no spaces or '/'.")
+def check_run_name(name: str) -> None:
+    """KrlError unless `name` can name a run."""
+    # Names become folder names beside the registry and are printed to terminals: no path separators, no control
+    # characters (an escape sequence in a name would reach every terminal that lists runs), none of the registry's
+    # own files.
+    if not name or "/" in name or "\\" in name or name.startswith(".") or len(name) > 120 \
+            or not name.isprintable() or any(c.isspace() for c in name):
+        shown = name.encode("unicode_escape").decode("ascii")
+        raise KrlError(f"invalid run name '{shown}': use letters, digits, '-', '_' and '.', no spaces, control "
+                       "characters or '/'.")
+    if name.startswith(REGISTRY_FILENAME):
+        raise KrlError(f"the run name '{name}' is reserved: the workspace keeps its registry in {REGISTRY_FILENAME}* "
+                       "files. Choose another name.")
 
 
 def _columns(rows: Sequence[tuple]) -> dict[str, list[Any]]:

@@ -22,7 +22,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from app.widgets.format import fmt_steps
+from app.widgets.format import fmt_steps, printable
 
 EXIT_RUN_FAILED = 3
 
@@ -111,6 +111,17 @@ STATUS_STYLES = {"queued": "yellow", "running": "green", "stopping": "yellow", "
                  "finished": "bold green", "failed": "red", "crashed": "bold red"}
 
 
+def _shown(row: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a run row whose text is safe to print (see printable); for display only, never for lookups."""
+    out = dict(row)
+    for key, value in row.items():
+        if isinstance(value, str):
+            out[key] = printable(value)
+        elif key == "tags" and isinstance(value, list):
+            out[key] = [printable(tag) for tag in value]
+    return out
+
+
 def _status_text(status: str) -> str:
     return f"[{STATUS_STYLES.get(status, 'white')}]{status}[/]"
 
@@ -165,7 +176,7 @@ def list_runs(
     for column in ("name", "status", "step", "backend", "model", "gpus", "reward", "correct", "best×", "age", "tags"):
         table.add_column(column, justify="right" if column in ("step", "reward", "correct", "best×") else "left")
     now = time.time()
-    for row in rows:
+    for row in map(_shown, rows):
         last = (row.get("summary") or {}).get("last", {})
         keys = list(last)
         reward_column, correct_column = reward_key(keys), correct_key(keys)
@@ -196,6 +207,8 @@ def show_run(
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return
+    tail = procman.tail_log(reg, row["name"], 8)
+    row = _shown(row)
     console = _err()
     now = time.time()
     alive = procman.run_process_alive(row)
@@ -219,7 +232,7 @@ def show_run(
         lines.append(("queue", f"waiting for {row.get('gpus_requested') or 0} GPU(s); free {usage['free'] or 'none'}"
                       f" of {usage['detected'] or 'none'}" + (f"; behind {', '.join(ahead)}" if ahead else "")))
     for key, value in lines:
-        console.print(f"  [dim]{key:<10}[/] {value if value is not None else '-'}")
+        console.print(f"  [dim]{key:<10}[/] {printable(value) if value is not None else '-'}")
     last = (row.get("summary") or {}).get("last", {})
     if last:
         console.print("  [dim]metrics[/]    " + "  ".join(f"{k}={_fmt(v)}" for k, v in sorted(last.items())[:12]))
@@ -235,11 +248,10 @@ def show_run(
         console.print("  [red]error[/]")
         for line in str(row["error"]).splitlines()[-12:]:
             console.print(f"    {line}", markup=False, soft_wrap=True)
-    tail = procman.tail_log(reg, row["name"], 8)
     if tail:
         console.print("  [dim]log tail[/]")
         for line in tail:
-            console.print(f"    {line}", markup=False, soft_wrap=True)
+            console.print(f"    {printable(line)}", markup=False, soft_wrap=True)
 
 
 # ---------------------------------------------------------------- control
@@ -520,7 +532,7 @@ def render_watch(reg, run_id: int):
     from rich.panel import Panel
     from rich.table import Table
 
-    row = reg.get_run(run_id)
+    row = _shown(reg.get_run(run_id))
     now = time.time()
     keys = reg.metric_keys(run_id)
     head = Table.grid(padding=(0, 2))
@@ -546,7 +558,7 @@ def render_watch(reg, run_id: int):
         verdicts.add_column(column)
     for v in reg.recent_turn_verdicts(run_id, 8):
         style = "green" if v["verdict"] == "correct" else "red" if v["verdict"] else "white"
-        verdicts.add_row(str(v["step"]), v["problem_id"], str(v["turn"]), f"[{style}]{v['verdict'] or '-'}[/]",
+        verdicts.add_row(str(v["step"]), printable(v["problem_id"]), str(v["turn"]), f"[{style}]{v['verdict'] or '-'}[/]",
                          _fmt(v["step_score"]))
     parts = [head, curves, verdicts]
     if row.get("error") and row["status"] in ("failed", "crashed"):

@@ -25,6 +25,15 @@ def fmt_float(value: Optional[float], digits: int = 2) -> str:
     return f"{value:.{digits}f}"
 
 
+def printable(text: object) -> str:
+    """Text safe to print to a terminal: control characters (escape sequences, bells) shown as \\xNN escapes,
+    line breaks and tabs kept. Run names, notes, errors and tags come from a registry that anything can write."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in "\n\t" else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def fmt_steps(last_step: Optional[int], total_steps: Optional[int]) -> str:
     """Progress as steps done / total: steps are numbered from 0, so a run whose last step is 6 has done 7.
     The one definition the CLI and the TUI show."""

@@ -385,3 +385,13 @@ def test_step_counts_agree_for_a_finished_one_step_run(krl, registry):
     assert next(line for line in listing.splitlines() if "one-step" in line).split()[2] == "1/1"
     assert "1/1" in krl("runs", "show", "one-step", check_rc=0).stderr.replace(" / ", "/")
     assert "step 1/1" in krl("watch", "one-step", check_rc=0).stderr
+
+
+def test_escape_sequences_in_stored_names_never_reach_the_terminal(krl, registry):
+    """Names are checked at creation; a registry written before that check still prints them defanged."""
+    run = registry.create_run("plain", status="finished", notes="note \x1b]0;pwned\x07")
+    registry.conn.execute("UPDATE runs SET name = ?, error = ? WHERE id = ?",
+                          ("evil\x1b[2J", "boom \x1b[31mred", run["id"]))
+    for args in (("runs", "ls"), ("runs", "show", "evil\x1b[2J"), ("watch", "evil\x1b[2J")):
+        done = krl(*args)
+        assert "\x1b" not in done.stderr + done.stdout and "evil" in done.stderr, args

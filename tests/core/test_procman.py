@@ -373,3 +373,41 @@ def test_real_job_queue_stop_resume_continues_then_kill_9_crashes(real_pm, monke
     crashed = reg.get_run("real")
     assert [s["end_status"] for s in crashed["segments"]] == ["stopped", "crashed"]
     assert procman._orphans(crashed, reg.workspace) == []  # its evaluator workers went with it
+
+
+# ---------------------------------------------------------------- a workspace never wedges (issue 13, bug 4)
+
+@pytest.mark.parametrize("name", ["registry.db", "registry.db-wal", "registry.db-shm", "registry.db-journal"])
+def test_the_registry_files_names_are_reserved(pm, name):
+    with pytest.raises(KrlError, match="reserved"):
+        procman.start_run(standin(), name=name, registry=pm)
+    assert pm.list_runs() == []
+    assert procman.reconcile(pm) == []
+
+
+def test_start_refuses_a_name_whose_folder_is_a_file(pm):
+    (pm.workspace / "taken").write_text("not a folder")
+    with pytest.raises(KrlError, match="taken"):
+        procman.start_run(standin(), name="taken", registry=pm)
+    assert pm.find_run("taken") is None
+
+
+def _queue(pm, name: str) -> None:
+    pm.create_run(name, config=standin(max_steps=3), status="queued")
+
+
+@pytest.mark.parametrize("obstacle", ["file-as-run-folder", "folder-as-log"])
+def test_a_run_that_cannot_be_spawned_fails_alone_and_the_queue_moves_on(pm, obstacle):
+    _queue(pm, "blocked")
+    if obstacle == "file-as-run-folder":
+        (pm.workspace / "blocked").write_text("a file where the run folder goes")
+    else:  # writing the log header fails (as on a full disk): the log path is a folder
+        (pm.workspace / "blocked" / "logs.log").mkdir(parents=True)
+    _queue(pm, "next")
+    changes = procman.reconcile(pm)
+    assert {c["name"]: c["to"] for c in changes} == {"blocked": "failed", "next": "running"}
+    blocked = pm.get_run("blocked")
+    assert blocked["status"] == "failed" and "could not start the job" in blocked["error"]
+    assert str(pm.workspace / "blocked") in blocked["error"]
+    assert procman.reconcile(pm) == [] or all(c["name"] == "next" for c in procman.reconcile(pm))
+    wait_for(lambda: status(pm, "next") == "finished")

@@ -749,3 +749,10 @@ def test_an_outer_failure_rolls_back_a_committed_inner_block(registry):
                 registry.add_event(run["id"], "note", "inner")
             raise RuntimeError("outer failure")
     assert [e for e in registry.events(run["id"]) if e["kind"] == "note"] == []
+
+
+@pytest.mark.parametrize("name", ["evil\x1b[2Jname", "bell\x07", "tab\tname", "nul\x00", "back\\slash"])
+def test_run_names_with_control_characters_are_refused(registry, name):
+    with pytest.raises(KrlError) as error:
+        registry.create_run(name)
+    assert "\x1b" not in str(error.value) and "\x07" not in str(error.value)
