@@ -24,14 +24,14 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from evaluator.api import EvalRequest, EvalResult, EvaluatorError, Verdict
-from evaluator.proctree import become_subreaper, has_children, kill_tree, process_table, reap_children, tree_resident_bytes
+from evaluator.proctree import become_subreaper, has_children, kill_tree, reap_children
 
 # ---------------------------------------------------------------- wire format (JSON, never pickle: a worker runs
 # untrusted code, and unpickling what it sends would hand that code the caller's process)
 
 _HEADER = struct.Struct(">I")
 MAX_MESSAGE_BYTES = 64 * 2**20
-MEMORY_CHECK_S = 0.25  # how often busy workers' resident memory is read while a memory limit is set
+JUDGE_GRACE_S = 15.0  # beyond a task's limit before the pool kills an eval slot whose judge did not answer
 
 
 def encode_message(message: dict[str, Any]) -> bytes:
@@ -151,7 +151,8 @@ def _die_with_parent() -> None:
 def _child_main(argv: list[str]) -> int:
     role, device, worker_id, result_fd_text, parent_pid_text = argv[:5]
     result_fd, parent_pid = int(result_fd_text), int(parent_pid_text)
-    _apply_limits(json.loads(os.environ.pop("KRL_WORKER_LIMITS", "{}")))
+    limits = json.loads(os.environ.pop("KRL_WORKER_LIMITS", "{}"))
+    _apply_limits(limits)
     _die_with_parent()
     become_subreaper()  # a candidate's setsid'd or double-forked processes stay in this tree
     if os.getppid() != parent_pid:
@@ -174,16 +175,21 @@ def _child_main(argv: list[str]) -> int:
             os.nice(10)
         except OSError:
             pass
-    ctx = None
-    hello: dict[str, Any] = {"type": "ready", "worker_id": worker_id, "pid": os.getpid()}
     if role == "eval":
-        import importlib
+        # The trusted judge of this slot: candidate code runs only in the sandboxed runners it starts.
+        from evaluator.judge_host import InfrastructureFailure, JudgeHost
 
-        worker = importlib.import_module(worker_module)
-        ctx = worker.prepare_worker(device)
-        hello["device_name"] = str(getattr(ctx, "device_name", "") or "")
-    write_message(result_fd, hello)
-
+        host = JudgeHost(device, workdir, worker_module, limits, task_fd, result_fd)
+        try:
+            device_name = host.start()
+        except InfrastructureFailure as exc:
+            print("evaluation slot could not start: " + str(exc).replace("\n", " | "), file=sys.stderr, flush=True)
+            host.slot.stop_zygote()
+            return 1
+        write_message(result_fd, {"type": "ready", "worker_id": worker_id, "pid": os.getpid(),
+                                  "device_name": device_name})
+        return host.serve()
+    write_message(result_fd, {"type": "ready", "worker_id": worker_id, "pid": os.getpid()})
     while True:
         message = read_message(task_fd)
         if message is None or message.get("type") == "exit":
@@ -192,31 +198,19 @@ def _child_main(argv: list[str]) -> int:
         _reset_between_tasks(workdir, clean_env)
         write_message(result_fd, {"type": "started", "task": task_id})
         try:
-            request = EvalRequest.from_dict(message["request"])
-            if role == "eval":
-                result = worker.evaluate_in_process(request, ctx, message.get("prebuilt"))
-                reply = {"type": "result", "task": task_id, "result": result.to_dict(),
-                         "retire": _should_retire(ctx)}
-            else:
-                from evaluator.compile import build_cuda_candidate
+            from evaluator.compile import build_cuda_candidate
 
-                reply = {"type": "result", "task": task_id, "build": build_cuda_candidate(request, cache_dir)}
+            request = EvalRequest.from_dict(message["request"])
+            reply = {"type": "result", "task": task_id, "build": build_cuda_candidate(request, cache_dir)}
         except BaseException:  # a bug of the evaluator itself, not of the candidate
             reply = {"type": "error", "task": task_id, "traceback": traceback.format_exc()[-4000:]}
         leftovers = kill_tree(os.getpid(), include_root=False) if has_children() else []
         if leftovers:
-            # Processes the task left running (a candidate's background work) are killed, and the worker is
-            # replaced: whatever they shared with it (CUDA context, files, pipes) is not trusted again.
             reap_children()
             reply["leftovers"], reply["retire"] = len(leftovers), True
         sys.stdout.flush()
         sys.stderr.flush()
         write_message(result_fd, reply)
-
-
-def _should_retire(ctx: Any) -> bool:
-    """A sticky CUDA error (or a worker that says it can no longer be trusted) retires the process."""
-    return bool(getattr(ctx, "should_retire", False) or getattr(ctx, "sticky_cuda_error", False))
 
 
 def _reset_between_tasks(workdir: str, clean_env: dict[str, str]) -> None:
@@ -338,7 +332,6 @@ class Pool:
         self._accepting = True  # guarded by _inbox_lock; False once the dispatcher stopped taking requests
         self._closed = threading.Event()
         self.stats: dict[str, int] = collections.Counter()
-        self._memory_check_at = 0.0
         self._thread = threading.Thread(target=self._run, name="krl-evaluator-pool", daemon=True)
         _LIVE_POOLS.add(self)
         self._thread.start()
@@ -418,8 +411,6 @@ class Pool:
         now = time.monotonic()
         times = [w.deadline for w in self._workers if w.deadline is not None]
         times += list(self._respawn_at.values())
-        if self.config.limits.resident_bytes and any(w.role == "eval" and w.state == "busy" for w in self._workers):
-            times.append(self._memory_check_at)
         if not times:
             return None
         return max(0.0, min(times) - now)
@@ -603,7 +594,7 @@ class Pool:
             return
         task = worker.task
         if task is None or message.get("task") != id(task):
-            if kind in ("started", "result", "error"):
+            if kind in ("started", "result", "error", "infra"):
                 self._ipc_failure(worker, "message for a task it does not hold")
             return
         if kind == "started":
@@ -611,7 +602,15 @@ class Pool:
             return
         worker.task, worker.task_started, worker.deadline = None, False, None
         worker.state = "idle"
-        if kind == "error":
+        counters = message.get("counters")
+        if isinstance(counters, dict):  # the judge's own account of its runners (crashes, timeouts, restarts)
+            for name, count in counters.items():
+                if isinstance(name, str) and type(count) is int:
+                    self.stats[name] += count
+        if kind == "infra":
+            self.stats["slot_infra_failures"] += 1
+            self._infrastructure_failure(task, str(message.get("why", ""))[:1000])
+        elif kind == "error":
             self.stats["worker_errors"] += 1
             self._infrastructure_failure(task, "the evaluator's worker raised an internal error:\n" + message.get("traceback", ""))
         elif worker.role == "compile":
@@ -737,7 +736,8 @@ class Pool:
                 phase_times_s={"total": time.monotonic() - task.submitted_at}, attempts=task.attempts,
                 worker_id=worker.worker_id,
             ))
-        elif not worker.task_started or worker.kill_reason == "ipc":
+        elif not worker.task_started or worker.kill_reason == "ipc" or worker.role == "eval":
+            # (An eval slot is the trusted judge: the candidate runs in its runners, so its death is ours.)
             # The candidate never ran (or the channel broke): not the candidate's fault, so try once more.
             self._infrastructure_failure(task, f"the worker process failed before it could run the request ({cause}).")
         else:
@@ -769,27 +769,7 @@ class Pool:
             attempts=task.attempts, phase_times_s={"total": time.monotonic() - task.submitted_at},
         ))
 
-    def _check_memory(self) -> None:
-        """Kill a busy worker whose process tree holds more resident memory than the limit (one /proc pass for
-        all workers, every MEMORY_CHECK_S while any is busy)."""
-        limit, now = self.config.limits.resident_bytes, time.monotonic()
-        # Compile workers are left alone: nvcc legitimately needs gigabytes, and they never run candidate code.
-        busy = [w for w in self._workers if w.role == "eval" and w.state == "busy" and not w.kill_reason]
-        if not limit or not busy or now < self._memory_check_at:
-            return
-        self._memory_check_at = now + MEMORY_CHECK_S
-        table = process_table()
-        for worker in busy:
-            used = tree_resident_bytes(worker.popen.pid, table)
-            if used > limit:
-                worker.kill_reason, worker.memory_used = "memory", used
-                kill_tree(worker.popen.pid)
-                worker.deadline = None
-                if worker.pidfd is None:
-                    self._on_exit(worker)
-
     def _check_deadlines(self) -> None:
-        self._check_memory()
         now = time.monotonic()
         for worker in list(self._workers):
             if worker.deadline is None or worker.deadline > now or worker.kill_reason:
@@ -864,7 +844,9 @@ class Pool:
         worker.task, worker.task_started, worker.state = task, False, "busy"
         worker.dispatched_at = time.monotonic()
         worker.timeout_limit_s = limit
-        worker.deadline = worker.dispatched_at + limit
+        # An eval slot's judge enforces the limit on its runner; the pool's deadline only backs it up.
+        message["limit_s"] = limit
+        worker.deadline = worker.dispatched_at + limit + (JUDGE_GRACE_S if worker.role == "eval" else 0.0)
         try:
             write_message(worker.task_fd, message)
         except OSError:

@@ -1,0 +1,263 @@
+"""The candidate side of an evaluation slot, started inside the sandbox: a zygote that imports torch once (never
+CUDA) and forks one single-use runner per task; a runner evaluates one request, hands its outputs to the judge, exits."""
+
+from __future__ import annotations
+
+import faulthandler
+import importlib
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+from typing import Any, Optional
+
+from evaluator.proctree import become_subreaper, has_children, kill_tree
+
+PR_SET_DUMPABLE = 4
+MAX_CONTROL_BYTES = 1 << 16
+MAX_INPUT_FILE_BYTES = 1 << 36  # written by the judge; bounded only against a corrupted file
+
+
+def set_dumpable(on: bool) -> None:
+    """Not dumpable: no core files, /proc/<pid>/mem, fd and environ closed to the same user, no ptrace attach."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 1 if on else 0, 0, 0, 0)
+    except Exception:  # noqa: BLE001 - not Linux
+        pass
+
+
+def die_with_parent() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def send_control(sock: socket.socket, message: dict[str, Any]) -> None:
+    sock.send(json.dumps(message).encode())
+
+
+# ---------------------------------------------------------------- the runner's link to the judge
+
+class JudgeLink:
+    """How a runner gets its inputs from the judge and hands its outputs back. Everything here is also within the
+    candidate's reach, so the judge trusts none of it: it made the inputs itself and compares the outputs itself."""
+
+    def __init__(self, task_fd: int, result_fd: int, inputs_dir: str, outputs_dir: str, device: str):
+        self.task_fd, self.result_fd = task_fd, result_fd
+        self.inputs_dir, self.outputs_dir, self.device = inputs_dir, outputs_dir, device
+
+    def _ask(self, message: dict[str, Any], expect: str) -> dict[str, Any]:
+        from evaluator.pool import read_message, write_message
+
+        write_message(self.result_fd, message)
+        reply = read_message(self.task_fd)
+        if not reply or reply.get("type") != expect:
+            raise RuntimeError(f"the judge refused {message.get('type')} {message.get('name')!r}: "
+                               f"{(reply or {}).get('why', 'no answer')}")
+        return reply
+
+    def inputs(self, name: str) -> list:
+        from evaluator import judge, tensorwire
+
+        self._ask({"type": "inputs", "name": name}, "inputs")
+        values = tensorwire.read_values(os.path.join(self.inputs_dir, name + ".krlt"), MAX_INPUT_FILE_BYTES)
+        return judge.to_device(list(values), self.device)
+
+    def hand_over(self, name: str, output: Any) -> None:
+        from evaluator import tensorwire
+
+        tensorwire.write_values(os.path.join(self.outputs_dir, name + ".krlt"), output)
+        self._ask({"type": "output", "name": name}, "ack")
+
+
+# ---------------------------------------------------------------- the runner (a forked child of the zygote)
+
+def _close_other_fds(keep: set[int]) -> None:
+    for entry in os.listdir("/proc/self/fd"):
+        fd = int(entry)
+        if fd > 2 and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _empty(folder: str, keep: tuple[str, ...] = ()) -> None:
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return
+    for entry in entries:
+        path = os.path.join(folder, entry)
+        if path in keep or any(k.startswith(path + os.sep) for k in keep):
+            if os.path.isdir(path) and not os.path.islink(path) and path not in keep:
+                _empty(path, keep)
+            continue
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+        except OSError:
+            pass
+
+
+def wipe_scratch(keep: tuple[str, ...]) -> None:
+    """Before any candidate code runs: whatever an earlier runner of this sandbox left in the writable places (its
+    home, its tmp, the sandbox's private /tmp and /dev/shm) is removed, so nothing planted reaches this candidate."""
+    for folder in (os.environ.get("HOME", ""), os.environ.get("TMPDIR", "")):
+        if folder:
+            _empty(folder, keep + (os.environ.get("TMPDIR", ""),))
+    if os.environ.get("KRL_WORKER_OWN_TMP") == "1":  # the sandbox's own tmpfs, never the host's /tmp
+        for folder in ("/tmp", "/dev/shm"):
+            _empty(folder, keep)
+
+
+def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:
+    from evaluator.api import EvalRequest
+    from evaluator.pool import read_message, write_message
+
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    _close_other_fds({task_fd, result_fd})
+    die_with_parent()
+    become_subreaper()  # the candidate's detached processes stay in this tree, where the judge's kill finds them
+    set_dumpable(False)
+    ctx = worker.prepare_worker(device)
+    ctx.judge_link = JudgeLink(task_fd, result_fd, os.environ.get("KRL_WORKER_XFER_IN", ""),
+                               os.environ.get("KRL_WORKER_XFER_OUT", ""), getattr(ctx, "device", device))
+    write_message(result_fd, {"type": "ready", "pid": os.getpid(), "workdir": getattr(ctx, "work_dir", "")})
+    message = read_message(task_fd)
+    if not message or message.get("type") != "task":
+        return 0
+    work_dir = getattr(ctx, "work_dir", "") or ""
+    wipe_scratch((work_dir,) if work_dir else ())
+    if work_dir:
+        _empty(work_dir)
+        os.chdir(work_dir)
+    write_message(result_fd, {"type": "started"})
+    try:
+        request = EvalRequest.from_dict(message["request"])
+        reply = {"type": "result", "result": worker.evaluate_in_process(request, ctx, message.get("prebuilt")).to_dict()}
+    except Exception:  # noqa: BLE001 - a bug of the evaluator's worker code (candidate faults are verdicts)
+        import traceback
+
+        reply = {"type": "error", "traceback": traceback.format_exc()[-4000:]}
+    leftovers = kill_tree(os.getpid(), include_root=False) if has_children() else []
+    sys.stdout.flush()
+    sys.stderr.flush()
+    write_message(result_fd, {**reply, "leftovers": len(leftovers)})
+    return 0
+
+
+# ---------------------------------------------------------------- the zygote
+
+def _kill_strays(runners: dict[int, str]) -> None:
+    """Children that are not runners are a dead runner's orphans (we are their subreaper): kill them."""
+    try:
+        children = {int(p) for tid in os.listdir("/proc/self/task")
+                    for p in open(f"/proc/self/task/{tid}/children").read().split()}
+    except OSError:
+        return
+    for pid in children - set(runners):
+        kill_tree(pid)
+
+
+def zygote_main(control_fd: int, device: str, worker_module: str) -> int:
+    die_with_parent()
+    become_subreaper()
+    set_dumpable(False)
+    from evaluator.pool import _apply_limits
+
+    _apply_limits(json.loads(os.environ.pop("KRL_WORKER_LIMITS", "{}")))
+    faulthandler.enable()  # a runner's segfault prints the Python stack, which names the candidate line
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    wipe_scratch(())
+    import torch  # noqa: F401 - paid once here, shared by every runner through fork; CUDA stays uninitialised
+
+    try:
+        import triton  # noqa: F401
+    except Exception:  # noqa: BLE001
+        pass
+    worker = importlib.import_module(worker_module)
+    sock = socket.socket(fileno=control_fd)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    runners: dict[int, str] = {}
+    send_control(sock, {"type": "ready", "pid": os.getpid()})
+    import selectors
+
+    selector = selectors.DefaultSelector()
+    selector.register(sock, selectors.EVENT_READ, "control")
+    selector.register(wake_r, selectors.EVENT_READ, "child")
+    while True:
+        for key, _ in selector.select(1.0):
+            if key.data == "child":
+                try:
+                    while os.read(wake_r, 4096):
+                        pass
+                except OSError:
+                    pass
+                _reap(sock, runners)
+                continue
+            try:
+                data, fds, _flags, _addr = socket.recv_fds(sock, MAX_CONTROL_BYTES, 4)
+            except OSError:
+                data, fds = b"", []
+            if not data:
+                for pid in list(runners):
+                    kill_tree(pid)
+                return 0
+            command = json.loads(data)
+            if command.get("type") != "fork" or len(fds) != 2:
+                for fd in fds:
+                    os.close(fd)
+                continue
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    sock.close()
+                    code = runner_main(fds[0], fds[1], device, worker)
+                except BaseException:  # noqa: BLE001 - a runner never returns into the zygote's loop
+                    import traceback
+
+                    traceback.print_exc()
+                finally:
+                    os._exit(code)
+            for fd in fds:
+                os.close(fd)
+            runners[pid] = str(command.get("runner", ""))
+            send_control(sock, {"type": "forked", "runner": runners[pid], "pid": pid})
+        _reap(sock, runners)
+
+
+def _reap(sock: socket.socket, runners: dict[int, str]) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            break
+        runner = runners.pop(pid, None)
+        if runner is not None:
+            code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            send_control(sock, {"type": "exited", "runner": runner, "pid": pid, "returncode": code})
+    _kill_strays(runners)
+
+
+if __name__ == "__main__":
+    sys.exit(zygote_main(int(sys.argv[1]), sys.argv[2], sys.argv[3]))

@@ -1,0 +1,165 @@
+"""Tensors between the judge and a sandboxed runner as files: a JSON header, then the raw bytes of each tensor.
+Never pickle: the runner is hostile, so reading checks every field and size before it builds anything."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import struct
+from typing import Any
+
+import torch
+
+MAGIC = b"KRLTENSORS1\n"
+_LENGTH = struct.Struct(">Q")
+MAX_HEADER_BYTES = 1 << 20
+MAX_ITEMS = 256
+ALIGN = 64
+
+DTYPES = {str(dtype).removeprefix("torch."): dtype for dtype in (
+    torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64,
+    torch.uint8, torch.bool, torch.complex64, torch.complex128)}
+
+
+class WireError(ValueError):
+    """A file that is not a well-formed tensor file within its bounds (a runner that sent garbage)."""
+
+
+def _item(value: Any) -> dict[str, Any]:
+    if isinstance(value, torch.Tensor):
+        return {"kind": "tensor", "dtype": str(value.dtype).removeprefix("torch."), "shape": list(value.shape),
+                "device": value.device.type}
+    if isinstance(value, bool):
+        return {"kind": "bool", "value": value}
+    if isinstance(value, int):
+        return {"kind": "int", "value": value}
+    if isinstance(value, float):
+        return {"kind": "float", "value": repr(value)}  # repr keeps nan/inf, which JSON lacks
+    if value is None:
+        return {"kind": "none"}
+    return {"kind": "other", "type": type(value).__name__[:100]}
+
+
+def write_values(path: str, values: Any) -> int:
+    """Write a tensor, or a tuple/list of tensors and plain scalars, to `path`. Returns the bytes written."""
+    structure = type(values).__name__ if isinstance(values, (tuple, list)) else "single"
+    items = list(values) if structure != "single" else [values]
+    if len(items) > MAX_ITEMS:
+        raise WireError(f"{len(items)} values, at most {MAX_ITEMS}")
+    header_items, blobs, offset = [], [], 0
+    for value in items:
+        entry = _item(value)
+        if entry["kind"] == "tensor":
+            if entry["dtype"] not in DTYPES:
+                entry = {"kind": "other", "type": f"tensor of {entry['dtype']}"}
+            else:
+                data = value.detach().to("cpu").contiguous().reshape(-1)
+                raw = data.view(torch.uint8) if data.numel() else torch.empty(0, dtype=torch.uint8)
+                entry.update(offset=offset, nbytes=int(raw.numel()))
+                blobs.append((offset, raw))
+                offset += -(-raw.numel() // ALIGN) * ALIGN
+        header_items.append(entry)
+    header = json.dumps({"structure": structure, "items": header_items}).encode()
+    start = -(-(len(MAGIC) + _LENGTH.size + len(header)) // ALIGN) * ALIGN
+    with open(path, "wb") as handle:
+        handle.write(MAGIC + _LENGTH.pack(len(header)) + header)
+        for at, raw in blobs:
+            handle.seek(start + at)
+            handle.write(raw.numpy().tobytes() if raw.numel() else b"")
+        handle.truncate(start + offset)
+        return start + offset
+
+
+def read_values(path: str, max_bytes: int) -> Any:
+    """The values written by write_values, as CPU tensors and scalars; WireError for anything malformed or larger
+    than max_bytes. Symbolic links and special files are refused (the folder is writable by the runner)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise WireError(f"cannot open the output file: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise WireError("the output is not a regular file")
+        if info.st_size > max_bytes:
+            raise WireError(f"the output file holds {info.st_size} bytes, more than the {max_bytes} expected")
+        buffer = bytearray(info.st_size)
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            got = handle.readinto(buffer)
+        if got != info.st_size:
+            raise WireError("the output file changed while it was read")
+    finally:
+        os.close(fd)
+    return decode(buffer)
+
+
+def decode(buffer: bytearray) -> Any:
+    if not buffer.startswith(MAGIC) or len(buffer) < len(MAGIC) + _LENGTH.size:
+        raise WireError("not a tensor file")
+    (length,) = _LENGTH.unpack_from(buffer, len(MAGIC))
+    begin = len(MAGIC) + _LENGTH.size
+    if length > MAX_HEADER_BYTES or begin + length > len(buffer):
+        raise WireError("bad header length")
+    try:
+        header = json.loads(bytes(buffer[begin:begin + length]))
+    except ValueError:
+        raise WireError("unreadable header") from None
+    start = -(-(begin + length) // ALIGN) * ALIGN
+    if not isinstance(header, dict) or header.get("structure") not in ("single", "tuple", "list"):
+        raise WireError("bad structure")
+    items = header.get("items")
+    if not isinstance(items, list) or len(items) > MAX_ITEMS or (header["structure"] == "single" and len(items) != 1):
+        raise WireError("bad item list")
+    values = [_decode_item(entry, buffer, start) for entry in items]
+    if header["structure"] == "single":
+        return values[0]
+    return tuple(values) if header["structure"] == "tuple" else values
+
+
+class Opaque:
+    """A value the runner could not put on the wire (a str, a dict...): the judge reports its type name."""
+
+    def __init__(self, type_name: str):
+        self.type_name = type_name
+
+    def __repr__(self) -> str:
+        return f"<{self.type_name}>"
+
+
+def _decode_item(entry: Any, buffer: bytearray, start: int) -> Any:
+    if not isinstance(entry, dict):
+        raise WireError("bad item")
+    kind = entry.get("kind")
+    if kind == "none":
+        return None
+    if kind == "bool" and isinstance(entry.get("value"), bool):
+        return entry["value"]
+    if kind == "int" and type(entry.get("value")) is int:
+        return entry["value"]
+    if kind == "float" and isinstance(entry.get("value"), str) and len(entry["value"]) < 40:
+        try:
+            return float(entry["value"])
+        except ValueError:
+            raise WireError("bad float") from None
+    if kind == "other":
+        return Opaque(str(entry.get("type", "object"))[:100])
+    if kind != "tensor":
+        raise WireError("unknown item kind")
+    dtype = DTYPES.get(entry.get("dtype"))
+    shape, offset, nbytes = entry.get("shape"), entry.get("offset"), entry.get("nbytes")
+    if dtype is None or not isinstance(shape, list) or len(shape) > 16 or not all(
+            type(d) is int and 0 <= d for d in shape) or type(offset) is not int or type(nbytes) is not int:
+        raise WireError("bad tensor entry")
+    count = 1
+    for dim in shape:
+        count *= dim
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    if count * itemsize != nbytes or offset < 0 or offset % ALIGN or start + offset + nbytes > len(buffer):
+        raise WireError("tensor bytes out of bounds")
+    if nbytes == 0:
+        tensor = torch.empty(shape, dtype=dtype)
+    else:
+        tensor = torch.frombuffer(buffer, dtype=torch.uint8, count=nbytes, offset=start + offset).view(dtype).reshape(shape)
+    tensor.krl_device_type = entry.get("device") if entry.get("device") in ("cpu", "cuda") else "cpu"
+    return tensor
