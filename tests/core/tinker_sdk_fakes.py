@@ -66,6 +66,15 @@ def sdk_future(value: Any = None, error: BaseException | None = None) -> Awaitab
     return AwaitableConcurrentFuture(future)
 
 
+def delayed_future(value: Any, delay_s: float) -> AwaitableConcurrentFuture:
+    """A pending future of the SDK's own class that completes after delay_s (a request in flight)."""
+    future: Future = Future()
+    timer = threading.Timer(delay_s, future.set_result, args=(value,))
+    timer.daemon = True
+    timer.start()
+    return AwaitableConcurrentFuture(future)
+
+
 def http_error(cls: type, status: int, message: str) -> BaseException:
     response = httpx.Response(status, request=httpx.Request("POST", "https://tinker.example/api/v1/x"))
     return cls(message, response=response, body=None)
@@ -111,7 +120,7 @@ class FakeTinker:
     collapse_seeded_groups: bool = True
     missing_logprobs: bool = False
     clock: Optional[ClockServer] = None
-    sample_latency_s: float = 0.0
+    sample_latency_s: float = 0.0  # each sample request is in flight this long (its future is pending)
     create_error: Optional[BaseException] = None
     model_name: str = "Qwen/Qwen3-8B"
 
@@ -162,8 +171,6 @@ class FakeTinker:
     def _sample(self, version: int, prompt: types.ModelInput, num_samples: int,
                 params: types.SamplingParams) -> AwaitableConcurrentFuture:
         assert isinstance(prompt, types.ModelInput) and isinstance(params, types.SamplingParams)
-        if self.sample_latency_s:
-            time.sleep(self.sample_latency_s)
         call = self.sample_calls
         self.sample_calls += 1
         sequences = []
@@ -177,7 +184,8 @@ class FakeTinker:
             sequences.append(types.SampledSequence(stop_reason="length" if truncated else "stop",
                                                    sequence_id=f"v{version}-c{call}-s{i}", _tokens_list=tokens,
                                                    _logprobs_list=logprobs))
-        return sdk_future(types.SampleResponse(sequences=sequences))
+        response = types.SampleResponse(sequences=sequences)
+        return delayed_future(response, self.sample_latency_s) if self.sample_latency_s else sdk_future(response)
 
     def _forward_backward(self, data: list, loss_fn: str, loss_fn_config: Any = None) -> AwaitableConcurrentFuture:
         for datum in data:
