@@ -27,8 +27,8 @@ class _Section(BaseModel):
 # ---------------------------------------------------------------- sections
 
 class DatasetConfig(_Section):
-    batch_size: int = Field(8, ge=1, description="problems per step")
-    group_size: int = Field(4, ge=1, description="samples per problem (one GRPO group)")
+    batch_size: int = Field(8, ge=1, le=4096, description="problems per step")
+    group_size: int = Field(4, ge=1, le=1024, description="samples per problem (one GRPO group)")
     shuffle: bool = Field(True, description="seeded shuffle of the problem order each epoch")
 
 
@@ -39,12 +39,12 @@ class KernelConfig(_Section):
 
 class EvalConfig(_Section):
     devices: Union[Literal["auto", "cpu"], list[int]] = "auto"
-    correctness_trials: int = Field(5, ge=1)
-    timing_trials: int = Field(100, ge=1)
-    warmup_trials: int = Field(10, ge=0)
+    correctness_trials: int = Field(5, ge=1, le=1000)
+    timing_trials: int = Field(100, ge=1, le=100_000)
+    warmup_trials: int = Field(10, ge=0, le=10_000)
     size: Literal["default", "gpu"] = Field("default", description="gpu: apply each problem's gpu_sizes overrides")
-    workers_per_device: int = Field(1, ge=1)
-    cpu_workers: int = Field(2, ge=1)
+    workers_per_device: int = Field(1, ge=1, le=64)
+    cpu_workers: int = Field(2, ge=1, le=256)
     compile_timeout_s: float = Field(180.0, gt=0)
     run_timeout_s: float = Field(60.0, gt=0)
     measure_timing: bool = True
@@ -90,7 +90,7 @@ class RewardConfig(_Section):
 
 
 class StageConfig(_Section):
-    start_step: int = Field(0, ge=0)
+    start_step: int = Field(0, ge=0, le=10_000_000)
     name: str = ""
     # Only the components named here change; the rest keep reward.weights.
     weights: dict[str, float] = Field(default_factory=dict)
@@ -122,7 +122,7 @@ class PromptConfig(_Section):
 
 class LossConfig(_Section):
     kind: Literal["importance_sampling", "ppo", "cispo"] = "importance_sampling"
-    substeps: int = Field(1, ge=1)
+    substeps: int = Field(1, ge=1, le=1000)
     clip_epsilon: float = Field(0.2, gt=0, description="ppo only")
     cispo_clip_low: float = Field(0.0, ge=0, description="cispo only: lower bound of the ratio weight (0: one-sided)")
     cispo_clip_high: float = Field(4.0, gt=0, description="cispo only: upper bound of the ratio weight")
@@ -130,7 +130,7 @@ class LossConfig(_Section):
 
 class OptimConfig(_Section):
     lr: float = Field(1e-5, gt=0)
-    warmup_steps: int = Field(0, ge=0)
+    warmup_steps: int = Field(0, ge=0, le=10_000_000)
     schedule: Literal["constant", "linear", "cosine"] = "constant"
     grad_clip: Optional[float] = Field(1.0, description="max grad norm; null disables (where the backend supports it)")
     beta1: float = 0.9
@@ -140,7 +140,7 @@ class OptimConfig(_Section):
 
 
 class SamplingConfig(_Section):
-    max_tokens: int = Field(8192, ge=1)
+    max_tokens: int = Field(8192, ge=1, le=1_048_576)
     context_window: Optional[int] = Field(None, ge=2, description="cap on prompt + response tokens; null: the "
                                           "model's own (max_tokens is clamped to what is left after the prompt)")
     temperature: float = Field(1.0, ge=0)
@@ -206,11 +206,13 @@ class RunConfig(_Section):
     model: str = "Qwen/Qwen3-8B"
     backend: Literal["tinker", "local", "openai", "replay"] = "tinker"
     problems: str = "builtin"
-    max_steps: int = Field(100, ge=1)
-    seed: int = 0
-    max_turns: int = Field(4, ge=1)
-    gpus: int = Field(0, ge=0, description="GPUs the job needs (procman assigns them)")
-    checkpoint_every: int = Field(10, ge=1)
+    # Upper bounds keep absurd values (a typo, 1e20) a clean config error instead of an overflow deep in a run.
+    max_steps: int = Field(100, ge=1, le=10_000_000)
+    seed: int = Field(0, ge=-(2**63), le=2**63 - 1)
+    max_turns: int = Field(4, ge=1, le=64)
+    gpus: int = Field(0, ge=0, le=1024, description="GPUs the job needs (procman assigns them)")
+    checkpoint_every: int = Field(10, ge=1, le=10_000_000)
+    eval_every: int = Field(0, ge=0, description="evaluate on the held-out problems every N steps (0: never)")
     eval_every: int = Field(0, ge=0, description="evaluate on the held-out problems every N steps (0: never)")
 
     dataset: DatasetConfig = Field(default_factory=DatasetConfig)

@@ -158,3 +158,13 @@ def test_every_contract_key_exists():
                 "local.device", "local.dtype", "local.lora_rank", "name", "tags"):
         assert key in keys, key
     assert RunConfig().model_dump()  # defaults alone are valid
+
+
+@pytest.mark.parametrize("override", ["dataset.group_size=10000000", "dataset.batch_size=10000000",
+                                      "max_steps=100000000000000000000", "seed=100000000000000000000",
+                                      "max_turns=100000", "gpus=100000", "eval.timing_trials=1000000000",
+                                      "sampling.max_tokens=10000000000", "checkpoint_every=100000000000000000000"])
+def test_values_beyond_sane_bounds_are_clean_errors(override):
+    key = override.split("=")[0]
+    with pytest.raises(KrlError, match=f"'{key}': Input should be less than or equal to"):
+        load_config("demo", [override])
