@@ -395,3 +395,17 @@ def test_escape_sequences_in_stored_names_never_reach_the_terminal(krl, registry
     for args in (("runs", "ls"), ("runs", "show", "evil\x1b[2J"), ("watch", "evil\x1b[2J")):
         done = krl(*args)
         assert "\x1b" not in done.stderr + done.stdout and "evil" in done.stderr, args
+
+
+def test_detached_train_without_a_gpu_runs_on_cpu_and_says_so(krl, workspace):
+    """--gpus defaults to auto: the config's GPUs where the machine has them, else CPU (issue 13, bug 3)."""
+    done = krl("train", "demo", "gpus=1", "--detach", "--name", "cpu-run", "--json", check_rc=0,
+               extra_env={"KRL_STANDIN": json.dumps({"max_steps": 2, "step_s": 0.01})})
+    row = json.loads(done.stdout)
+    assert row["gpus_requested"] == 0 and row["config"]["gpus"] == 0
+    assert "no GPU" in done.stderr and "CPU" in done.stderr
+    with_gpus = krl("train", "demo", "gpus=1", "--detach", "--name", "gpu-run", "--json", check_rc=0,
+                    extra_env={"KRL_GPUS": "2", "KRL_STANDIN": json.dumps({"max_steps": 2, "step_s": 0.01})})
+    assert json.loads(with_gpus.stdout)["gpus_requested"] == 1
+    explicit = krl("train", "demo", "--gpus", "3", "--detach", "--name", "too-many")
+    assert explicit.returncode == 2 and "offers 0" in explicit.stderr
