@@ -118,6 +118,7 @@ def worker_spec(private_dir: str, parent_env: Mapping[str, str], *, extra_env: O
     ro = [os.path.join(project_root(), "evaluator"), *read_only]
     if cache_dir:
         os.makedirs(cache_dir, exist_ok=True)
+        os.chmod(cache_dir, os.stat(cache_dir).st_mode | 0o555)  # readable by uid 65534, still writable only by us
         ro.append(cache_dir)
     return SandboxSpec(env=env, cwd=private_dir, read_only=tuple(ro), writable=(private_dir, *writable), gpu=gpu,
                        tmp_mib=tmp_mib)
@@ -147,8 +148,35 @@ def system_read_only_paths() -> list[str]:
     return paths
 
 
+# Become uid/gid 65534 for real, with no capabilities (not even inheritable or in the bounding set) and no way back.
+_SETPRIV_NOBODY = ["setpriv", f"--reuid={NOBODY_UID}", f"--regid={NOBODY_GID}", "--clear-groups", "--inh-caps=-all",
+                   "--bounding-set=-all", "--no-new-privs"]
+
+
+def _give_to(paths: Sequence[str], uid: int, gid: int) -> None:
+    """The sandbox's user must be able to write its own folders (and nothing else of ours)."""
+    for path in paths:
+        for root, dirs, files in os.walk(path):
+            for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
+                if os.lstat(name).st_uid != uid:
+                    os.lchown(name, uid, gid)
+
+
 def gpu_device_paths() -> list[str]:
     return sorted(p for p in glob.glob("/dev/nvidia*"))  # nvidia0.., nvidiactl, nvidia-uvm(-tools), nvidia-caps/
+
+
+def _ancestors(paths: Sequence[str]) -> list[str]:
+    """The folders above the given paths, parents first, without / and without any path that is itself bound."""
+    bound = set(paths)
+    found: list[str] = []
+    for path in paths:
+        parts = os.path.normpath(path).split("/")[1:-1]
+        for depth in range(1, len(parts) + 1):
+            folder = "/" + "/".join(parts[:depth])
+            if folder not in bound and folder != "/tmp":
+                found.append(folder)
+    return sorted(_dedupe(found), key=lambda f: f.count("/"))
 
 
 def _dedupe(items: Sequence[str]) -> list[str]:
@@ -203,26 +231,38 @@ class Bubblewrap(Sandbox):
         self.as_root = os.geteuid() == 0 if as_root is None else as_root
 
     def command(self, spec: SandboxSpec, argv: Sequence[str]) -> list[str]:
-        args = [self.executable, "--unshare-all"]
-        if spec.network:
-            args.append("--share-net")
-        if spec.unprivileged:
-            args += ["--unshare-user", "--uid", str(NOBODY_UID), "--gid", str(NOBODY_GID)]
+        # As root: no user namespace. Its uid 65534 would be host root (bwrap maps it to the caller), and host root
+        # may write /proc/sys (core_pattern...) by file permissions alone. Instead the namespaces are made as root
+        # and setpriv becomes the real, host-wide uid 65534 without capabilities just before the candidate's exec.
+        # Not root: a user namespace is the only way in, and maps 65534 to our own unprivileged uid.
+        drop_with_setpriv = self.as_root and spec.unprivileged
+        args = [self.executable, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+        if not spec.network:
+            args.append("--unshare-net")
+        if not self.as_root:
+            args += ["--unshare-user", "--disable-userns"]
+            if spec.unprivileged:
+                args += ["--uid", str(NOBODY_UID), "--gid", str(NOBODY_GID)]
         if spec.die_with_parent:
             args.append("--die-with-parent")
         if spec.new_session:
             args.append("--new-session")
-        if self.as_root or spec.unprivileged:
+        if not drop_with_setpriv:
             args += ["--cap-drop", "ALL"]
         # Order matters: later mounts cover earlier ones. The fresh /proc, /dev and tmpfs come first so that a bound
         # folder under the host's /tmp (a cache, a private folder) shows through instead of being hidden.
         size = str(spec.tmp_mib * 2**20)
-        args += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/tmp", "--size", size,
-                 "--tmpfs", "/dev/shm"]
+        args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", size, "--tmpfs", "/tmp",
+                 "--perms", "1777", "--size", size, "--tmpfs", "/dev/shm"]
         if spec.gpu:
             for path in gpu_device_paths():
                 args += ["--dev-bind", path, path]
-        for path in spec.all_read_only():
+        read_only = spec.all_read_only()
+        # Folders bwrap would create on the way to a bound path: made 0755 here (bwrap makes them 0700 when it runs
+        # as root, and uid 65534 could then not reach the Python under /root/.pyenv or the venv).
+        for folder in _ancestors([*read_only, *spec.writable]):
+            args += ["--perms", "0755", "--dir", folder]
+        for path in read_only:
             if os.path.islink(path) and os.path.dirname(path) == "/":
                 args += ["--symlink", os.readlink(path), path]  # /lib -> usr/lib on merged-/usr systems
             else:
@@ -234,8 +274,14 @@ class Bubblewrap(Sandbox):
         args += ["--remount-ro", "/", "--clearenv"]
         for name, value in sorted(spec.env.items()):
             args += ["--setenv", name, value]
-        args += ["--chdir", spec.cwd, "--", *argv]
-        return args
+        args += ["--chdir", spec.cwd, "--"]
+        if drop_with_setpriv:
+            args += [*_SETPRIV_NOBODY, "--"]
+        return args + list(argv)
+
+    def prepare(self, spec: SandboxSpec) -> None:
+        if self.as_root and spec.unprivileged:
+            _give_to(spec.writable, NOBODY_UID, NOBODY_GID)
 
     def version(self) -> str:
         try:
@@ -270,8 +316,7 @@ class Unshare(Sandbox):
         if spec.new_session:
             args.append("setsid")
         if self.drop_user and spec.unprivileged:
-            args += ["setpriv", "--reuid", str(NOBODY_UID), "--regid", str(NOBODY_GID), "--clear-groups",
-                     "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+            args += _SETPRIV_NOBODY
         args += ["env", "-i", "-C", spec.cwd, *(f"{k}={v}" for k, v in sorted(spec.env.items())), *argv]
         return args
 
@@ -279,11 +324,10 @@ class Unshare(Sandbox):
         return {"PATH": spec.env.get("PATH", os.defpath)}
 
     def prepare(self, spec: SandboxSpec) -> None:
-        if self.drop_user and spec.unprivileged:  # uid 65534 must be able to write its own folders
-            for path in spec.writable:
-                for root, dirs, files in os.walk(path):
-                    for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
-                        os.lchown(name, NOBODY_UID, NOBODY_GID)
+        if self.drop_user and spec.unprivileged:
+            _give_to(spec.writable, NOBODY_UID, NOBODY_GID)
+        else:  # root mapped into a user namespace may write only what the caller itself owns
+            _give_to(spec.writable, os.geteuid(), os.getegid())
 
 
 class NoSandbox(Sandbox):

@@ -39,21 +39,35 @@ def pairs(argv: list[str], flag: str) -> list[tuple[str, ...]]:
 
 def test_bwrap_command_unshares_everything_and_binds_only_what_the_spec_names(tmp_path):
     argv = Bubblewrap("bwrap", as_root=True).command(spec_for(tmp_path), ["python", "-c", "pass"])
-    assert argv[0] == "bwrap" and argv[-4:] == ["--", "python", "-c", "pass"]
-    for flag in ("--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--clearenv"):
+    assert argv[0] == "bwrap" and argv[-3:] == ["python", "-c", "pass"]
+    for flag in ("--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
+                 "--new-session", "--clearenv"):
         assert flag in argv
     assert "--share-net" not in argv
-    assert pairs(argv, "--uid") == [("65534",)] and pairs(argv, "--gid") == [("65534",)]
-    assert pairs(argv, "--cap-drop") == [("ALL",)]
+    # As root: no user namespace (its uid 65534 would be host root); setpriv becomes the real uid 65534 last.
+    assert "--unshare-user" not in argv and "--uid" not in argv
+    setpriv = argv.index("setpriv")
+    assert argv[setpriv - 1] == "--" and argv[setpriv:argv.index("python")] == [
+        "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
+        "--no-new-privs", "--"]
     assert pairs(argv, "--ro-bind") == [(str(tmp_path / "cache"),) * 2]  # a path that does not exist is left out
     assert pairs(argv, "--bind") == [(str(tmp_path), str(tmp_path))]
     assert pairs(argv, "--setenv") == [("HOME", str(tmp_path)), ("PATH", "/usr/bin")]
     assert pairs(argv, "--chdir") == [(str(tmp_path),)]
     # The size applies to the tmpfs that follows it; the private folder is bound after /tmp's tmpfs, so a folder
-    # under the host's /tmp still shows through.
+    # under the host's /tmp still shows through; the folders on the way there are made 0755 first.
     tmpfs_at = argv.index("/tmp") - 1
     assert argv[tmpfs_at] == "--tmpfs" and argv[tmpfs_at - 2:tmpfs_at] == ["--size", str(sb.DEFAULT_TMP_MIB * 2**20)]
-    assert argv.index("--bind") > argv.index("--ro-bind") > tmpfs_at
+    assert argv.index("--bind") > argv.index("--ro-bind") > argv.index("--dir") > tmpfs_at
+    assert [p for p, in pairs(argv, "--dir")] == sb._ancestors([str(tmp_path / "cache"), str(tmp_path)])
+    assert str(tmp_path.parent) in [p for p, in pairs(argv, "--dir")] and "/tmp" not in [p for p, in pairs(argv, "--dir")]
+
+
+def test_bwrap_command_for_an_unprivileged_caller_uses_a_user_namespace(tmp_path):
+    argv = Bubblewrap("bwrap", as_root=False).command(spec_for(tmp_path), ["python"])
+    assert {"--unshare-user", "--disable-userns"} <= set(argv) and "setpriv" not in argv
+    assert pairs(argv, "--uid") == [("65534",)] and pairs(argv, "--gid") == [("65534",)]
+    assert pairs(argv, "--cap-drop") == [("ALL",)]
 
 
 def test_bwrap_command_binds_gpu_nodes_only_when_asked(tmp_path, monkeypatch):
@@ -79,7 +93,7 @@ def test_unshare_command_drops_to_nobody_and_clears_the_environment(tmp_path):
     argv = Unshare(drop_user=True).command(spec_for(tmp_path), ["python", "-c", "pass"])
     assert argv[:3] == ["setpriv", "--pdeathsig", "KILL"]
     assert {"--net", "--pid", "--fork", "--mount-proc", "--kill-child"} <= set(argv)
-    assert "--reuid" in argv and argv[argv.index("--reuid") + 1] == "65534"
+    assert "--reuid=65534" in argv and "--bounding-set=-all" in argv
     env_at = argv.index("env")
     assert argv[env_at:env_at + 4] == ["env", "-i", "-C", str(tmp_path)]
     assert argv[-3:] == ["python", "-c", "pass"]
@@ -203,6 +217,9 @@ open(path, "w").write("x"); print("PWNED")'''),
 open({str(world / "workspace" / "registry.db")!r}, "ab").write(b"rewards rewritten"); print("PWNED")'''),
         "read_sibling_folder": ("host files absent", f'''
 print("PWNED", open({str(world / "w2" / "candidate.py")!r}).read())'''),
+        "write_kernel_settings": ("unprivileged user", '''
+import os
+os.close(os.open("/proc/sys/kernel/core_pattern", os.O_WRONLY)); print("PWNED")'''),
         "write_site_packages": ("read-only system", f'''
 open({os.path.join(site_packages, probe + ".pth")!r}, "w").write("# harmless probe"); print("PWNED")'''),
         "write_build_cache": ("read-only system", f'''
@@ -213,7 +230,8 @@ open({str(world / "cache" / "cuda" / "planted" / "result.json")!r}, "w").write("
 
 
 ATTACK_NAMES = ["read_parent_environ", "read_parent_memory", "list_processes", "kill_parent", "connect_loopback",
-                "write_host_home", "write_registry", "read_sibling_folder", "write_site_packages", "write_build_cache"]
+                "write_host_home", "write_registry", "read_sibling_folder", "write_site_packages", "write_build_cache",
+                "write_kernel_settings"]
 
 
 def cleanup(world) -> None:
@@ -285,13 +303,17 @@ def test_inside_the_environment_is_the_sandboxs_own_and_the_private_folder_is_wr
 import json, os
 open("out.txt", "w").write("ok")
 open(os.path.join(os.environ["TMPDIR"], "t"), "w").write("ok")
-print(json.dumps({"uid": os.getuid(), "env": dict(os.environ), "pid1": open("/proc/1/environ", "rb").read().decode()}))'''
+try:
+    pid1 = open("/proc/1/environ", "rb").read().decode()
+except PermissionError:  # bwrap's reaper runs as root: not even readable
+    pid1 = ""
+print(json.dumps({"uid": os.getuid(), "env": dict(os.environ), "pid1": pid1}))'''
     for sandbox in sandboxes:
         outcome = attack(sandbox, world, code)
         assert outcome["rc"] == 0, outcome
         seen = json.loads(outcome["out"])
         assert seen["env"]["HOME"] == str(world / "w1") and "TINKER_API_KEY" not in seen["env"]
-        assert set(seen["pid1"].strip("\0").split("\0")) <= {f"{k}={v}" for k, v in seen["env"].items()}
+        assert set(seen["pid1"].strip("\0").split("\0")) - {""} <= {f"{k}={v}" for k, v in seen["env"].items()}
         assert (world / "w1" / "out.txt").read_text() == "ok"
         if "unprivileged user" in sandbox.protections:
             assert seen["uid"] == 65534
