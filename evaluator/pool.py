@@ -332,6 +332,7 @@ class Pool:
         self._accepting = True  # guarded by _inbox_lock; False once the dispatcher stopped taking requests
         self._closed = threading.Event()
         self.stats: dict[str, int] = collections.Counter()
+        self.sandbox_kind = _choose_sandbox()
         self._thread = threading.Thread(target=self._run, name="krl-evaluator-pool", daemon=True)
         _LIVE_POOLS.add(self)
         self._thread.start()
@@ -477,6 +478,7 @@ class Pool:
             "KRL_WORKER_CACHE_DIR": self.config.cache_dir,
             "KRL_EVAL_CACHE_DIR": self.config.cache_dir,
             "KRL_WORKER_LIMITS": json.dumps(self._limits_for(role, device)),
+            "KRL_WORKER_SANDBOX": self.sandbox_kind,
         }
         if self.config.cache_dir:
             extra["TRITON_CACHE_DIR"] = os.path.join(self.config.cache_dir, "triton")
@@ -931,6 +933,21 @@ class Pool:
 
 
 # ---------------------------------------------------------------- helpers
+
+_REPORTED_SANDBOX: list[str] = []
+
+
+def _choose_sandbox() -> str:
+    """The sandbox kind every slot of this process uses ($KRL_SANDBOX or the strongest that works), said loudly on
+    stderr the first time when it is weaker than bubblewrap."""
+    from evaluator.sandbox import isolation_report
+
+    report = isolation_report()
+    if not _REPORTED_SANDBOX:
+        _REPORTED_SANDBOX.append(report.kind)
+        if not report.strong:
+            print("kernelrl evaluator: " + "\n".join(report.lines()), file=sys.stderr, flush=True)
+    return report.kind
 
 def _drain_fd(fd: int) -> None:
     try:

@@ -483,7 +483,37 @@ def bench_crash_recovery(ev: Evaluator, repeats: int) -> None:
         assert crashed.verdict == Verdict.CRASHED and ok.verdict == Verdict.CORRECT, (crashed, ok)
     say(f"  submit → crashed verdict: median {statistics.median(detect):.3f} s (task timeout 300 s)")
     say(f"  crashed verdict → next correct result: median {statistics.median(recover):.3f} s, max {max(recover):.3f} s "
-        f"(n={repeats})")
+        f"(n={repeats}); every sample: {', '.join(f'{r:.2f}' for r in recover)} s")
+
+
+def bench_isolation_throughput(cache_root: str, n: int) -> None:
+    """The same stream of small requests through a pool whose runners are sandboxed (the default) and through one
+    with KRL_SANDBOX=none: the price of isolation in throughput (same judge + zygote + runner topology in both)."""
+    from evaluator.sandbox import get_sandbox
+
+    say("== throughput with isolation on vs off (trivial torch kernel, 2 correctness trials, timing on)")
+    ref, _ = problem("relu")
+    good = "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
+    for kind in (get_sandbox().kind, "none"):
+        old = os.environ.get("KRL_SANDBOX")
+        os.environ["KRL_SANDBOX"] = kind
+        try:
+            with Evaluator(devices="auto", compile_workers=0, cache_dir=os.path.join(cache_root, f"iso-{kind}")) as ev:
+                make = lambda: EvalRequest("builtin/relu", ref, good, backend="torch", correctness_trials=2,  # noqa: E731
+                                           timing_trials=10, warmup_trials=2)
+                ev.evaluate(make())
+                started = time.perf_counter()
+                results = list(ev.evaluate_many([make() for _ in range(n)]))
+                elapsed = time.perf_counter() - started
+                overhead = [r.phase_times_s.get("overhead", 0.0) * 1000 for r in results]
+            verdicts = {r.verdict.value for r in results}
+            say(f"  sandbox={kind}: {n / elapsed:.1f} requests/s ({n} in {elapsed:.2f} s), pool+judge overhead median "
+                f"{statistics.median(overhead):.1f} ms, verdicts {sorted(verdicts)}")
+        finally:
+            if old is None:
+                os.environ.pop("KRL_SANDBOX", None)
+            else:
+                os.environ["KRL_SANDBOX"] = old
 
 
 def bench_self_speedup(ev: Evaluator, repeats: int) -> None:
@@ -616,7 +646,8 @@ def bench_batch(cache_root: str, compile_workers: int, limit: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--sections", default="overhead,crash,spread,compile,batch")
+    parser.add_argument("--sections", default="overhead,crash,isolation,spread,compile,batch")
+    parser.add_argument("--isolation-n", type=int, default=40)
     parser.add_argument("--overhead-n", type=int, default=50)
     parser.add_argument("--crash-n", type=int, default=5)
     parser.add_argument("--spread-n", type=int, default=40)
@@ -647,6 +678,8 @@ def main() -> None:
                 bench_crash_recovery(ev, args.crash_n)
             if "spread" in sections:
                 bench_self_speedup(ev, args.spread_n)
+    if "isolation" in sections:
+        bench_isolation_throughput(cache_root, args.isolation_n)
     if "compile" in sections or "compile-nostock" in sections:
         bench_compile(cache_root, stock="compile" in sections)
     if "batch" in sections:
