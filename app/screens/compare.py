@@ -13,7 +13,8 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import DataTable, Select, Static
 
-from app.widgets.key_bar import KeyBar
+from app.screens.base import KrlScreen
+from app.screens.focus import leave_text_box
 from app.screens.loaders import compare_configs, default_curve_keys, load_series
 from app.screens.messages import SeriesLoaded, TableLoaded
 from app.widgets.format import theme_colour
@@ -22,7 +23,7 @@ from app.widgets.reward_plot import Curve, RewardPlot
 MAX_RUNS = 8
 
 
-class CompareScreen(Screen):
+class CompareScreen(KrlScreen):
     BINDINGS = [
         Binding("escape", "back", "Back", id="compare.back"),
         Binding("m", "next_metric", "Next metric", id="compare.metric"),

@@ -13,6 +13,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, Input, Label, Select, Static
 
+from app.screens.base import KrlScreen
 from app.widgets.key_bar import KeyBar
 from app.screens.focus import leave_text_box
 from app.screens.loaders import flatten
@@ -108,7 +109,7 @@ def build_overrides(values: dict[str, str], defaults: dict[str, str]) -> tuple[l
     return overrides, errors
 
 
-class NewRunScreen(Screen):
+class NewRunScreen(KrlScreen):
     BINDINGS = [
         Binding("escape", "cancel", "Cancel", id="new.cancel"),
         Binding("ctrl+s", "launch", "Launch", id="new.launch"),

@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Input, Select, Static, TabbedContent, Tab
 from app.widgets.key_bar import KeyBar
 from app.screens.focus import leave_text_box
 from app.screens.loaders import (TrajectoryFilter, config_overrides, default_curve_keys, load_series,
+from app.screens.base import KrlScreen
                                  load_trajectories)
 from app.screens.messages import (ActionDone, ConfigLoaded, LogLines, RunHeaderLoaded, SeriesLoaded, TableLoaded)
 from app.widgets.config_view import ConfigView
@@ -49,7 +50,7 @@ def parse_step_range(text: str) -> tuple[Optional[int], Optional[int]]:
     return (int(low) if low.strip() else None), (int(high) if high.strip() else None)
 
 
-class RunDetailScreen(Screen):
+class RunDetailScreen(KrlScreen):
     BINDINGS = [
         Binding("escape", "back", "Back", id="run.back"),
         Binding("1", "tab('curves')", "Curves", show=False, id="run.tab_curves"),

@@ -18,6 +18,7 @@ from app.widgets.key_bar import KeyBar
 from app.screens.dialogs import ConfirmScreen, PromptScreen
 from app.screens.loaders import RunRow, load_runs, load_sparklines, refresh_active
 from app.screens.messages import ActionDone, RunsLoaded, SparksLoaded
+from app.screens.base import KrlScreen
 from app.widgets.run_table import SORT_KEYS, RunTable, elapsed_s
 
 SPARK_ROWS = 60  # sparklines are read for the first rows on screen only
@@ -43,7 +44,7 @@ def sort_rows(rows: list[RunRow], key: str, reverse: bool, now: float) -> list[R
     return sorted(present, key=lambda r: value(r)[1], reverse=default_desc != reverse) + missing
 
 
-class RunsScreen(Screen):
+class RunsScreen(KrlScreen):
     BINDINGS = [
         Binding("enter", "open", "Open", id="runs.open"),
         Binding("n", "new", "New", id="runs.new"),

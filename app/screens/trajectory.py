@@ -14,6 +14,7 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
+from app.screens.base import KrlScreen
 from app.widgets.key_bar import KeyBar
 from app.screens.loaders import TrajectoryDetail, load_trajectory
 from app.screens.messages import TrajectoryLoaded
@@ -22,7 +23,7 @@ from app.widgets.format import fmt_float, fmt_speedup, theme_colour
 from app.widgets.kernel_diff import MODES, KernelView, kernel_language
 
 
-class TrajectoryScreen(Screen):
+class TrajectoryScreen(KrlScreen):
     # Below 110 columns the three panes stack (themes/app.tcss), so the inspector stays usable at 80x24.
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
     BINDINGS = [

@@ -1,0 +1,53 @@
+"""Errors in the TUI's background loaders reach the user (one Worker.StateChanged route, app/screens/base.py):
+a registry that is not one, or that is corrupted, shows its error instead of an empty runs table."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tests.app.fixtures import make_app, settle
+
+
+@pytest.fixture(autouse=True)
+def _config_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("KRL_CONFIG_DIR", str(tmp_path / "config"))
+
+
+def notifications(app) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+async def test_a_file_that_is_not_a_registry_is_shown_as_an_error(workspace):
+    (workspace / "registry.db").write_bytes(b"this is not an SQLite database at all" * 100)
+    app = make_app(workspace)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(pilot)
+        assert any("not a kernelrl registry" in text for text in notifications(app)), notifications(app)
+
+
+def corrupt(registry_file) -> None:
+    """Overwrite the registry's data pages (past the schema page) with garbage: 'database disk image is
+    malformed' on the first query that reads them."""
+    data = bytearray(registry_file.read_bytes())
+    page_size = int.from_bytes(data[16:18], "big") or 65536
+    for offset in range(page_size, len(data), 97):
+        data[offset] = (data[offset] + 0x5A) % 256
+    registry_file.write_bytes(bytes(data))
+
+
+@pytest.fixture
+def corrupted_workspace(recorded_demo_source, workspace):
+    from tests.app.recorded import copy_workspace
+
+    copy_workspace(recorded_demo_source, workspace)
+    corrupt(workspace / "registry.db")
+    return workspace
+
+
+async def test_a_corrupted_registry_is_shown_as_an_error(corrupted_workspace):
+    app = make_app(corrupted_workspace)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(pilot)
+        assert any("malformed" in text or "corrupt" in text for text in notifications(app)), notifications(app)
