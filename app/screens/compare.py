@@ -14,7 +14,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Select, Static
 
 from app.screens.base import KrlScreen
-from app.screens.focus import leave_text_box
+from app.widgets.key_bar import KeyBar
 from app.screens.loaders import compare_configs, default_curve_keys, load_series
 from app.screens.messages import SeriesLoaded, TableLoaded
 from app.widgets.format import theme_colour
