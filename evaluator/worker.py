@@ -713,6 +713,8 @@ class _RunState:
 
         def before(name: str) -> None:
             rotation.advance()  # fresh values in the next buffer, outside the timed region
+            if name == "reference":
+                ctx.guard.reset_numeric_flags()  # a candidate that switches TF32 on must not speed up the reference
             last["launches"] = counter.count
 
         def after(name: str) -> None:
@@ -782,6 +784,7 @@ class _RunState:
         spec = sol.device_spec(self.ctx.device_name)
         if spec is None:
             return
+        self.ctx.guard.reset_numeric_flags()  # the problem's own fp32 semantics, not the candidate's switches
         try:
             cost = sol.problem_cost(ref_model, judge.clone_inputs(inputs))
         except Exception:
