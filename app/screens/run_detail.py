@@ -14,10 +14,10 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Input, Select, Static, TabbedContent, TabPane
 
+from app.screens.base import KrlScreen
 from app.widgets.key_bar import KeyBar
 from app.screens.focus import leave_text_box
 from app.screens.loaders import (TrajectoryFilter, config_overrides, default_curve_keys, load_series,
-from app.screens.base import KrlScreen
                                  load_trajectories)
 from app.screens.messages import (ActionDone, ConfigLoaded, LogLines, RunHeaderLoaded, SeriesLoaded, TableLoaded)
 from app.widgets.config_view import ConfigView

@@ -14,11 +14,11 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Input, Static
 
+from app.screens.base import KrlScreen
 from app.widgets.key_bar import KeyBar
 from app.screens.dialogs import ConfirmScreen, PromptScreen
 from app.screens.loaders import RunRow, load_runs, load_sparklines, refresh_active
 from app.screens.messages import ActionDone, RunsLoaded, SparksLoaded
-from app.screens.base import KrlScreen
 from app.widgets.run_table import SORT_KEYS, RunTable, elapsed_s
 
 SPARK_ROWS = 60  # sparklines are read for the first rows on screen only
