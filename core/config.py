@@ -126,6 +126,10 @@ class LossConfig(_Section):
     clip_epsilon: float = Field(0.2, gt=0, description="ppo only")
     cispo_clip_low: float = Field(0.0, ge=0, description="cispo only: lower bound of the ratio weight (0: one-sided)")
     cispo_clip_high: float = Field(4.0, gt=0, description="cispo only: upper bound of the ratio weight")
+    kl_penalty_coef: float = Field(0.0, ge=0, description="KL penalty against the base model, added to each sampled "
+                                   "token's advantage as coef * (mean KL - token KL) (tinker-cookbook's); 0: off")
+    remove_constant_reward_groups: bool = Field(True, description="groups with equal rewards are not trained on; "
+                                                "false keeps them (they then move only through kl_penalty_coef)")
 
 
 class OptimConfig(_Section):

@@ -3,7 +3,10 @@ Pure functions over plain lists; metric names follow tinker-cookbook (optim/kl_s
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+if TYPE_CHECKING:
+    from core.backends.base import Datum
 
 # Sums a backend reports per forward_backward chunk, so chunks of any size combine exactly.
 KL_V1_SUM = "kl_sample_train_v1:sum"
@@ -49,6 +52,29 @@ def sample_train_metrics(sums: Mapping[str, float]) -> dict[str, float]:
     return {"optim/kl_sample_train_v1": sums[KL_V1_SUM] / tokens,
             "optim/kl_sample_train_v2": sums[KL_V2_SUM] / tokens,
             "optim/entropy": -sums[SAMPLING_LOGPROB_SUM] / tokens}
+
+
+def apply_kl_penalty(datums: Sequence["Datum"], base_logprobs: Sequence[Sequence[float]],
+                     coef: float) -> dict[str, float]:
+    """Pull the policy towards the base model, as tinker-cookbook does: each sampled token's advantage gains
+    coef * (mean d - d), d = logp_sample - logp_base, the mean over every sampled token of the batch (so the
+    penalty sums to zero and only redistributes). Changes the datums' advantages in place; returns kl_policy_base
+    (the mean d: an estimate of KL[policy || base])."""
+    diffs, total, tokens = [], 0.0, 0.0
+    for datum, base in zip(datums, base_logprobs, strict=True):
+        mask = datum.action_mask()
+        if len(base) != len(mask):
+            raise ValueError(f"base logprobs: {len(base)} for {len(mask)} targets")
+        diff = [(lp - b) * m for lp, b, m in zip(datum.logprobs, base, mask)]
+        diffs.append(diff)
+        total += sum(diff)
+        tokens += sum(mask)
+    if tokens == 0:
+        return {}
+    mean = total / tokens
+    for datum, diff in zip(datums, diffs):
+        datum.advantages = [a + coef * m * (mean - d) for a, d, m in zip(datum.advantages, diff, datum.action_mask())]
+    return {"kl_policy_base": mean}
 
 
 def loss_fn_config(loss: Any) -> dict[str, float] | None:

@@ -18,14 +18,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from core.backends.base import (AdamParams, Datum, TrainingBackend, open_backend, submit_forward_backward,
-                                submit_optim_step)
+from core.backends.base import (AdamParams, Datum, TrainingBackend, base_logprobs, open_backend,
+                                submit_forward_backward, submit_optim_step)
 from core.checkpoint import (append_checkpoint_record, capture_rng, checkpoint_dir, checkpoint_name,
                              load_trainer_state, restore_rng, save_trainer_state)
 from core.config import RunConfig, config_from_dict
 from core.env import make_retriever
 from core.errors import KrlError
-from core.losses import add_sums, loss_fn_config, sample_train_metrics
+from core.losses import add_sums, apply_kl_penalty, loss_fn_config, sample_train_metrics
 from core.problems import Problem, load_problem_set
 from core.registry import Registry, TrajectoryRecord
 from core.rollouts import Rollout, RolloutRunner, StopRequested, context_metrics, derive_seed, wait_all
@@ -305,16 +305,17 @@ class Trainer:
         for rollout in rollouts:
             by_group.setdefault(rollout.group, []).append(rollout)
         datums = []
+        # Only a KL penalty gives a zero-advantage turn a gradient; without one, skipping it saves a forward pass.
+        penalised = self.config.loss.kl_penalty_coef > 0
         for group_index, group in sorted(by_group.items()):
             adv = advantages.groups[group_index]
-            if adv.dropped:
+            if adv.dropped and (self.config.loss.remove_constant_reward_groups or not penalised):
                 continue
             for rollout in group:
                 for turn, turn_sample in enumerate(rollout.samples):
                     value = adv.advantages[rollout.sample][turn]
                     seq = turn_sample.sequence
-                    # A zero advantage carries no gradient; skipping it saves a forward pass (and Tinker time).
-                    if value == 0.0 or not seq.tokens or not turn_sample.prompt.tokens:
+                    if (value == 0.0 and not penalised) or not seq.tokens or not turn_sample.prompt.tokens:
                         continue
                     datums.append(Datum.from_sample(turn_sample.prompt.tokens, seq.tokens, seq.logprobs, value))
         return datums
@@ -327,6 +328,8 @@ class Trainer:
             return metrics
         adam = AdamParams(learning_rate=lr, beta1=cfg.optim.beta1, beta2=cfg.optim.beta2, eps=cfg.optim.eps,
                           weight_decay=cfg.optim.weight_decay, grad_clip_norm=cfg.optim.grad_clip or 0.0)
+        if cfg.loss.kl_penalty_coef > 0:
+            metrics.update(apply_kl_penalty(datums, base_logprobs(self.backend, datums), cfg.loss.kl_penalty_coef))
         metrics.update(update_policy(self.backend, datums, cfg.loss.substeps, cfg.loss.kind,
                                      loss_fn_config(cfg.loss), adam))
         return metrics

@@ -193,8 +193,8 @@ class TrainingBackend(Protocol):
     def close(self) -> None:
         ...
 
-    # Optional, found with getattr: `context_window` (tokens the model holds, None when unknown) and
-    # `submit_forward_backward` / `submit_optim_step` (return futures; see the functions below).
+    # Optional, found with getattr: `context_window` (tokens the model holds, None when unknown),
+    # `submit_forward_backward` / `submit_optim_step` (return futures) and `base_logprobs` (see the functions below).
 
 
 def finished_future(value: Any) -> Future:
@@ -219,6 +219,15 @@ def submit_optim_step(backend: TrainingBackend, params: AdamParams) -> Future:
     if submit is not None:
         return submit(params)
     return finished_future(backend.optim_step(params))
+
+
+def base_logprobs(backend: TrainingBackend, datums: Sequence[Datum]) -> list[list[float]]:
+    """Each datum's target logprobs under the base model (no adapter), for the KL penalty; 0 on prompt positions."""
+    compute = getattr(backend, "base_logprobs", None)
+    if compute is None:
+        raise KrlError(f"the {backend.name} backend cannot score tokens under the base model, which "
+                       "loss.kl_penalty_coef needs. Use backend=local or tinker, or set loss.kl_penalty_coef=0.")
+    return compute(datums)
 
 
 def context_window_tokens(backend: Any, configured: Optional[int] = None) -> Optional[int]:

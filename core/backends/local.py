@@ -246,6 +246,13 @@ class LocalBackend(ChatRendering):
         targets = torch.tensor(datum.target_tokens, device=self.device)
         return torch.log_softmax(logits, dim=-1).gather(1, targets.view(-1, 1)).squeeze(1)
 
+    def base_logprobs(self, datums: Sequence[Datum]) -> list[list[float]]:
+        """Target logprobs under the base model: the same forward pass with the LoRA adapter switched off."""
+        torch = self._torch
+        with self._lock, torch.no_grad(), self.model.disable_adapter():
+            return [[lp * m for lp, m in zip(self.token_logprobs(d).cpu().tolist(), d.action_mask())]
+                    for d in datums]
+
     # ------------------------------------------------------------ training
 
     def forward_backward(self, datums: Sequence[Datum], loss_fn: str = "importance_sampling",

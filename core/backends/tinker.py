@@ -102,6 +102,7 @@ class TinkerBackend(ChatRendering):
         self._stop_ids = sorted(self.tokenizer.stop_ids())
         self._sampler: Any = None
         self._sampler_stale = True
+        self._base_sampler: Any = None  # base-model sampling client, opened for the KL penalty
 
     def _call(self, fn: Callable[[], Any], what: str) -> Any:
         try:
@@ -177,6 +178,29 @@ class TinkerBackend(ChatRendering):
                                            logprobs=[float(x) for x in logprobs],
                                            stop_reason=STOP_EOS if stopped else STOP_LENGTH))
         return results
+
+    def base_logprobs(self, datums: Sequence[Datum]) -> list[list[float]]:
+        """Target logprobs under the base model (a base-model sampling client's compute_logprobs, all requests
+        submitted before any is awaited; only the sampled tail is scored, so the prompt comes from the prefix
+        cache)."""
+        types = self._tinker.types
+        with self._lock:
+            if self._base_sampler is None:
+                self._base_sampler = self._call(lambda: self.service.create_sampling_client(
+                    base_model=self.model_name).result(), "opening the base model for the KL penalty")
+        futures = []
+        for datum in datums:
+            sequence = list(datum.input_tokens) + [datum.target_tokens[-1]]
+            scored = int(sum(datum.action_mask())) or 1
+            futures.append(self._call(lambda: self._base_sampler.compute_logprobs(
+                types.ModelInput.from_ints(sequence), prompt_logprobs_last_n=min(scored, len(sequence) - 1)),
+                "scoring tokens under the base model"))
+        out = []
+        for datum, future in zip(datums, futures):
+            logprobs = self._call(future.result, "scoring tokens under the base model")
+            # logprobs[i] scores sequence[i]; targets are sequence[1:]. None where not scored (prompt positions).
+            out.append([0.0 if lp is None or m == 0 else float(lp) for lp, m in zip(logprobs[1:], datum.action_mask())])
+        return out
 
     # ------------------------------------------------------------ training
 

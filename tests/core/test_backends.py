@@ -296,3 +296,35 @@ def test_openai_backend_fails_clearly_before_work(chat_server):
         OpenAIBackend("served-model", base_url=chat_server, api_key="bad-key")
     with pytest.raises(KrlError, match="cannot reach"):
         OpenAIBackend("served-model", base_url="http://127.0.0.1:9/v1", api_key="k", timeout_s=2.0)
+
+
+def test_kl_penalty_moves_advantages_towards_the_base_model():
+    from core.losses import apply_kl_penalty
+
+    near = Datum.from_sample([1, 2], [3, 4], [-1.0, -1.0], 1.0)  # sampled as the base model would
+    far = Datum.from_sample([1, 2], [5, 6], [-0.2, -0.2], 1.0)  # far likelier under the policy than the base
+    base = [[0.0, -1.0, -1.0], [0.0, -1.0, -1.0]]
+    metrics = apply_kl_penalty([near, far], base, coef=0.5)
+    assert metrics["kl_policy_base"] == pytest.approx(0.4)  # mean of d = 0, 0, 0.8, 0.8
+    assert near.advantages == pytest.approx([0.0, 1.2, 1.2])  # 1 + 0.5 * (0.4 - 0)
+    assert far.advantages == pytest.approx([0.0, 0.8, 0.8])  # 1 + 0.5 * (0.4 - 0.8); the prompt stays 0
+
+
+def test_local_base_logprobs_ignore_the_adapter():
+    from core.backends.local import LocalBackend
+
+    backend = LocalBackend("tiny-random", lora_rank=4, device="cpu")
+    prompt = backend.render(MESSAGES)
+    seq = backend.sample(prompt, 1, SamplingParams(max_tokens=8, seed=4))[0]
+    datum = Datum.from_sample(prompt.tokens, seq.tokens, seq.logprobs, 1.0)
+    (before,) = backend.base_logprobs([datum])
+    pad = len(prompt.tokens) - 1
+    assert before[:pad] == [0.0] * pad
+    assert before[pad:] == pytest.approx(seq.logprobs, abs=1e-4)  # a fresh adapter is the identity
+    backend.forward_backward([datum])
+    backend.optim_step(AdamParams(learning_rate=5e-2))
+    (after,) = backend.base_logprobs([datum])
+    assert after == pytest.approx(before, abs=1e-6)
+    with torch.no_grad():
+        trained = backend.token_logprobs(datum)[pad:].tolist()
+    assert trained != pytest.approx(before[pad:], abs=1e-4)

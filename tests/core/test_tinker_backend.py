@@ -10,8 +10,8 @@ from tinker import types
 from core.backends.base import AdamParams, Datum, SamplingParams, submit_forward_backward, submit_optim_step
 from core.errors import KrlError
 from core.losses import sample_train_metrics
-from tests.core.tinker_sdk_fakes import (NO_KERNEL_RESPONSE, RELU_RESPONSE, SAMPLING_LOGPROB, TRAIN_SHIFT,
-                                         ClockServer, FakeTinker, http_error)
+from tests.core.tinker_sdk_fakes import (BASE_LOGPROB, NO_KERNEL_RESPONSE, RELU_RESPONSE, SAMPLING_LOGPROB,
+                                         TRAIN_SHIFT, ClockServer, FakeTinker, http_error)
 
 MESSAGES = [{"role": "user", "content": "Write ReLU."}]
 
@@ -212,6 +212,22 @@ def test_optim_step_is_queued_before_the_pass_returns(fake):
     assert metrics["optim/tokens"] == sum(len(s.tokens) for s in seqs)
 
 
+def test_base_model_logprobs_score_only_the_sampled_tokens(fake):
+    backend = open_backend()
+    prompt = backend.render(MESSAGES)
+    seq = backend.sample(prompt, 1, SamplingParams(max_tokens=4096))[0]
+    datum = Datum.from_sample(prompt.tokens, seq.tokens, seq.logprobs, 1.0)
+    (base,) = backend.base_logprobs([datum])
+    fake.service.create_sampling_client.assert_called_once_with(base_model="Qwen/Qwen3-8B")
+    call = fake.base_samplers[0].compute_logprobs.call_args
+    assert call.args[0].to_ints() == prompt.tokens + seq.tokens
+    assert call.kwargs["prompt_logprobs_last_n"] == len(seq.tokens)  # the prompt is served from the prefix cache
+    pad = len(prompt.tokens) - 1
+    assert base == [0.0] * pad + [BASE_LOGPROB] * len(seq.tokens)  # aligned with the datum's targets
+    backend.base_logprobs([datum])
+    fake.service.create_sampling_client.assert_called_once()  # one base client per run
+
+
 def test_sdk_failure_inside_a_future_is_a_krl_error(fake):
     backend = open_backend()
     fake.training.optim_step.side_effect = None
@@ -252,7 +268,7 @@ def test_one_training_step_of_the_loop_through_the_sdk(fake, registry):
         "backend=tinker", "model=Qwen/Qwen3-8B", "problems=builtin/relu", "max_steps=1", "dataset.batch_size=1",
         "dataset.group_size=2", "kernel.backend=torch", "eval.devices=cpu", "eval.timing_trials=3",
         "eval.warmup_trials=1", "eval.correctness_trials=2", "sampling.max_tokens=2048", "optim.lr=2e-5",
-        "optim.warmup_steps=0", "gpus=0", "eval.run_timeout_s=600"])
+        "optim.warmup_steps=0", "gpus=0", "eval.run_timeout_s=600", "loss.kl_penalty_coef=0.5"])
     run = registry.create_run("tinker-loop", config=config.model_dump(mode="json"), backend="tinker")
     assert execute(registry, run["id"], install_signals=False) == 0
     row = registry.get_run(run["id"])
@@ -267,6 +283,9 @@ def test_one_training_step_of_the_loop_through_the_sdk(fake, registry):
     assert fake.training.optim_step.call_args.args[0].learning_rate == pytest.approx(2e-5)
     kl = registry.metric_series(run["id"], "optim/kl_sample_train_v1")["value"]
     assert kl == [pytest.approx(TRAIN_SHIFT, rel=1e-5)]
+    # KL penalty: every token is SAMPLING - BASE apart, so the penalty (mean - own) is 0 and advantages stay ±A.
+    kl_base = registry.metric_series(run["id"], "kl_policy_base")["value"]
+    assert kl_base == [pytest.approx(SAMPLING_LOGPROB - BASE_LOGPROB, rel=1e-5)]
     checkpoint = registry.last_checkpoint(run["id"])
     assert checkpoint["state_path"] == "tinker://run-1/weights/step-000000"
     verdicts = sorted(t["verdict"] for traj in registry.trajectories(run["id"])

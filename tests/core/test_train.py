@@ -193,3 +193,23 @@ def test_rollout_metrics_fast_p_speedups_and_per_turn_rates():
     # gamma 0.4: returns 0 + 0.4 * 1, 1, -1 + 0.4 * 0
     assert metrics["env/all/reward/total"] == pytest.approx((0.4 + 1.0 - 1.0) / 3)
     assert "env/all/speedup/mean" not in rollout_metrics([hack], tiny_config())
+
+
+def test_constant_reward_groups_are_trained_only_when_kept_under_a_kl_penalty():
+    from types import SimpleNamespace
+
+    from core.backends.base import Prompt, SampledSequence
+    from core.reward import BatchAdvantages, per_turn_advantages
+    from core.rollouts import Rollout, TurnSample
+    from core.train import Trainer
+
+    rollouts = [Rollout(0, i, problem=None, env=None,
+                        samples=[TurnSample(Prompt([], [1, 2]), SampledSequence("x", [3, 4], [-0.5, -0.5]))])
+                for i in range(2)]
+    advantages = BatchAdvantages([per_turn_advantages([[1.0], [1.0]])])  # equal rewards: dropped, advantages 0
+    assert advantages.groups[0].dropped
+    for coef, remove, kept in ((0.0, False, 0), (0.5, True, 0), (0.5, False, 2)):
+        config = load_config("single-turn", [f"loss.kl_penalty_coef={coef}",
+                                             f"loss.remove_constant_reward_groups={str(remove).lower()}"])
+        datums = Trainer._datums(SimpleNamespace(config=config), rollouts, advantages)
+        assert len(datums) == kept, (coef, remove)

@@ -37,6 +37,7 @@ class ModelNew(nn.Module):
 NO_KERNEL_RESPONSE = "<think>\nno idea</think>\nsorry"
 SAMPLING_LOGPROB = -0.5
 TRAIN_SHIFT = 0.1  # the fake trainer scores every token this much lower than the sampler: kl v1 = 0.1
+BASE_LOGPROB = -0.7  # the base model's logprob of every token (compute_logprobs on a base-model client)
 
 
 def make_tokenizer():
@@ -133,6 +134,7 @@ class FakeTinker:
         self.training = create_autospec(tinker.TrainingClient, instance=True)
         self.service_class = create_autospec(tinker.ServiceClient, return_value=self.service)
         self.samplers: list[Any] = []
+        self.base_samplers: list[Any] = []
         self.pass_futures: list[AwaitableConcurrentFuture] = []
         self.pending_passes_at_optim: list[int] = []
 
@@ -143,6 +145,7 @@ class FakeTinker:
             supported_models=[types.SupportedModel(model_name=self.model_name,
                                                    max_context_length=self.context_length)])
         self.service.close.side_effect = lambda status, detail=None: sdk_future(None)
+        self.service.create_sampling_client.side_effect = self._base_sampler
         self.training.get_tokenizer.side_effect = lambda: self.tokenizer
         self.training.save_weights_and_get_sampling_client.side_effect = self._new_sampler
         self.training.forward_backward.side_effect = self._forward_backward
@@ -158,6 +161,19 @@ class FakeTinker:
         if self.create_error is not None:
             return sdk_future(error=self.create_error)
         return sdk_future(self.training)
+
+    def _base_sampler(self, model_path: Any = None, base_model: Any = None, **kwargs: Any) -> AwaitableConcurrentFuture:
+        assert model_path is None and base_model == self.model_name
+        sampler = create_autospec(tinker.SamplingClient, instance=True)
+
+        def compute_logprobs(prompt: types.ModelInput, prompt_logprobs_last_n: Optional[int] = None):
+            n = prompt.length
+            scored = prompt_logprobs_last_n or n - 1
+            return sdk_future([None] * (n - scored) + [BASE_LOGPROB] * scored)
+
+        sampler.compute_logprobs.side_effect = compute_logprobs
+        self.base_samplers.append(sampler)
+        return sdk_future(sampler)
 
     def _new_sampler(self, *args: Any, **kwargs: Any) -> AwaitableConcurrentFuture:
         self.weight_versions += 1
