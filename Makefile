@@ -36,8 +36,13 @@ sandbox-tool:
 				"(apt-get install bubblewrap); until then candidate code runs with weaker isolation (see krl doctor)"; \
 		fi; }
 
+# `krl` lives in the venv: the last lines say how to put it on PATH (the demo run is in ./runs, where `krl` looks).
 demo: $(STAMP) sandbox-tool
 	$(BIN)/krl demo $(DEMO_ARGS)
+	@echo ""
+	@echo "krl is installed in $(VENV)/bin. To use it as the README shows:"
+	@echo "    . $(VENV)/bin/activate"
+	@echo "    krl            # the TUI over ./runs, where the demo run is"
 
 test: $(STAMP) sandbox-tool
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile $(PYTEST_ARGS)

@@ -11,13 +11,23 @@ from typing import Any, List, Optional
 
 import typer
 
-DEFAULT_DEMO_WORKSPACE = "demo-workspace"
 EXIT_DEMO_FAILED = 3
 
 
 def demo_workspace() -> Path:
-    """$KRL_WORKSPACE (or --workspace) when given, else ./demo-workspace."""
-    return Path(os.environ.get("KRL_WORKSPACE") or DEFAULT_DEMO_WORKSPACE).expanduser().resolve()
+    """The workspace a bare `krl` opens ($KRL_WORKSPACE, --workspace, else ./runs): after `make demo`, typing `krl`
+    in the same folder shows the demo run."""
+    from core.registry import workspace_path
+
+    return workspace_path()
+
+
+def open_hint(workspace: Path) -> str:
+    """The exact command that opens `workspace` in the TUI from the current folder."""
+    from core.registry import workspace_path
+
+    same = not os.environ.get("KRL_WORKSPACE") and Path(workspace).resolve() == workspace_path().resolve()
+    return "open it in the TUI: krl" if same else f"open it in the TUI: krl --workspace {workspace}"
 
 
 def summarise(reg: Any, run_id: int) -> dict[str, Any]:
@@ -66,7 +76,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
         console.print(speedups)
     if summary.get("error"):
         console.print(f"[red]error:[/red] {summary['error']}")
-    console.print(f"open it in the TUI: krl --workspace {summary['workspace']}")
+    console.print(open_hint(Path(summary["workspace"])))
 
 
 def register(app: typer.Typer) -> None:

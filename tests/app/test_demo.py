@@ -42,3 +42,15 @@ def test_demo_summary_from_registry(registry):
     assert summary["turns"] == sum(summary["verdicts"].values())
     assert set(summary["verdicts"]) <= {"correct", "wrong_output", "compile_error", "hack_detected"}
     assert 1.4 < summary["best_speedups"]["builtin/relu"] <= 1.51
+
+
+def test_the_demo_writes_where_a_bare_krl_looks(tmp_path, monkeypatch):
+    """After `make demo`, `krl` typed in the same folder opens the demo's workspace (issue 13, bug 10)."""
+    from app.commands.demo import demo_workspace, open_hint
+    from core.registry import workspace_path
+
+    monkeypatch.delenv("KRL_WORKSPACE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert demo_workspace() == workspace_path() == tmp_path / "runs"
+    assert open_hint(demo_workspace()) == "open it in the TUI: krl"
+    assert open_hint(tmp_path / "elsewhere") == f"open it in the TUI: krl --workspace {tmp_path / 'elsewhere'}"
