@@ -113,12 +113,14 @@ class NewRunScreen(KrlScreen):
     BINDINGS = [
         Binding("escape", "cancel", "Cancel", id="new.cancel"),
         Binding("ctrl+s", "launch", "Launch", id="new.launch"),
+        Binding("ctrl+e", "evaluate", "Evaluate instead", id="new.evaluate"),
     ]
 
     def __init__(self) -> None:
         super().__init__()
         self.defaults: dict[str, str] = {}
         self.launching = False
+        self.launch_kind: Optional[str] = None  # "eval": the form's model is evaluated, not trained
 
     def compose(self) -> ComposeResult:
         yield Static("[b]New run[/b] · fields start from the preset; only what you change becomes an override",
@@ -161,14 +163,15 @@ class NewRunScreen(KrlScreen):
         self.app.call_from_thread(self._apply_preset, presets, chosen, config)
 
     @work(thread=True, exclusive=True, group="new-launch", exit_on_error=False)
-    def launch(self, preset: str, overrides: list[str], name: Optional[str], gpus: int) -> None:
+    def launch(self, preset: str, overrides: list[str], name: Optional[str], gpus: int,
+               kind: Optional[str] = None) -> None:
         try:
             from core.config import load_config
             from core import procman
 
             config = load_config(preset, overrides)
             run = procman.start_run(config, name=name, gpus=gpus, preset=preset, detach=True,
-                                    workspace=str(self.app.workspace))
+                                    workspace=str(self.app.workspace), kind=kind)
             self.post_message(ActionDone(f"started {run.get('name', name or '')} ({run.get('status', 'queued')})"))
         except Exception as exc:
             from core.errors import KrlError
@@ -223,7 +226,15 @@ class NewRunScreen(KrlScreen):
         self.launching = True
         values = self.values()
         self.launch(str(self.query_one("#new-preset", Select).value), overrides,
-                    values["name"].strip() or None, int(values["gpus"]))
+                    values["name"].strip() or None, int(values["gpus"]), self.launch_kind)
+
+    def action_evaluate(self) -> None:
+        """Evaluate the form's model over its problems (a run of kind 'eval', evaluation.samples per problem)."""
+        self.launch_kind = "eval"
+        try:
+            self.action_launch()
+        finally:
+            self.launch_kind = None
 
     def on_action_done(self, message: ActionDone) -> None:
         self.app.notify(message.text)

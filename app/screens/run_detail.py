@@ -65,6 +65,7 @@ class RunDetailScreen(KrlScreen):
         Binding("slash", "search", "Search/filter", id="run.search"),
         Binding("s", "stop", "Stop run", show=False, id="run.stop"),
         Binding("r", "resume", "Resume run", show=False, id="run.resume"),
+        Binding("v", "evaluate", "Evaluate / eval grid", id="run.evaluate"),
     ]
 
     def __init__(self, run: int | str, tab: str = "curves", preload: Optional[tuple] = None) -> None:
@@ -498,3 +499,8 @@ class RunDetailScreen(KrlScreen):
     def action_resume(self) -> None:
         if self.run and self.run["status"] in ("stopped", "failed", "crashed"):
             self.control("resume", detach=True)
+
+    def action_evaluate(self) -> None:
+        from app.screens.eval import evaluate_from_run_detail
+
+        evaluate_from_run_detail(self)
