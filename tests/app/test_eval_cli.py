@@ -91,3 +91,42 @@ def test_bad_input_exits_2_without_traceback(krl):
                          (("evals", "compare", "a", "b"), "'a'")]:
         done = krl(*args, rc=2)
         assert needle in done.stderr and "Traceback" not in done.stderr
+
+
+async def test_eval_screen_grid_distribution_inspector_and_compare(workspace, monkeypatch):
+    from app.screens.eval import EvalCompareScreen, EvalScreen, speedup_histogram
+    from app.screens.run_detail import RunDetailScreen
+    from app.screens.trajectory import TrajectoryScreen
+    from core.config import load_config
+    from core.evaluation import evaluate_foreground
+    from tests.app.fixtures import make_app, settle
+
+    monkeypatch.setenv("KRL_CONFIG_DIR", str(workspace / "config"))
+    cfg = load_config("demo", ["backend=replay", "replay.path=demo", "problems=builtin/relu", "evaluation.samples=2",
+                               "max_turns=2", *CPU])
+    row = evaluate_foreground(cfg, "grid", workspace)
+    app = make_app(workspace)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(pilot)
+        app.push_screen(RunDetailScreen(row["id"]))
+        await settle(pilot)
+        await pilot.press("v")  # on an eval run: its grid
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, EvalScreen)
+        header = str(screen.query_one("#eval-header").render())
+        assert "grid" in header and "pass@1" in header
+        grid = screen.query_one("#eval-grid")
+        assert grid.row_count == 1 and len(grid.columns) == 1 + 2 * 2
+        assert "x" in str(screen.query_one("#eval-distribution").render())
+        grid.focus()
+        grid.cursor_coordinate = grid.cursor_coordinate._replace(row=0, column=1)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.screen, TrajectoryScreen)
+        app.pop_screen()
+        app.push_screen(EvalCompareScreen("grid", "grid"))
+        await settle(pilot)
+        text = str(app.screen.query_one("#eval-compare-header").render())
+        assert "fast_1" in text and "95% CI" in text
+    assert speedup_histogram([0.4, 1.0, 1.1, 5.0])[0] == ("0–0.5x", 1)
