@@ -252,9 +252,17 @@ class _ChatServer(BaseHTTPRequestHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).requests.append({"path": self.path, "body": body})
+        reasoning_model = body["model"] == "reasoning-model"  # a served model behind a reasoning parser
+        if reasoning_model and body.get("logprobs"):
+            return self._reply(400, {"error": {"message": "logprobs is not supported with this model"}})
+        if "max_tokens" in body:
+            return self._reply(400, {"error": {"message": "Unsupported parameter: 'max_tokens'"}})
+        message = ({"role": "assistant", "content": "\n<KERNEL>k</KERNEL>", "reasoning_content": "fuse it"}
+                   if reasoning_model else {"role": "assistant", "content": "answer {i}"})
         choices = [{"index": i, "finish_reason": "length" if i == 1 else "stop",
-                    "message": {"role": "assistant", "content": f"answer {i}"},
-                    "logprobs": {"content": [{"token": "a", "logprob": -0.5}, {"token": "b", "logprob": -1.0}]}}
+                    "message": {**message, "content": message["content"].replace("{i}", str(i))},
+                    "logprobs": None if reasoning_model else
+                    {"content": [{"token": "a", "logprob": -0.5}, {"token": "b", "logprob": -1.0}]}}
                    for i in range(body["n"])]
         self._reply(200, {"choices": list(reversed(choices)), "usage": {"completion_tokens": 2}})
 
@@ -282,7 +290,8 @@ def test_openai_backend_samples_chat_completions(chat_server):
     sent = _ChatServer.requests[-1]
     assert sent["path"] == "/v1/chat/completions"
     assert sent["body"]["messages"] == MESSAGES
-    assert sent["body"]["n"] == 2 and sent["body"]["max_tokens"] == 64 and sent["body"]["seed"] == 5
+    assert sent["body"]["n"] == 2 and sent["body"]["max_completion_tokens"] == 64 and sent["body"]["seed"] == 5
+    assert sent["body"]["logprobs"] is True
     assert sent["body"]["model"] == "served-model"
     with pytest.raises(KrlError, match="cannot train"):
         backend.forward_backward([])
@@ -328,3 +337,18 @@ def test_local_base_logprobs_ignore_the_adapter():
     with torch.no_grad():
         trained = backend.token_logprobs(datum)[pad:].tolist()
     assert trained != pytest.approx(before[pad:], abs=1e-4)
+
+
+def test_openai_backend_keeps_server_parsed_thinking_and_drops_refused_logprobs(chat_server, caplog):
+    from core.backends.openai import OpenAIBackend
+    from core.env import parse_response
+
+    backend = OpenAIBackend("reasoning-model", base_url=chat_server, api_key="k")
+    out = backend.sample(backend.render(MESSAGES), 1, SamplingParams(max_tokens=64))
+    assert out[0].text == "<think>\nfuse it\n</think>\n<KERNEL>k</KERNEL>"
+    assert parse_response(out[0].text).thought.strip() == "fuse it"
+    assert out[0].logprobs == []
+    assert [r["body"]["logprobs"] for r in _ChatServer.requests] == [True, False]
+    assert "reasoning-model" in caplog.text and "rejects logprobs" in caplog.text
+    backend.sample(backend.render(MESSAGES), 1, SamplingParams(max_tokens=64))
+    assert _ChatServer.requests[-1]["body"]["logprobs"] is False  # asked once, remembered
