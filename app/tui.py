@@ -32,6 +32,7 @@ class KrlApp(App):
         Binding("question_mark", "help", "Help", id="app.help"),
         Binding("q", "quit", "Quit", id="app.quit"),
         Binding("ctrl+t", "cycle_theme", "Theme", show=False, id="app.theme"),
+        Binding("exclamation_mark", "alerts", "Alerts", id="app.alerts"),
     ]
 
     def __init__(self, workspace: str | Path | None = None, theme: Optional[str] = None,
@@ -85,6 +86,10 @@ class KrlApp(App):
         return RunsScreen()
 
     def on_mount(self) -> None:
+        from app.screens.alerts import AlertWatcher
+
+        self.alert_watcher = AlertWatcher(self)  # rings and notifies when a run crashes, finishes or crosses a rule
+        self.alert_watcher.start()
         if self.open_run:
             self.open_run_detail(self.open_run)
         # After the first paint, so it does not compete with it for the GIL.
@@ -159,6 +164,12 @@ class KrlApp(App):
         from app.screens.new_run import NewRunScreen
 
         self.push_screen(NewRunScreen())
+
+    def action_alerts(self) -> None:
+        from app.screens.alerts import AlertsScreen
+
+        if not isinstance(self.screen, AlertsScreen):
+            self.push_screen(AlertsScreen())
 
     def action_help(self) -> None:
         from app.screens.help import HelpScreen

@@ -1,5 +1,6 @@
-"""Compare 2–8 runs: one metric overlaid with a stable colour per run, and a config diff of only the keys
-that differ. Colours follow run id order, so the same selection always draws the same way."""
+"""Compare 2–8 runs: a grid of plots with every run overlaid on each (a stable colour per run), the same metric
+filter, log-y, cursor, zoom and export as a run's curves, and a config diff of only the keys that differ.
+Colours follow run id order, so the same selection always draws the same way."""
 
 from __future__ import annotations
 
@@ -9,16 +10,16 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import DataTable, Select, Static
+from textual.widgets import DataTable, Static
 
 from app.screens.base import KrlScreen
-from app.widgets.key_bar import KeyBar
+from app.screens.focus import leave_text_box
 from app.screens.loaders import compare_configs, default_curve_keys, load_series
 from app.screens.messages import SeriesLoaded, TableLoaded
+from app.widgets.curves_panel import SMOOTHING_STEP, CurvesPanel, RunLine
 from app.widgets.format import theme_colour
-from app.widgets.reward_plot import Curve, RewardPlot
+from app.widgets.key_bar import KeyBar
 
 MAX_RUNS = 8
 
@@ -26,10 +27,17 @@ MAX_RUNS = 8
 class CompareScreen(KrlScreen):
     BINDINGS = [
         Binding("escape", "back", "Back", id="compare.back"),
-        Binding("m", "next_metric", "Next metric", id="compare.metric"),
+        Binding("slash", "search", "Filter metrics", id="compare.search"),
         Binding("x", "toggle_x", "x: step/time", id="compare.x_axis"),
         Binding("right_square_bracket", "smoothing(1)", "Smoother", id="compare.smooth_more"),
-        Binding("left_square_bracket", "smoothing(-1)", "Rougher", id="compare.smooth_less"),
+        Binding("left_square_bracket", "smoothing(-1)", "Rougher", show=False, id="compare.smooth_less"),
+        Binding("y", "log_y", "Log y", id="compare.log_y"),
+        Binding("full_stop", "cursor(1)", "Cursor →", id="compare.cursor_next"),
+        Binding("comma", "cursor(-1)", "Cursor ←", show=False, id="compare.cursor_prev"),
+        Binding("plus,equals_sign", "zoom(0.5)", "Zoom x", id="compare.zoom_in"),
+        Binding("minus", "zoom(2)", "Unzoom", show=False, id="compare.zoom_out"),
+        Binding("0", "zoom(0)", "Reset zoom", show=False, id="compare.zoom_reset"),
+        Binding("e", "export", "Export", id="compare.export"),
     ]
 
     def __init__(self, run_ids: list[int]) -> None:
@@ -37,17 +45,10 @@ class CompareScreen(KrlScreen):
         self.run_ids = sorted(run_ids)[:MAX_RUNS]
         self.runs: list[dict[str, Any]] = []
         self.keys: list[str] = []
-        self.metric = ""
-        self.smoothing = 0.6
-        self.x_axis = "step"
-        self._series: dict[int, Any] = {}
 
     def compose(self) -> ComposeResult:
         yield Static(id="compare-legend")
-        with Horizontal(id="compare-top"):
-            yield Select([], prompt="metric", id="compare-metric", allow_blank=True)
-            yield Static(id="compare-status")
-        yield RewardPlot(id="compare-plot")
+        yield CurvesPanel(id="compare-curves")
         yield Static("config: keys that differ", classes="section-title")
         yield DataTable(id="config-diff", zebra_stripes=True)
         yield KeyBar()
@@ -58,6 +59,10 @@ class CompareScreen(KrlScreen):
     def colour_of(self, run_id: int) -> str:
         return f"series-{self.run_ids.index(run_id) + 1}"
 
+    @property
+    def panel(self) -> CurvesPanel:
+        return self.query_one("#compare-curves", CurvesPanel)
+
     # ---------------------------------------------------------------- workers
 
     @work(thread=True, exclusive=True, group="compare-runs", exit_on_error=False)
@@ -67,11 +72,11 @@ class CompareScreen(KrlScreen):
         keys = sorted(set().union(*(reg.metric_keys(r["id"]) for r in runs)))
         self.post_message(TableLoaded("runs", runs, {"keys": keys, "diff": compare_configs([r["config"] for r in runs])}))
 
-    @work(thread=True, exclusive=True, group="compare-series", exit_on_error=False)
-    def load_metric(self, key: str, max_points: int) -> None:
+    @work(thread=True, group="compare-series", exit_on_error=False)
+    def load_metrics(self, keys: list[str], max_points: int) -> None:
         reg = self.app.registry("compare")
-        series = {str(run_id): load_series(reg, run_id, [key], max_points)[key] for run_id in self.run_ids}
-        self.post_message(SeriesLoaded(series))
+        self.post_message(SeriesLoaded({key: {run_id: load_series(reg, run_id, [key], max_points)[key]
+                                              for run_id in self.run_ids} for key in keys}))
 
     # ---------------------------------------------------------------- messages
 
@@ -83,13 +88,10 @@ class CompareScreen(KrlScreen):
             legend.append("━━ ", style=theme_colour(self.app, self.colour_of(run["id"])))
             legend.append(f"{run['name']} ({run['status']})   ")
         self.query_one("#compare-legend", Static).update(legend)
-        select = self.query_one("#compare-metric", Select)
-        defaults = default_curve_keys(self.keys, 1)
-        with select.prevent(Select.Changed):
-            select.set_options([(k, k) for k in self.keys])
-            if defaults:
-                select.value = defaults[0]
-        self._choose(defaults[0] if defaults else "")
+        panel = self.panel
+        panel.runs = [RunLine(run["id"], run["name"], self.colour_of(run["id"])) for run in self.runs]
+        panel.remember(f"{self.app.workspace}#compare#{','.join(map(str, self.run_ids))}")
+        panel.set_keys(self.keys, default_curve_keys(self.keys, 4))
         table = self.query_one("#config-diff", DataTable)
         table.clear(columns=True)
         table.add_column("key", key="key")
@@ -100,61 +102,45 @@ class CompareScreen(KrlScreen):
             table.add_row("(configs are identical)", *["" for _ in self.runs])
         for key, values in diff.items():
             table.add_row(key, *[("–" if v is None else str(v)) for v in values])
+        self.query_one("#compare-curves #metric-list").focus()
+
+    @on(CurvesPanel.Wanted)
+    def _wanted(self, message: CurvesPanel.Wanted) -> None:
+        self.load_metrics(message.keys, message.max_points)
 
     def on_series_loaded(self, message: SeriesLoaded) -> None:
-        self._series = {int(k): v for k, v in message.series.items()}
-        self._draw()
-
-    # ---------------------------------------------------------------- drawing
-
-    def _choose(self, key: str) -> None:
-        self.metric = key
-        plot = self.query_one(RewardPlot)
-        plot.plot_title = key
-        if key:
-            self.load_metric(key, max(50, plot.size.width or 100))
-        self._status()
-
-    def _draw(self) -> None:
-        curves = []
-        for run in self.runs:
-            series = self._series.get(run["id"])
-            if series is None:
-                continue
-            if self.x_axis == "time" and series.wall_times:
-                xs = [(w - series.wall_times[0]) / 60 for w in series.wall_times]
-            else:
-                xs = list(series.steps)
-            curves.append(Curve(run["name"], xs, series.values, self.colour_of(run["id"])))
-        self.query_one(RewardPlot).draw(curves, self.smoothing, "minutes since start" if self.x_axis == "time" else "step")
-        self._status()
-
-    def _status(self) -> None:
-        self.query_one("#compare-status", Static).update(
-            f"  {len(self.run_ids)} runs · smoothing {self.smoothing:.2f} · x: {self.x_axis} · m next metric")
-
-    @on(Select.Changed, "#compare-metric")
-    def _metric_changed(self, event: Select.Changed) -> None:
-        if event.value is not Select.NULL:
-            self._choose(str(event.value))
+        self.panel.show_series(message.series)
 
     # ---------------------------------------------------------------- actions
 
     def action_back(self) -> None:
-        self.app.pop_screen()
+        if not leave_text_box(self, self.query_one("#compare-curves #metric-list")):
+            self.app.pop_screen()
 
-    def action_next_metric(self) -> None:
-        if self.keys:
-            index = (self.keys.index(self.metric) + 1) % len(self.keys) if self.metric in self.keys else 0
-            select = self.query_one("#compare-metric", Select)
-            with select.prevent(Select.Changed):
-                select.value = self.keys[index]
-            self._choose(self.keys[index])
+    def action_search(self) -> None:
+        self.query_one("#compare-curves #metric-filter").focus()
 
     def action_toggle_x(self) -> None:
-        self.x_axis = "time" if self.x_axis == "step" else "step"
-        self._draw()
+        self.panel.toggle_x_axis()
 
     def action_smoothing(self, direction: int) -> None:
-        self.smoothing = round(min(0.99, max(0.0, self.smoothing + 0.1 * direction)), 2)
-        self._draw()
+        self.panel.adjust_smoothing(direction * SMOOTHING_STEP)
+
+    def action_log_y(self) -> None:
+        self.panel.toggle_log_y()
+
+    def action_cursor(self, direction: int) -> None:
+        self.panel.move_cursor(direction)
+
+    def action_zoom(self, factor: float) -> None:
+        self.panel.zoom(factor)
+
+    def action_export(self) -> None:
+        from app.widgets.export import export_view
+
+        try:
+            self.last_export = export_view(self.app, self.panel.plots(), "compare-" + "-".join(r["name"] for r in self.runs))
+        except OSError as exc:
+            self.notify(f"export failed: {exc}", severity="error")
+            return
+        self.notify(f"exported {len(self.last_export)} files to {self.last_export[0].parent}")

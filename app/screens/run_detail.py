@@ -1,9 +1,11 @@
-"""One run in depth, as tabs: Curves, Trajectories, Problems, Config, Checkpoints, Logs.
+"""One run in depth, as tabs: Curves, Trajectories, Problems, Config, Checkpoints, Logs, System, Distributions.
 Each tab loads on first view in a thread worker; a 1 s tick re-reads the run and refreshes what is on screen."""
 
 from __future__ import annotations
 
 import os
+import socket
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from rich.text import Text
@@ -11,6 +13,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Input, Select, Static, TabbedContent, TabPane
 
@@ -21,21 +24,40 @@ from app.screens.loaders import (TrajectoryFilter, config_overrides, default_cur
                                  load_trajectories)
 from app.screens.messages import (ActionDone, ConfigLoaded, LogLines, RunHeaderLoaded, SeriesLoaded, TableLoaded)
 from app.widgets.config_view import ConfigView
+from app.screens.view_data import Distributions, distributions
 from app.widgets.curves_panel import SMOOTHING_STEP, CurvesPanel
+from app.widgets.distributions import HistogramView
+from app.widgets.sparkline import sparkline_text
+from app.widgets.system_panel import HostPanel
 from app.widgets.format import STATUS_COLOUR, fmt_float, fmt_speedup, status_glyph, theme_colour
 from app.widgets.log_tail import LogTail
 
-TABS = ("curves", "trajectories", "problems", "config", "checkpoints", "logs")
+TABS = ("curves", "trajectories", "problems", "config", "checkpoints", "logs", "system", "distributions")
 OUTCOMES = [("all outcomes", "all"), ("solved", "solved"), ("never solved", "unsolved"), ("hack", "hack")] + \
     [(f"solved at turn {k}", f"turn:{k}") for k in range(8)]
 ORDERS = [("by return", "return"), ("by step", "step"), ("by speedup", "speedup")]
 LOG_TAIL_BYTES = 256 * 1024
 # The widget that takes focus when a tab opens (so its keys work at once) and when esc leaves a text box.
 TAB_HOME = {"curves": "#metric-list", "trajectories": "#traj-table", "problems": "#problems-table",
-            "config": "#config-scroll", "checkpoints": "#checkpoints-table", "logs": "#log-tail"}
+            "config": "#config-scroll", "checkpoints": "#checkpoints-table", "logs": "#log-tail",
+            "system": "#system-curves #metric-list", "distributions": "#best-table"}
+PLOT_TABS = ("curves", "system")
 # Bindings that only mean something on some tabs: the key bar shows them there alone.
-TAB_ONLY_KEYS = {"run.x_axis": ("curves",), "run.smooth_more": ("curves",), "run.smooth_less": ("curves",),
-                 "run.search": ("curves", "trajectories", "logs")}
+TAB_ONLY_KEYS = {"run.x_axis": PLOT_TABS, "run.smooth_more": PLOT_TABS, "run.smooth_less": PLOT_TABS,
+                 "run.log_y": PLOT_TABS, "run.cursor_next": PLOT_TABS, "run.cursor_prev": PLOT_TABS,
+                 "run.zoom_in": PLOT_TABS, "run.zoom_out": PLOT_TABS, "run.zoom_reset": PLOT_TABS,
+                 "run.search": ("curves", "trajectories", "logs", "system")}
+HOST_SAMPLE_S = 2.0
+
+
+@dataclass
+class HostSampled(Message):
+    sample: Any  # core.system_metrics.HostSample
+
+
+@dataclass
+class DistributionsLoaded(Message):
+    data: Distributions
 
 
 def parse_step_range(text: str) -> tuple[Optional[int], Optional[int]]:
@@ -59,9 +81,18 @@ class RunDetailScreen(KrlScreen):
         Binding("4", "tab('config')", "Config", show=False, id="run.tab_config"),
         Binding("5", "tab('checkpoints')", "Checkpoints", show=False, id="run.tab_checkpoints"),
         Binding("6", "tab('logs')", "Logs", show=False, id="run.tab_logs"),
+        Binding("7", "tab('system')", "System", show=False, id="run.tab_system"),
+        Binding("8", "tab('distributions')", "Distributions", show=False, id="run.tab_distributions"),
         Binding("x", "toggle_x", "x: step/time", id="run.x_axis"),
         Binding("right_square_bracket", "smoothing(1)", "Smoother", id="run.smooth_more"),
         Binding("left_square_bracket", "smoothing(-1)", "Rougher", show=False, id="run.smooth_less"),
+        Binding("y", "log_y", "Log y", id="run.log_y"),
+        Binding("full_stop", "cursor(1)", "Cursor →", id="run.cursor_next"),
+        Binding("comma", "cursor(-1)", "Cursor ←", show=False, id="run.cursor_prev"),
+        Binding("plus,equals_sign", "zoom(0.5)", "Zoom x", id="run.zoom_in"),
+        Binding("minus", "zoom(2)", "Unzoom", show=False, id="run.zoom_out"),
+        Binding("0", "zoom(0)", "Reset zoom", show=False, id="run.zoom_reset"),
+        Binding("e", "export", "Export", id="run.export"),
         Binding("slash", "search", "Search/filter", id="run.search"),
         Binding("s", "stop", "Stop run", show=False, id="run.stop"),
         Binding("r", "resume", "Resume run", show=False, id="run.resume"),
@@ -83,6 +114,8 @@ class RunDetailScreen(KrlScreen):
         self._log_offset = 0
         self.traj_filter = TrajectoryFilter()
         self._trajectories_total = 0
+        self._host_sampler: Any = None
+        self.distributions: Optional[Distributions] = None
 
     @property
     def run_id(self) -> Optional[int]:
@@ -92,8 +125,8 @@ class RunDetailScreen(KrlScreen):
         yield Static(id="run-header")
         # Only the first tab's widgets are built now; the others on first view (opening a run stays fast).
         with TabbedContent(initial=self.initial_tab, id="run-tabs"):
-            for tab in TABS:
-                with TabPane(tab.capitalize(), id=tab):
+            for number, tab in enumerate(TABS, 1):
+                with TabPane(f"{number} {tab.capitalize()}", id=tab):
                     if tab == self.initial_tab:
                         yield from self._tab_widgets(tab)
         yield KeyBar()
@@ -115,6 +148,14 @@ class RunDetailScreen(KrlScreen):
             return [VerticalScroll(ConfigView(id="config-view"), id="config-scroll")]
         if tab == "checkpoints":
             return [DataTable(id="checkpoints-table", cursor_type="row", zebra_stripes=True)]
+        if tab == "system":
+            return [HostPanel(id="host-panel"), CurvesPanel(only=r"^system/", id="system-curves")]
+        if tab == "distributions":
+            return [Horizontal(HistogramView(id="hist-return"), HistogramView(colour="secondary", id="hist-speedup"),
+                               id="hist-row"),
+                    Static("best correct kernel per problem over the steps · enter opens its trajectory",
+                           classes="section-title"),
+                    DataTable(id="best-table", cursor_type="row", zebra_stripes=True)]
         return [Input(placeholder="search the log", id="log-search"), LogTail(id="log-tail")]
 
     def _build_tab(self, tab: str) -> None:
@@ -136,6 +177,11 @@ class RunDetailScreen(KrlScreen):
                 "mean solve turn")
         elif tab == "checkpoints":
             self.query_one("#checkpoints-table", DataTable).add_columns("step", "name", "state path", "sampler path")
+        elif tab == "distributions":
+            self.query_one("#best-table", DataTable).add_columns(
+                "problem", "best speedup", "at step", "solved", "best so far, step by step")
+        elif tab == "system" and self.run is not None:
+            self.query_one("#system-curves", CurvesPanel).set_keys(self.metric_keys, [])
         self._tab_ready.add(tab)
         if self.run is not None:
             self._load_tab(tab, force=True)
@@ -143,9 +189,10 @@ class RunDetailScreen(KrlScreen):
             self._focus_tab(tab)
 
     def _focus_tab(self, tab: str) -> None:
+        """Focus the tab's main widget once it is laid out (a widget in a pane shown this frame cannot take it)."""
         home = self.query(TAB_HOME.get(tab, "#none"))
         if home:
-            home.first().focus()
+            self.call_after_refresh(home.first().focus)
 
     def shown_bindings(self) -> list[Binding]:
         """The key bar's keys: those of the tab on screen."""
@@ -158,13 +205,13 @@ class RunDetailScreen(KrlScreen):
         if self._preload is not None:  # fill the curves before the first paint
             run, keys, series = self._preload
             self._preload = None
-            for panel in self.query(CurvesPanel):
-                panel.show_series(series)
+            self.query_one("#curves-panel", CurvesPanel).show_series(series)
             self.on_run_header_loaded(RunHeaderLoaded(run, keys))
         self.load_header()
         if self.app.live and self.app.refresh_s:
             self.set_interval(self.app.refresh_s, self._tick)
             self.set_interval(self.app.refresh_s, self._tick_logs)
+            self.set_interval(HOST_SAMPLE_S, self._tick_host)
 
     def _tick(self) -> None:
         if self.app.screen is self:  # a trajectory screen on top: nothing here is visible
@@ -173,6 +220,14 @@ class RunDetailScreen(KrlScreen):
     def on_screen_resume(self) -> None:
         if self.run is not None:
             self.load_header()
+
+    def _tick_host(self) -> None:
+        if self.app.screen is self and "system" in self._tab_ready and self.query_one(TabbedContent).active == "system":
+            self.sample_host()
+
+    def on_unmount(self) -> None:
+        if self._host_sampler is not None:
+            self._host_sampler.close()
 
     def _tick_logs(self) -> None:
         if self.app.screen is self and self.run is not None and "logs" in self._tab_ready and self.query_one(TabbedContent).active == "logs":
@@ -226,6 +281,20 @@ class RunDetailScreen(KrlScreen):
     def load_config(self) -> None:
         self.post_message(ConfigLoaded(self.run.get("config") or {}, config_overrides(self.run)))
 
+    @work(thread=True, exclusive=True, group="detail-host", exit_on_error=False)
+    def sample_host(self) -> None:
+        """The machine the TUI runs on, now (CPU since the previous sample)."""
+        from core.system_metrics import HostSampler
+
+        if self._host_sampler is None:
+            self._host_sampler = HostSampler()
+        self.post_message(HostSampled(self._host_sampler.sample()))
+
+    @work(thread=True, exclusive=True, group="detail-distributions", exit_on_error=False)
+    def load_distributions(self) -> None:
+        self.post_message(DistributionsLoaded(distributions(
+            self.app.registry("detail").trajectory_outcomes(self.run_id), columns=max(10, (self.size.width - 20) // 2))))
+
     @work(thread=True, exclusive=True, group="detail-logs", exit_on_error=False)
     def tail_logs(self) -> None:
         """Read what the log gained since last time (the last LOG_TAIL_BYTES on first read)."""
@@ -278,17 +347,22 @@ class RunDetailScreen(KrlScreen):
         self._last_step = message.run.get("last_step")
         panels = self.query(CurvesPanel)
         if first:
-            if panels:
-                panels.first().set_keys(self.metric_keys, default_curve_keys(self.metric_keys))
+            for panel in panels:
+                panel.remember(self._remember_as(panel))
+                panel.set_keys(self.metric_keys, default_curve_keys(self.metric_keys))
             self._load_tab(self.query_one(TabbedContent).active or self.initial_tab)
             return
         if step_moved:
-            if panels:
-                panels.first().set_keys(self.metric_keys, default_curve_keys(self.metric_keys))
-                panels.first().refresh_data()
+            for panel in panels:
+                panel.set_keys(self.metric_keys, default_curve_keys(self.metric_keys))
+                panel.refresh_data()
             active = self.query_one(TabbedContent).active
-            if active in ("trajectories", "problems", "checkpoints"):
+            if active in ("trajectories", "problems", "checkpoints", "distributions"):
                 self._load_tab(active, force=True)
+
+    def _remember_as(self, panel: CurvesPanel) -> str:
+        """Where a panel's choices are remembered: per workspace, run id and panel."""
+        return f"{self.app.workspace}#{self.run['id']}#{panel.id}"
 
     def _render_header(self) -> None:
         run = self.run
@@ -374,6 +448,33 @@ class RunDetailScreen(KrlScreen):
         if event.cursor_row >= table.row_count - 1 and table.row_count < self._trajectories_total:
             self.load_trajectory_rows(offset=table.row_count)
 
+    def on_host_sampled(self, message: HostSampled) -> None:
+        for panel in self.query(HostPanel):
+            panel.show(message.sample, socket.gethostname())
+
+    def on_distributions_loaded(self, message: DistributionsLoaded) -> None:
+        if "distributions" not in self._tab_ready:
+            return
+        data = self.distributions = message.data
+        self.query_one("#hist-return", HistogramView).show(data.reward)
+        self.query_one("#hist-speedup", HistogramView).show(data.speedup)
+        table = self.query_one("#best-table", DataTable)
+        table.clear()
+        for row in data.problems:
+            progress = [v if v is not None else 0.0 for v in row.over_time]
+            table.add_row(row.problem_id, fmt_speedup(row.best_speedup),
+                          "–" if row.best_step is None else row.best_step, f"{row.solved}/{row.attempts}",
+                          sparkline_text(progress, min(40, max(8, len(progress)))),
+                          key=f"{row.problem_id}\t{row.trajectory_id or ''}")
+
+    @on(DataTable.RowSelected, "#best-table")
+    def _open_best(self, event: DataTable.RowSelected) -> None:
+        trajectory_id = str(event.row_key.value).split("\t", 1)[1]
+        if trajectory_id:
+            self.app.open_trajectory(int(trajectory_id))
+        else:
+            self.notify("no correct kernel for this problem yet", severity="warning")
+
     def on_config_loaded(self, message: ConfigLoaded) -> None:
         for view in self.query(ConfigView):
             view.show(message.config, message.overrides)
@@ -403,9 +504,8 @@ class RunDetailScreen(KrlScreen):
             self._focus_tab(tab)
         if tab not in self._built_tabs:
             self._build_tab(tab)
-            if tab == "curves" and self.run is not None:
-                self.call_after_refresh(lambda: self.query_one(CurvesPanel).set_keys(
-                    self.metric_keys, default_curve_keys(self.metric_keys)))
+            if tab in PLOT_TABS and self.run is not None:
+                self.call_after_refresh(self._panel_ready, tab)
         elif self.run is not None:
             self._load_tab(tab)
 
@@ -426,6 +526,23 @@ class RunDetailScreen(KrlScreen):
             self.load_config()
         elif tab == "logs":
             self.tail_logs()
+        elif tab == "system":
+            self.sample_host()
+        elif tab == "distributions":
+            self.load_distributions()
+
+    def _panel_ready(self, tab: str) -> None:
+        panel = self.query_one("#curves-panel" if tab == "curves" else "#system-curves", CurvesPanel)
+        panel.remember(self._remember_as(panel))
+        panel.set_keys(self.metric_keys, default_curve_keys(self.metric_keys))
+
+    def active_panel(self) -> Optional[CurvesPanel]:
+        """The plots on screen: the Curves or the System tab's."""
+        active = self.query_one(TabbedContent).active
+        if active not in PLOT_TABS:
+            return None
+        panels = self.query("#curves-panel" if active == "curves" else "#system-curves")
+        return panels.first(CurvesPanel) if panels else None
 
     @on(Select.Changed, "#traj-problem")
     @on(Select.Changed, "#traj-outcome")
@@ -476,19 +593,49 @@ class RunDetailScreen(KrlScreen):
             self.app.pop_screen()
 
     def action_tab(self, tab: str) -> None:
+        # Drop focus first: a focused widget left in the hidden pane would be focused again, and TabbedContent
+        # switches to the pane of whatever gets focus.
+        self.set_focus(None)
         self.query_one(TabbedContent).active = tab
 
     def action_toggle_x(self) -> None:
-        for panel in self.query(CurvesPanel):
+        if panel := self.active_panel():
             panel.toggle_x_axis()
 
     def action_smoothing(self, direction: int) -> None:
-        for panel in self.query(CurvesPanel):
+        if panel := self.active_panel():
             panel.adjust_smoothing(direction * SMOOTHING_STEP)
+
+    def action_log_y(self) -> None:
+        if panel := self.active_panel():
+            panel.toggle_log_y()
+
+    def action_cursor(self, direction: int) -> None:
+        if panel := self.active_panel():
+            panel.move_cursor(direction)
+
+    def action_zoom(self, factor: float) -> None:
+        if panel := self.active_panel():
+            panel.zoom(factor)
+
+    def action_export(self) -> None:
+        """SVG of the screen and of each plot on it, CSV of the plotted series (<workspace>/exports)."""
+        from app.widgets.export import export_view
+
+        panel = self.active_panel()
+        name = f"{self.run['name'] if self.run else 'run'}-{self.query_one(TabbedContent).active}"
+        try:
+            written = export_view(self.app, panel.plots() if panel else [], name)
+        except OSError as exc:
+            self.notify(f"export failed: {exc}", severity="error")
+            return
+        self.last_export = written
+        self.notify(f"exported {len(written)} files to {written[0].parent}")
 
     def action_search(self) -> None:
         active = self.query_one(TabbedContent).active
-        target = {"logs": "#log-search", "curves": "#metric-filter", "trajectories": "#traj-steps"}.get(active)
+        target = {"logs": "#log-search", "curves": "#curves-panel #metric-filter", "trajectories": "#traj-steps",
+                  "system": "#system-curves #metric-filter"}.get(active)
         if target and self.query(target):
             self.query_one(target).focus()
 
@@ -499,6 +646,16 @@ class RunDetailScreen(KrlScreen):
     def action_resume(self) -> None:
         if self.run and self.run["status"] in ("stopped", "failed", "crashed"):
             self.control("resume", detach=True)
+
+    def action_evaluate(self) -> None:
+        from app.screens.eval import evaluate_from_run_detail
+
+        evaluate_from_run_detail(self)
+
+    def action_evaluate(self) -> None:
+        from app.screens.eval import evaluate_from_run_detail
+
+        evaluate_from_run_detail(self)
 
     def action_evaluate(self) -> None:
         from app.screens.eval import evaluate_from_run_detail

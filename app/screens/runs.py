@@ -1,16 +1,20 @@
-"""The runs screen: every run in the workspace, live. Filter as you type, sort, select runs to compare,
-and start/stop/resume/fork/delete/tag runs through core.procman, all from the keyboard."""
+"""The runs screen: every run in the workspace, live. Filter as you type, sort, group by tag or config key, show
+config columns, select runs to compare, and start/stop/resume/fork/delete/tag/rename/annotate runs through
+core.procman and the registry, all from the keyboard."""
 
 from __future__ import annotations
 
+import re
 import shlex
 import threading
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Input, Static
 
@@ -20,9 +24,32 @@ from app.screens.dialogs import ConfirmScreen, PromptScreen
 from app.screens.loaders import RunRow, load_runs, load_sparklines, refresh_active
 from app.screens.messages import ActionDone, RunsLoaded, SparksLoaded
 from app.widgets.run_table import SORT_KEYS, RunTable, elapsed_s
+from themes.settings import load_settings, save_setting
 
 SPARK_ROWS = 60  # sparklines are read for the first rows on screen only
 ACTIVE = ("queued", "running", "stopping")
+CONFIG_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+NO_GROUP = "(none)"
+
+
+@dataclass
+class ConfigValuesLoaded(Message):
+    values: dict[int, dict[str, Any]]
+
+
+def group_label(row: RunRow, group_by: str, config_values: dict[int, dict[str, Any]]) -> str:
+    """The group a run falls in: its first tag (group_by 'tag') or its value of a dotted config key."""
+    if group_by == "tag":
+        return f"tag {row.tags[0]}" if row.tags else f"tag {NO_GROUP}"
+    value = config_values.get(row.id, {}).get(group_by)
+    return f"{group_by} = {NO_GROUP if value is None else value}"
+
+
+def group_rows(rows: list[RunRow], group_by: str, config_values: dict[int, dict[str, Any]]) -> tuple[list[RunRow], list[str]]:
+    """Rows ordered by group (groups by label, '(none)' last; the given order kept inside each), and their labels."""
+    labels = {row.id: group_label(row, group_by, config_values) for row in rows}
+    ordered = sorted(rows, key=lambda r: (labels[r.id].endswith(NO_GROUP), labels[r.id]))
+    return ordered, [labels[r.id] for r in ordered]
 
 
 def row_matches(row: RunRow, terms: list[str]) -> bool:
@@ -56,6 +83,10 @@ class RunsScreen(KrlScreen):
         Binding("c", "compare", "Compare", id="runs.compare"),
         Binding("l", "logs", "Logs", id="runs.logs"),
         Binding("t", "tag", "Tag", id="runs.tag"),
+        Binding("N", "notes", "Notes", id="runs.notes"),
+        Binding("R", "rename", "Rename", show=False, id="runs.rename"),
+        Binding("g", "group", "Group", id="runs.group"),
+        Binding("C", "config_columns", "Columns", id="runs.columns"),
         Binding("slash", "filter", "Filter", id="runs.filter"),
         Binding("o", "sort", "Sort", id="runs.sort"),
         Binding("O", "reverse_sort", "Reverse sort", show=False, id="runs.sort_reverse"),
@@ -76,6 +107,11 @@ class RunsScreen(KrlScreen):
         self._runs_list_version: Optional[int] = None
         self._tick_lock = threading.Lock()
         self.loaded = threading.Event()  # set after the first rows arrive (tests, benchmarks)
+        settings = load_settings()
+        self.config_columns: list[str] = [k for k in settings.get("runs_config_columns") or [] if CONFIG_KEY_RE.match(str(k))]
+        self.group_by: str = str(settings.get("runs_group_by") or "")
+        self.config_values: dict[int, dict[str, Any]] = {}
+        self._config_values_for: tuple = ()
 
     def compose(self) -> ComposeResult:
         yield Static(id="runs-title")
@@ -84,6 +120,7 @@ class RunsScreen(KrlScreen):
         yield KeyBar()
 
     def on_mount(self) -> None:
+        self.query_one(RunTable).set_config_columns(self.config_columns)
         self.query_one(RunTable).focus()
         self.refresh_runs(force=True)
         if self.app.live and self.app.refresh_s:
@@ -138,12 +175,36 @@ class RunsScreen(KrlScreen):
             from core import procman
 
             getattr(procman, f"{verb}_run")(self.app.registry("control"), name, **kwargs)
-            past = {"stop": "stopping", "resume": "resumed", "fork": "forked", "delete": "deleted"}.get(verb, verb)
+            past = {"stop": "stopping", "resume": "resumed", "fork": "forked", "delete": "deleted",
+                    "rename": "renamed"}.get(verb, verb)
             self.post_message(ActionDone(f"{name}: {past}"))
         except KrlError as exc:
             self.post_message(ActionDone(str(exc), error=True))
         except ImportError as exc:
             self.post_message(ActionDone(f"process manager unavailable: {exc}", error=True))
+
+    def config_keys_needed(self) -> list[str]:
+        return list(dict.fromkeys(self.config_columns + ([self.group_by] if self.group_by not in ("", "tag") else [])))
+
+    @work(thread=True, exclusive=True, group="runs-config", exit_on_error=False)
+    def load_config_values(self, run_ids: list[int], keys: list[str]) -> None:
+        self.post_message(ConfigValuesLoaded(self.app.registry("runs-config").config_values(run_ids, keys)))
+
+    @work(thread=True, group="control", exit_on_error=False)
+    def set_notes(self, run_id: int, notes: str) -> None:
+        self.app.registry("control").set_notes(run_id, notes)
+        self.post_message(ActionDone("notes saved"))
+
+    @work(thread=True, group="control", exit_on_error=False)
+    def edit_notes(self, run_id: int, name: str) -> None:
+        """Read the run's notes (not among the table's columns), then ask for the new text."""
+        notes = self.app.registry("control").get_run(run_id).get("notes") or ""
+
+        def answered(text: Optional[str]) -> None:
+            if text is not None:
+                self.set_notes(run_id, text)
+
+        self.app.call_from_thread(self.app.push_screen, PromptScreen(f"Notes for {name}", value=notes), answered)
 
     @work(thread=True, group="control", exit_on_error=False)
     def change_tags(self, run_id: int, add: list[str], remove: list[str]) -> None:
@@ -170,6 +231,10 @@ class RunsScreen(KrlScreen):
         self._render_table()
         self.loaded.set()
 
+    def on_config_values_loaded(self, message: ConfigValuesLoaded) -> None:
+        self.config_values = message.values
+        self._render_table()
+
     def on_sparks_loaded(self, message: SparksLoaded) -> None:
         self.sparks.update(message.sparks)
         self._render_table()
@@ -189,7 +254,15 @@ class RunsScreen(KrlScreen):
     def _render_table(self) -> None:
         rows = self.visible_rows()
         table = self.query_one(RunTable)
-        table.show(rows, self.sparks, self.selected, self.ticks, self.app.clock())
+        keys = self.config_keys_needed()
+        wanted = (tuple(keys), tuple(r.id for r in self.rows))
+        if keys and wanted != self._config_values_for:
+            self._config_values_for = wanted
+            self.load_config_values([r.id for r in self.rows], keys)
+        groups = None
+        if self.group_by:
+            rows, groups = group_rows(rows, self.group_by, self.config_values)
+        table.show(rows, self.sparks, self.selected, self.ticks, self.app.clock(), self.config_values, groups)
         stale = [r for r in rows[:SPARK_ROWS] if self._spark_versions.get(r.id, -2) != r.step]
         if stale:
             for r in stale:
@@ -202,6 +275,8 @@ class RunsScreen(KrlScreen):
                  f"{running} running", f"{queued} queued", f"sort: {self.sort_key} {arrow}"]
         if self.filter_text:
             parts.append(f"filter: {self.filter_text!r} ({len(rows)} shown)")
+        if self.group_by:
+            parts.append(f"group: {self.group_by}")
         if self.selected:
             parts.append(f"{len(self.selected)} selected")
         self.query_one("#runs-title", Static).update(Text.assemble(("kernelrl  ", "bold"), "  ·  ".join(parts)))
@@ -332,6 +407,57 @@ class RunsScreen(KrlScreen):
                 self.control("delete", row.name)
 
         self.app.push_screen(ConfirmScreen(f"Delete run {row.name} and all its data?"), answered)
+
+    def action_notes(self) -> None:
+        row = self.current_row()
+        if row is not None:
+            self.edit_notes(row.id, row.name)
+
+    def action_rename(self) -> None:
+        row = self.current_row()
+        if row is None:
+            return
+
+        def answered(text: Optional[str]) -> None:
+            if text and text.strip() and text.strip() != row.name:
+                self.control("rename", row.name, new_name=text.strip())
+
+        self.app.push_screen(PromptScreen(f"Rename {row.name} (its folder moves too)", value=row.name), answered)
+
+    def action_group(self) -> None:
+        def answered(text: Optional[str]) -> None:
+            if text is None:
+                return
+            text = text.strip()
+            if text and text != "tag" and not CONFIG_KEY_RE.match(text):
+                self.notify(f"'{text}' is neither 'tag' nor a dotted config key", severity="error")
+                return
+            self.group_by = text
+            save_setting("runs_group_by", text)
+            self._config_values_for = ()
+            self._render_table()
+
+        self.app.push_screen(PromptScreen("Group runs by: tag, or a dotted config key (empty: no groups)",
+                                          placeholder="optim.lr", value=self.group_by), answered)
+
+    def action_config_columns(self) -> None:
+        def answered(text: Optional[str]) -> None:
+            if text is None:
+                return
+            keys = text.split()
+            bad = [k for k in keys if not CONFIG_KEY_RE.match(k)]
+            if bad:
+                self.notify(f"not a dotted config key: {', '.join(bad)}", severity="error")
+                return
+            self.config_columns = keys
+            save_setting("runs_config_columns", keys)
+            self.query_one(RunTable).set_config_columns(keys)
+            self._config_values_for = ()
+            self._render_table()
+
+        self.app.push_screen(PromptScreen("Config columns: dotted keys, space-separated (empty: none)",
+                                          placeholder="optim.lr dataset.group_size max_turns",
+                                          value=" ".join(self.config_columns)), answered)
 
     def action_tag(self) -> None:
         row = self.current_row()

@@ -91,13 +91,31 @@ def _line_dots(px: np.ndarray, py: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.append(xs, px[-1]), np.append(ys, py[-1])
 
 
-def render_plot(series: Sequence[Series], width: int, height: int, title: str = "", x_label: str = "",
-                empty_note: str = "no data yet") -> Text:
-    """The whole plot as `height` lines of `width` cells. Later series draw over earlier ones."""
+def _view(xy: tuple[np.ndarray, np.ndarray], x_range: tuple[float, float] | None,
+          log_y: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The points inside the x range, with y as log10 (only positive values) for a log-scale plot."""
+    xs, ys = xy
+    keep = np.ones(len(xs), dtype=bool)
+    if x_range is not None:
+        keep &= (xs >= x_range[0]) & (xs <= x_range[1])
+    if log_y:
+        keep &= ys > 0
+    xs, ys = xs[keep], ys[keep]
+    return xs, (np.log10(ys) if log_y else ys)
+
+
+def render_plot(series: Sequence[Series], width: int, height: int, title: str | Text = "", x_label: str = "",
+                empty_note: str = "no data yet", log_y: bool = False, x_range: tuple[float, float] | None = None,
+                cursor_x: float | None = None) -> Text:
+    """The whole plot as `height` lines of `width` cells. Later series draw over earlier ones.
+    log_y: y on a log10 scale (points <= 0 left out); x_range: only that span of x; cursor_x: a vertical marker."""
     width, height = max(width, 12), max(height, 5)
     out = Text(no_wrap=True, overflow="crop")
-    out.append(title[:width].center(width).rstrip() + "\n", TITLE_STYLE)
-    points = [(_finite(s), s) for s in series]
+    heading = title if isinstance(title, Text) else Text(title[:width].center(width).rstrip(), TITLE_STYLE)
+    heading.truncate(width)
+    out.append_text(heading)
+    out.append("\n")
+    points = [(_view(_finite(s), x_range, log_y), s) for s in series]
     points = [(xy, s) for xy, s in points if len(xy[0])]
     canvas_rows = height - 3  # title above; axis line and tick labels below
     if not points:
@@ -106,14 +124,21 @@ def render_plot(series: Sequence[Series], width: int, height: int, title: str = 
         out.append("\n".join(line.rstrip() for line in blank) + "\n\n", AXIS_STYLE)
         return out
     x_low, x_high = _range([xy[0] for xy, _ in points])
+    if x_range is not None and x_range[1] > x_range[0]:
+        x_low, x_high = x_range
     y_low, y_high = _range([xy[1] for xy, _ in points])
     y_ticks = nice_ticks(y_low, y_high, max(2, canvas_rows // 2))
-    y_step = y_ticks[1] - y_ticks[0] if len(y_ticks) > 1 else abs(y_high - y_low) or 1.0
-    y_labels = [tick_label(v, y_step) for v in y_ticks]
+    if log_y:  # decades where the range spans two or more, labelled by their value
+        decades = [v for v in y_ticks if float(v).is_integer()]
+        y_ticks = decades if len(decades) >= 2 else y_ticks
+        y_labels = [f"{10.0 ** v:.3g}" for v in y_ticks]
+    else:
+        y_step = y_ticks[1] - y_ticks[0] if len(y_ticks) > 1 else abs(y_high - y_low) or 1.0
+        y_labels = [tick_label(v, y_step) for v in y_ticks]
     margin = max(len(label) for label in y_labels) + 1
     columns = width - margin - 2  # axis column, one blank on the right
     if columns < 4:
-        return Text(title[:width], TITLE_STYLE)
+        return heading
     dots_x, dots_y = 2 * columns, 4 * canvas_rows
 
     def to_dot_x(values: np.ndarray) -> np.ndarray:
@@ -131,6 +156,13 @@ def render_plot(series: Sequence[Series], width: int, height: int, title: str = 
         np.bitwise_or.at(cells, (rows, cols), _DOT_BITS[py % 4, px % 2])
         owner[rows, cols] = index
         styles.append(one.style)
+
+    styles.append(AXIS_STYLE)  # the cursor line, where no series is drawn
+    if cursor_x is not None and x_low <= cursor_x <= x_high:
+        dot = int(to_dot_x(np.array([cursor_x]))[0])
+        column = cells[:, dot // 2]  # a view: writing it writes the canvas
+        column[column == 0] = 0x47 if dot % 2 == 0 else 0xB8  # the left or the right dot column of the cell
+        owner[:, dot // 2] = np.where(owner[:, dot // 2] < 0, len(points), owner[:, dot // 2])
 
     # Which canvas row each y tick labels.
     tick_rows = {int(to_dot_y(np.array([v]))[0]) // 4: label for v, label in zip(y_ticks, y_labels)}

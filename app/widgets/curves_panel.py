@@ -1,11 +1,13 @@
-"""The Curves tab: a metric picker (regex filter + checkboxes) beside a grid of RewardPlots.
-It asks for data with a message (keys, points wanted); the screen's worker answers with `show_series`."""
+"""The curves view: a metric picker (glob or regex filter + checkboxes) beside a grid of RewardPlots, one run or
+several overlaid (compare). It asks for data with a message (keys, points wanted) and the screen's worker answers
+with `show_series`; log-y, cursor, x zoom and the choices a person made are kept here (and remembered per run)."""
 
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -14,13 +16,18 @@ from textual.message import Message
 from textual.widgets import Input, SelectionList, Static
 
 from app.screens.loaders import Series
-from app.widgets.reward_plot import Curve, RewardPlot
+from app.widgets.metric_filter import metric_matcher
+from app.widgets.reward_plot import Curve, PlotView, RewardPlot
+from themes.settings import load_settings, save_setting
 
 SMOOTHING_STEP = 0.1
 MAX_PLOTS = 12
 # Live runs redraw their plots at most this often: each redraw rebuilds every plot, and a run writing a step a
 # second would otherwise keep a core busy.
 LIVE_REFRESH_S = 2.0
+SETTINGS_KEY = "curves"  # settings.json: {"curves": {"<workspace>#<run id>": {...choices...}}}
+MAX_REMEMBERED = 300
+SINGLE = 0  # the run id under which a one-run panel keeps its series
 
 
 def points_for_width(grid_width: int) -> int:
@@ -32,49 +39,108 @@ def plot_id(key: str) -> str:
     return "plot-" + re.sub(r"[^A-Za-z0-9_-]", "_", key)
 
 
+@dataclass
+class RunLine:
+    """One run drawn in the panel: its id, the label in legends and its theme colour variable."""
+
+    run_id: int
+    label: str
+    colour: str
+
+
+def load_choices(remember_as: Optional[str]) -> dict[str, Any]:
+    if not remember_as:
+        return {}
+    saved = (load_settings().get(SETTINGS_KEY) or {}).get(remember_as)
+    return saved if isinstance(saved, dict) else {}
+
+
+def save_choices(remember_as: Optional[str], choices: dict[str, Any]) -> None:
+    if not remember_as:
+        return
+    remembered = dict(load_settings().get(SETTINGS_KEY) or {})
+    remembered.pop(remember_as, None)
+    remembered[remember_as] = choices  # newest last: the oldest are dropped beyond MAX_REMEMBERED
+    save_setting(SETTINGS_KEY, dict(list(remembered.items())[-MAX_REMEMBERED:]))
+
+
 class CurvesPanel(Horizontal):
-    """Picker + plots for one run."""
+    """Picker + plots. `runs` set: several runs overlaid on every plot; empty: one run."""
 
     @dataclass
     class Wanted(Message):
         keys: list[str]
         max_points: int
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, runs: Sequence[RunLine] = (), only: str = "", remember_as: Optional[str] = None,
+                 **kwargs) -> None:
         super().__init__(**kwargs)
+        self.runs = list(runs)
+        self.only = re.compile(only) if only else None  # a fixed key filter (the system tab: ^system/)
+        self.remember_as = remember_as
         self.all_keys: list[str] = []
         self.selected: list[str] = []
+        self.filter_text = ""
         self.smoothing = 0.6
         self.x_axis = "step"
-        self._series: dict[str, Series] = {}
-        self._total_points = 0
-        self._user_chose = False
+        self.log_y = False
+        self.x_range: Optional[tuple[float, float]] = None
+        self.cursor_x: Optional[float] = None
+        self._series: dict[str, dict[int, Series]] = {}
+        self._user_chose = False  # once the user picks metrics, new keys no longer change the selection
+        self._restored = False
         self._last_refresh = 0.0
-        self._refresh_pending = False  # once the user picks metrics, new keys no longer change the selection
+        self._refresh_pending = False
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="metric-picker"):
-            yield Input(placeholder="filter metrics (regex)", id="metric-filter")
+        with Vertical(classes="metric-picker"):
+            yield Input(placeholder="filter: glob (env/*/reward*) or regex", id="metric-filter")
             yield SelectionList[str](id="metric-list")
-        with Vertical(id="plots-area"):
-            yield Static(id="curve-status")
-            yield VerticalScroll(id="plot-grid")
+        with Vertical(classes="plots-area"):
+            yield Static(id="curve-status", classes="curve-status")
+            yield VerticalScroll(id="plot-grid", classes="plot-grid")
 
     # ---------------------------------------------------------------- data in
 
+    def remember(self, remember_as: str) -> None:
+        """Choose where this panel's choices are kept (once the run is known), and restore them."""
+        if self.remember_as == remember_as and self._restored:
+            return
+        self.remember_as = remember_as
+        self._restored = True
+        saved = load_choices(remember_as)
+        if not saved:
+            return
+        self.smoothing = float(saved.get("smoothing", self.smoothing))
+        self.x_axis = saved.get("x_axis", self.x_axis) if saved.get("x_axis") in ("step", "time") else "step"
+        self.log_y = bool(saved.get("log_y", False))
+        self.filter_text = str(saved.get("filter", ""))
+        if isinstance(saved.get("selected"), list):
+            self.selected = [str(k) for k in saved["selected"]]
+            self._user_chose = True
+        box = self.query_one("#metric-filter", Input)
+        with box.prevent(Input.Changed):
+            box.value = self.filter_text
+
     def set_keys(self, keys: Sequence[str], selected: Sequence[str]) -> None:
-        if list(keys) == self.all_keys and (self.selected or self._user_chose):
+        keys = [k for k in keys if self.only is None or self.only.search(k)]
+        if keys == self.all_keys and (self.selected or self._user_chose):
             return
         self.all_keys = list(keys)
         if not self.selected and not self._user_chose:
-            self.selected = [k for k in selected if k in keys]
-        self._fill_list(self.query_one("#metric-filter", Input).value)
+            defaults = [k for k in selected if k in keys]
+            self.selected = defaults if defaults or self.only is None else keys[:MAX_PLOTS]
+        self._fill_list(self.filter_text)
         self._sync_plots()
 
-    def show_series(self, series: dict[str, Series], total_points: int = 0) -> None:
-        changed = {key for key, value in series.items() if self._series.get(key) != value}
-        self._series.update(series)
-        self._total_points = total_points
+    def show_series(self, series: dict[str, Any]) -> None:
+        """{key: Series} for a one-run panel, or {key: {run id: Series}} for several runs."""
+        changed = set()
+        for key, value in series.items():
+            per_run = {SINGLE: value} if isinstance(value, Series) else value
+            if self._series.get(key) != per_run:
+                self._series[key] = per_run
+                changed.add(key)
         if changed:
             self._redraw(only=changed)
 
@@ -82,10 +148,50 @@ class CurvesPanel(Horizontal):
 
     def adjust_smoothing(self, delta: float) -> None:
         self.smoothing = round(min(0.99, max(0.0, self.smoothing + delta)), 2)
-        self._redraw()
+        self._changed()
 
     def toggle_x_axis(self) -> None:
         self.x_axis = "time" if self.x_axis == "step" else "step"
+        self.x_range, self.cursor_x = None, None  # both are in the old axis's units
+        self._changed()
+
+    def toggle_log_y(self) -> None:
+        self.log_y = not self.log_y
+        self._changed()
+
+    def move_cursor(self, direction: int) -> None:
+        """Step the cursor to the next/previous x where any shown curve has a point (starts at the last)."""
+        xs = sorted({x for curves in self._shown_curves().values() for c in curves for x in c.xs
+                     if self.x_range is None or self.x_range[0] <= x <= self.x_range[1]})
+        if not xs:
+            return
+        if self.cursor_x is None:
+            self.cursor_x = xs[-1]
+        else:
+            later = [x for x in xs if x > self.cursor_x] if direction > 0 else [x for x in xs if x < self.cursor_x]
+            if later:
+                self.cursor_x = later[0] if direction > 0 else later[-1]
+        self._redraw()
+
+    def zoom(self, factor: float) -> None:
+        """factor < 1 narrows the x span around the cursor (or the middle); > 1 widens it; 0 shows everything."""
+        full = self._full_x_range()
+        if full is None or factor == 0:
+            self.x_range = None
+            if factor == 0:
+                self.cursor_x = None
+            self._redraw()
+            return
+        low, high = self.x_range or full
+        centre = self.cursor_x if self.cursor_x is not None else (low + high) / 2
+        half = (high - low) * factor / 2
+        if 2 * half >= full[1] - full[0]:
+            self.x_range = None
+        else:
+            half = max(half, 0.5 if self.x_axis == "step" else 1e-3)
+            low = max(full[0], centre - half)
+            high = min(full[1], low + 2 * half)
+            self.x_range = (high - 2 * half if high == full[1] else low, high)
         self._redraw()
 
     def plot_width(self) -> int:
@@ -95,24 +201,37 @@ class CurvesPanel(Horizontal):
         width = grid.size.width or max(40, self.app.size.width - 36)
         return points_for_width(width)
 
+    def plots(self) -> list[RewardPlot]:
+        return list(self.query_one("#plot-grid").query(RewardPlot))
+
+    def choices(self) -> dict[str, Any]:
+        return {"selected": self.selected, "smoothing": self.smoothing, "x_axis": self.x_axis,
+                "log_y": self.log_y, "filter": self.filter_text}
+
     # ---------------------------------------------------------------- internals
+
+    def _changed(self) -> None:
+        save_choices(self.remember_as, self.choices())
+        self._redraw()
 
     def _fill_list(self, pattern: str) -> None:
         try:
-            regex = re.compile(pattern, re.IGNORECASE)
+            matches: Callable[[str], bool] = metric_matcher(pattern)
             self.query_one("#metric-filter", Input).remove_class("-invalid")
-        except re.error:
+        except ValueError:
             self.query_one("#metric-filter", Input).add_class("-invalid")
             return
         listing = self.query_one("#metric-list", SelectionList)
         with listing.prevent(SelectionList.SelectedChanged):
             listing.clear_options()
-            listing.add_options([(k, k, k in self.selected) for k in self.all_keys if regex.search(k)])
+            listing.add_options([(k, k, k in self.selected) for k in self.all_keys if matches(k)])
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "metric-filter":
             event.stop()
+            self.filter_text = event.value
             self._fill_list(event.value)
+            save_choices(self.remember_as, self.choices())
 
     def on_selection_list_selected_changed(self, event: SelectionList.SelectedChanged) -> None:
         event.stop()
@@ -122,11 +241,12 @@ class CurvesPanel(Horizontal):
         self._user_chose = True
         # Keys hidden by the filter keep their state; visible ones follow the checkboxes.
         self.selected = [k for k in self.all_keys if k in chosen or (k in self.selected and k not in visible)]
+        save_choices(self.remember_as, self.choices())
         self._sync_plots()
 
     def _sync_plots(self) -> None:
         grid = self.query_one("#plot-grid", VerticalScroll)
-        wanted = self.selected[:MAX_PLOTS]
+        wanted = [k for k in self.selected if k in self.all_keys or not self.all_keys][:MAX_PLOTS]
         existing = {p.id: p for p in grid.query(RewardPlot)}
         wanted_ids = [plot_id(k) for k in wanted]
         for pid, plot in existing.items():
@@ -142,8 +262,6 @@ class CurvesPanel(Horizontal):
 
     def refresh_data(self) -> None:
         """Ask again for every shown key (new steps arrived), at most once per LIVE_REFRESH_S."""
-        import time
-
         if not self.selected or self._refresh_pending:
             return
         wait_s = self._last_refresh + LIVE_REFRESH_S - time.monotonic()
@@ -154,35 +272,51 @@ class CurvesPanel(Horizontal):
         self._refresh_now()
 
     def _refresh_now(self) -> None:
-        import time
-
         self._refresh_pending = False
         self._last_refresh = time.monotonic()
         self.post_message(self.Wanted(self.selected[:MAX_PLOTS], self.plot_width()))
 
+    def _lines(self) -> list[RunLine]:
+        return self.runs or [RunLine(SINGLE, "", "primary")]
+
+    def _xs(self, series: Series) -> list[float]:
+        if self.x_axis == "time" and series.wall_times:
+            start = series.wall_times[0]
+            return [(w - start) / 60 for w in series.wall_times]
+        return [float(s) for s in series.steps]
+
+    def _shown_curves(self) -> dict[str, list[Curve]]:
+        out = {}
+        for key in self.selected[:MAX_PLOTS]:
+            per_run = self._series.get(key)
+            if per_run is None:
+                continue
+            out[key] = [Curve(line.label or key, self._xs(per_run[line.run_id]), per_run[line.run_id].values,
+                              line.colour) for line in self._lines() if line.run_id in per_run]
+        return out
+
+    def _full_x_range(self) -> Optional[tuple[float, float]]:
+        xs = [x for curves in self._shown_curves().values() for c in curves for x in c.xs]
+        return (min(xs), max(xs)) if xs and max(xs) > min(xs) else None
+
     def _redraw(self, only: set[str] | None = None) -> None:
         shown = 0
-        for key in self.selected[:MAX_PLOTS]:
-            series = self._series.get(key)
-            if series is not None:
-                shown += len(series.steps)
+        label = "minutes since start" if self.x_axis == "time" else "step"
+        view = PlotView(self.smoothing, label, self.log_y, self.x_range, self.cursor_x)
+        for key, curves in self._shown_curves().items():
+            shown += sum(len(c.xs) for c in curves)
             if only is not None and key not in only:
                 continue
-            try:
-                plot = self.query_one(f"#{plot_id(key)}", RewardPlot)
-            except Exception:
-                continue
-            if series is None:
-                continue
-            if self.x_axis == "time" and series.wall_times:
-                start = series.wall_times[0]
-                xs = [(w - start) / 60 for w in series.wall_times]
-                label = "minutes since start"
-            else:
-                xs, label = list(series.steps), "step"
-            plot.draw([Curve(key, xs, series.values, "primary")], self.smoothing, label)
+            plots = self.query_one("#plot-grid").query(f"#{plot_id(key)}")
+            if plots:
+                plots.first(RewardPlot).draw(curves, self.smoothing, label, view)
         extra = f" · {len(self.selected) - MAX_PLOTS} more selected (showing {MAX_PLOTS})" \
             if len(self.selected) > MAX_PLOTS else ""
+        if not self.all_keys:
+            what = f"metrics matching {self.only.pattern}" if self.only else "metrics"
+            self.query_one("#curve-status", Static).update(Text(f"this run has recorded no {what} (yet)"))
+            return
+        span = "all" if self.x_range is None else f"{self.x_range[0]:.4g}–{self.x_range[1]:.4g}"
         self.query_one("#curve-status", Static).update(Text(
-            f"smoothing {self.smoothing:.2f} ([/] adjust) · x: {self.x_axis} (x toggles) · "
-            f"{len(self.selected)} of {len(self.all_keys)} metrics · {shown} points drawn{extra}"))
+            f"smoothing {self.smoothing:.2f} · x: {self.x_axis} {span} · y: {'log' if self.log_y else 'linear'} · "
+            f"{len(self.selected)} of {len(self.all_keys)} metrics · {shown} points{extra}"))

@@ -13,7 +13,8 @@ from app.widgets.format import theme_colour
 
 KEY_NAMES = {"question_mark": "?", "slash": "/", "right_square_bracket": "]", "left_square_bracket": "[",
              "space": "space", "escape": "esc", "enter": "enter", "ctrl+s": "^s", "ctrl+t": "^t", "ctrl+p": "^p",
-             "ctrl+e": "^e", "full_stop": ".", "comma": ",", "less_than_sign": "<", "greater_than_sign": ">"}
+             "ctrl+e": "^e", "full_stop": ".", "comma": ",", "less_than_sign": "<", "greater_than_sign": ">",
+             "plus": "+", "minus": "-", "exclamation_mark": "!"}
 
 
 def key_label(key: str) -> str:

@@ -3,8 +3,10 @@ Also draws several runs overlaid in the colours the compare screen assigns; the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+import bisect
+import math
+from dataclasses import dataclass, replace
+from typing import Optional, Sequence
 
 from rich.style import Style
 from rich.text import Text
@@ -36,8 +38,33 @@ class Curve:
     colour: str  # a theme variable name such as "series-1"
 
 
+@dataclass
+class PlotView:
+    """How a plot draws its curves: smoothing, x label, log-scale y, the x span shown and the cursor's x."""
+
+    smoothing: float = 0.6
+    x_label: str = "step"
+    log_y: bool = False
+    x_range: Optional[tuple[float, float]] = None
+    cursor_x: Optional[float] = None
+
+
+def curve_stats(curve: Curve, x_range: Optional[tuple[float, float]] = None) -> Optional[tuple[float, float, float]]:
+    """(last, min, max) of the raw values inside the x range, or None when it has none."""
+    values = [y for x, y in zip(curve.xs, curve.ys)
+              if (x_range is None or x_range[0] <= x <= x_range[1]) and math.isfinite(y)]
+    return (values[-1], min(values), max(values)) if values else None
+
+
+def value_at(curve: Curve, x: float) -> Optional[float]:
+    """The raw value at the last point at or before x (what a cursor at x reads)."""
+    index = bisect.bisect_right(curve.xs, x) - 1
+    return curve.ys[index] if index >= 0 else None
+
+
 class RewardPlot(Widget):
-    """One panel; `draw` replaces its curves. The figure is rebuilt only when the curves, size or theme change."""
+    """One panel; `draw` replaces its curves. The figure is rebuilt only when the curves, size or theme change.
+    Its title line carries last/min/max of the raw values (one curve) and the cursor's readout."""
 
     DEFAULT_CSS = "RewardPlot { height: 1fr; }"
 
@@ -45,16 +72,21 @@ class RewardPlot(Widget):
         super().__init__(**kwargs)
         self.plot_title = title
         self._curves: list[Curve] = []
-        self._smoothing = 0.6
-        self._x_label = "step"
+        self.view = PlotView()
         self._version = 0
         self._rendered: tuple = ((), None)
 
     def on_mount(self) -> None:
         self.app.theme_changed_signal.subscribe(self, lambda _theme: self.refresh())
 
-    def draw(self, curves: Sequence[Curve], smoothing: float, x_label: str = "step") -> None:
-        self._curves, self._smoothing, self._x_label = list(curves), smoothing, x_label
+    @property
+    def curves(self) -> list[Curve]:
+        return list(self._curves)
+
+    def draw(self, curves: Sequence[Curve], smoothing: float, x_label: str = "step",
+             view: Optional[PlotView] = None) -> None:
+        self._curves = list(curves)
+        self.view = replace(view or PlotView(), smoothing=smoothing, x_label=x_label)
         self._version += 1
         self.refresh()
 
@@ -70,13 +102,51 @@ class RewardPlot(Widget):
         value = self.app.theme_variables.get(variable) or self.app.theme_variables.get("primary", "#4ea1ff")
         return Style(color=Color.parse(value).rich_color)
 
+    def title_text(self, width: int = 0) -> Text:
+        """Title on the left (its tail kept when short of room); on the right last/min/max of the one curve, or
+        what the cursor reads when it is on."""
+        view = self.view
+        right = Text()
+        if view.cursor_x is not None:  # the readout takes the place of the statistics while the cursor is on
+            right.append(f"@{fmt(view.cursor_x)}", style="bold")
+            for curve in self._curves:
+                name = f" {curve.label[:12]}" if len(self._curves) > 1 else ""
+                right.append(f"{name} {fmt(value_at(curve, view.cursor_x))}", style=self._style(curve.colour))
+        elif len(self._curves) == 1:
+            stats = curve_stats(self._curves[0], view.x_range)
+            if stats:
+                right.append(f"last {fmt(stats[0])} min {fmt(stats[1])} max {fmt(stats[2])}", style="dim")
+        title = self.plot_title
+        room = (width or 10_000) - right.cell_len - 2
+        if len(title) > room:
+            title = "…" + title[-max(1, room - 1):] if room > 8 else title[:max(1, room)]
+        text = Text(title, style="bold")
+        if right:
+            text.append(" " * max(2, (width or 0) - len(title) - right.cell_len))
+            text.append_text(right)
+        return text
+
     def _build(self) -> Text:
         series: list[Series] = []
+        view = self.view
         overlaid = len(self._curves) > 1
-        show_raw = self._smoothing > 0 and not overlaid
+        show_raw = view.smoothing > 0 and not overlaid
         for curve in self._curves:
             if show_raw:
                 series.append(Series(curve.xs, curve.ys, self._style("raw-curve")))
-            series.append(Series(curve.xs, debiased_ema(curve.ys, self._smoothing), self._style(curve.colour),
-                                 curve.label if overlaid else None))
-        return render_plot(series, self.size.width, self.size.height, self.plot_title, self._x_label)
+            label = None
+            if overlaid:
+                stats = curve_stats(curve, view.x_range)
+                label = curve.label + (f" {fmt(stats[0])} [{fmt(stats[1])}–{fmt(stats[2])}]" if stats else "")
+            series.append(Series(curve.xs, debiased_ema(curve.ys, view.smoothing), self._style(curve.colour), label))
+        return render_plot(series, self.size.width, self.size.height, self.title_text(self.size.width), view.x_label,
+                           log_y=view.log_y, x_range=view.x_range, cursor_x=view.cursor_x)
+
+
+def fmt(value: Optional[float]) -> str:
+    """Compact number for titles and readouts."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    if value != 0 and (abs(value) >= 1e4 or abs(value) < 1e-3):
+        return f"{value:.3g}"
+    return f"{value:.4g}"

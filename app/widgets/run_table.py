@@ -1,9 +1,10 @@
-"""The runs table: one line per run with a live status glyph, sparklines and a selection mark for compare.
-Drawn with Textual's line API (only visible lines render, fixed column widths, no per-cell measuring), so a
-workspace of thousands of runs paints as fast as ten."""
+"""The runs table: one line per run with a live status glyph, sparklines and a selection mark for compare, config
+columns of the user's choice and optional group header lines. Drawn with Textual's line API (only visible lines
+render, fixed column widths, no per-cell measuring), so a workspace of thousands of runs paints as fast as ten."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -31,6 +32,7 @@ COLUMN_KEYS = tuple(c[0] for c in COLUMNS)
 SORT_KEYS = ("created", "name", "status", "step", "reward", "correct", "best", "elapsed")
 GAP = 2
 TOTAL_WIDTH = sum(w for _, _, w in COLUMNS) + GAP * len(COLUMNS)
+CONFIG_COLUMN_WIDTH = 14
 
 
 def elapsed_s(row: RunRow, now: float) -> Optional[float]:
@@ -49,8 +51,9 @@ class RunTable(ScrollView, can_focus=True):
     RunTable > .run-table--cursor { background: $primary 35%; }
     RunTable:focus > .run-table--cursor { background: $primary 55%; text-style: bold; }
     RunTable > .run-table--zebra { background: $surface; }
+    RunTable > .run-table--group { text-style: bold; color: $accent; background: $panel; }
     """
-    COMPONENT_CLASSES = {"run-table--header", "run-table--cursor", "run-table--zebra"}
+    COMPONENT_CLASSES = {"run-table--header", "run-table--cursor", "run-table--zebra", "run-table--group"}
     BINDINGS = [
         Binding("up,k", "cursor(-1)", "Up", show=False, id="table.up"),
         Binding("down,j", "cursor(1)", "Down", show=False, id="table.down"),
@@ -76,6 +79,19 @@ class RunTable(ScrollView, can_focus=True):
         self._inputs: dict[int, tuple] = {}  # run id -> what its cells are drawn from
         self._cells: dict[int, list[Text]] = {}  # run id -> cells (a cache; cleared when the theme changes)
         self._strips: dict[tuple, Strip] = {}
+        self.columns = COLUMNS
+        self._config_values: dict[int, dict] = {}
+        # What each line below the header shows: a row index (>= 0) or a group header (-1 - index into _groups).
+        self._lines: list[int] = []
+        self._groups: list[str] = []
+        self._line_of_row: list[int] = []
+
+    def set_config_columns(self, keys: Sequence[str]) -> None:
+        """Add a column per dotted config key (after the built-in ones); values come with `show`."""
+        self.columns = COLUMNS + tuple((f"config:{k}", k.rsplit(".", 1)[-1], CONFIG_COLUMN_WIDTH) for k in keys)
+        self._cells.clear()
+        self._strips.clear()
+        self.refresh()
 
     def on_mount(self) -> None:
         self.app.theme_changed_signal.subscribe(self, lambda _theme: self._invalidate(cells=True))
@@ -102,7 +118,10 @@ class RunTable(ScrollView, can_focus=True):
         return [r.name for r in self._rows]
 
     def cell_text(self, run_id: int, column: str) -> str:
-        return self._cells_of(run_id)[COLUMN_KEYS.index(column)].plain
+        return self._cells_of(run_id)[[c[0] for c in self.columns].index(column)].plain
+
+    def group_labels(self) -> list[str]:
+        return list(self._groups)
 
     def _cells_of(self, run_id: int) -> list[Text]:
         cells = self._cells.get(run_id)
@@ -111,14 +130,19 @@ class RunTable(ScrollView, can_focus=True):
         return cells
 
     def show(self, rows: Sequence[RunRow], sparks: dict[int, tuple[list[float], list[float]]], selected: set[int],
-             ticks: dict[int, int], now: float) -> None:
-        """Show rows in order, keeping the cursor on the same run; only changed rows are re-rendered."""
+             ticks: dict[int, int], now: float, config_values: Optional[dict[int, dict]] = None,
+             groups: Optional[Sequence[str]] = None) -> None:
+        """Show rows in order, keeping the cursor on the same run; only changed rows are re-rendered. `groups`
+        (one label per row, rows already ordered by it) puts a header line before each group."""
         current = self.current_run_id
         self._rows = list(rows)
+        self._config_values = config_values or {}
+        self._layout_lines(groups)
         changed = set()
         for row in self._rows:
             elapsed = fmt_duration(elapsed_s(row, now))
-            inputs = (row, sparks.get(row.id), row.id in selected, ticks.get(row.id, 0), elapsed)
+            extra = tuple(self._config_values.get(row.id, {}).get(c[0][7:]) for c in self.columns[len(COLUMNS):])
+            inputs = (row, sparks.get(row.id), row.id in selected, ticks.get(row.id, 0), elapsed, repr(extra))
             if self._inputs.get(row.id) != inputs:
                 self._inputs[row.id] = inputs
                 self._cells.pop(row.id, None)  # drawn again when it is next on screen
@@ -127,7 +151,8 @@ class RunTable(ScrollView, can_focus=True):
             keep = {r.id for r in self._rows}
             self._inputs = {k: v for k, v in self._inputs.items() if k in keep}
             self._cells = {k: v for k, v in self._cells.items() if k in keep}
-        self.virtual_size = Size(TOTAL_WIDTH, len(self._rows) + 1)
+        width = TOTAL_WIDTH + (CONFIG_COLUMN_WIDTH + GAP) * (len(self.columns) - len(COLUMNS))
+        self.virtual_size = Size(width, len(self._lines) + 1)
         ids = [r.id for r in self._rows]
         if current in ids:
             self.cursor_row = ids.index(current)
@@ -135,11 +160,24 @@ class RunTable(ScrollView, can_focus=True):
             self.cursor_row = min(self.cursor_row, max(0, len(ids) - 1))
         # Lines are cached by run and position: only the changed runs' lines are drawn again (a live run ticking
         # every second must not redraw the whole screen of rows).
-        self._strips = {key: strip for key, strip in self._strips.items() if key[0] not in changed} \
+        self._strips = {key: strip for key, strip in self._strips.items() if key[0] not in changed and key[0] != "group"} \
             if len(self._strips) < 4 * len(self._rows) + 200 else {}
         self.refresh()
 
-    def _cells_for(self, row: RunRow, spark, selected: bool, tick: int, elapsed: str) -> list[Text]:
+    def _layout_lines(self, groups: Optional[Sequence[str]]) -> None:
+        self._lines, self._groups, self._line_of_row = [], [], []
+        previous = object()
+        counts = Counter(groups or ())
+        for index in range(len(self._rows)):
+            if groups is not None and groups[index] != previous:
+                previous = groups[index]
+                count = counts[previous]
+                self._groups.append(f"▾ {previous}  ({count} run{'s' if count != 1 else ''})")
+                self._lines.append(-len(self._groups))
+            self._line_of_row.append(len(self._lines))
+            self._lines.append(index)
+
+    def _cells_for(self, row: RunRow, spark, selected: bool, tick: int, elapsed: str, _extra: str = "") -> list[Text]:
         colour = theme_colour(self.app, STATUS_COLOUR.get(row.status, "foreground"))
         muted = theme_colour(self.app, "foreground-muted")
         reward_spark, correct_spark = spark or ([], [])
@@ -160,14 +198,15 @@ class RunTable(ScrollView, can_focus=True):
             Text(elapsed),
             Text(gpus),
             Text(" ".join(row.tags), style=muted),
-        ]
+        ] + [Text("–" if value is None else str(value)) for value in
+             (self._config_values.get(row.id, {}).get(key[7:]) for key, _h, _w in self.columns[len(COLUMNS):])]
 
     # ---------------------------------------------------------------- drawing
 
     def _line(self, cells: Sequence[Text], style: Style) -> list[Segment]:
         segments: list[Segment] = []
         console = self.app.console
-        for (key, _header, width), cell in zip(COLUMNS, cells):
+        for (key, _header, width), cell in zip(self.columns, cells):
             text = cell.copy()
             text.truncate(width, overflow="ellipsis", pad=True)
             text.append(" " * GAP)
@@ -182,13 +221,21 @@ class RunTable(ScrollView, can_focus=True):
             key = ("header", scroll_x, width)
             if key not in self._strips:
                 style = self.get_component_rich_style("run-table--header")
-                strip = Strip(self._line([Text(h) for _, h, _ in COLUMNS], style))
+                strip = Strip(self._line([Text(h) for _, h, _ in self.columns], style))
                 self._strips[key] = strip.extend_cell_length(scroll_x + width, style).crop(scroll_x, scroll_x + width)
             return self._strips[key]
-        index = scroll_y + y - 1
+        line = scroll_y + y - 1
         base = self.rich_style
-        if index >= len(self._rows):
+        if line >= len(self._lines):
             return Strip.blank(width, base)
+        index = self._lines[line]
+        if index < 0:  # a group header
+            key = ("group", index, scroll_x, width)
+            if key not in self._strips:
+                style = base + self.get_component_rich_style("run-table--group")
+                strip = Strip([Segment(self._groups[-1 - index], style)])
+                self._strips[key] = strip.extend_cell_length(scroll_x + width, style).crop(scroll_x, scroll_x + width)
+            return self._strips[key]
         row = self._rows[index]
         cursor = index == self.cursor_row
         key = (row.id, cursor, index % 2, scroll_x, width, self.has_focus)
@@ -208,8 +255,8 @@ class RunTable(ScrollView, can_focus=True):
         self.refresh()
         if self.is_mounted and self._rows:
             # Keep the cursor line visible (line 0 is the header).
-            self.scroll_to_region(Region(0, new + 1, 1, 1), animate=False, force=True,
-                                  spacing=None)
+            line = self._line_of_row[new] if new < len(self._line_of_row) else new
+            self.scroll_to_region(Region(0, line + 1, 1, 1), animate=False, force=True, spacing=None)
 
     def on_focus(self) -> None:
         self._invalidate()
@@ -244,13 +291,14 @@ class RunTable(ScrollView, can_focus=True):
         y = event.y
         if y == 0:
             x = event.x + int(self.scroll_offset.x)
-            for key, _header, width in COLUMNS:
+            for key, _header, width in self.columns:
                 if x < width + GAP:
                     self.post_message(self.HeaderSelected(key))
                     return
                 x -= width + GAP
             return
-        index = int(self.scroll_offset.y) + y - 1
+        line = int(self.scroll_offset.y) + y - 1
+        index = self._lines[line] if 0 <= line < len(self._lines) else -1
         if 0 <= index < len(self._rows):
             if index == self.cursor_row and event.chain >= 2:
                 self.action_select()
