@@ -35,6 +35,9 @@ PROTECTIONS = (
 )
 
 
+IN_SANDBOX_VARIABLE = "KRL_IN_SANDBOX"  # set inside bwrap: /tmp and /dev/shm there are the sandbox's own
+
+
 class SandboxUnavailable(EvaluatorError):
     """The sandbox asked for cannot start on this machine; the message says what is missing and how to get it."""
 
@@ -272,7 +275,7 @@ class Bubblewrap(Sandbox):
         # The root itself is a tmpfs bwrap made; without this the sandbox could write /root, /work... there (its own
         # copies, but a candidate must not find any writable place besides its private folder and /tmp).
         args += ["--remount-ro", "/", "--clearenv"]
-        for name, value in sorted(spec.env.items()):
+        for name, value in sorted({**spec.env, IN_SANDBOX_VARIABLE: self.kind}.items()):
             args += ["--setenv", name, value]
         args += ["--chdir", spec.cwd, "--"]
         if drop_with_setpriv:
@@ -341,6 +344,49 @@ class NoSandbox(Sandbox):
 
     def launch_cwd(self, spec: SandboxSpec) -> str:
         return spec.cwd
+
+
+def clear_between_tasks(private_dir: str, scratch: Sequence[str] = ("/tmp", "/dev/shm")) -> list[str]:
+    """Called inside a sandbox before each candidate: empty the private folder (its tmp/ folder stays, emptied) and,
+    only where they are the sandbox's own tmpfs (bwrap), /tmp and /dev/shm, so nothing a candidate leaves behind is
+    found by the next one. Mount points (binds under /tmp) and the folders leading to them stay. Returns the paths
+    that could not be removed."""
+    folders = [private_dir] + (list(scratch) if os.environ.get(IN_SANDBOX_VARIABLE) == "bwrap" else [])
+    mounts = _mount_points()
+    failed: list[str] = []
+    for folder in folders:
+        _clear(folder, mounts - {folder}, failed, keep={os.path.join(private_dir, "tmp")})
+    return failed
+
+
+def _clear(folder: str, mounts: set[str], failed: list[str], keep: set[str]) -> None:
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(folder, name)
+        if path in mounts:
+            continue  # a bound folder: not ours to empty from here (the private folder is cleared on its own)
+        is_dir = os.path.isdir(path) and not os.path.islink(path)
+        if is_dir and (path in keep or any(m.startswith(path + "/") for m in mounts)):
+            _clear(path, mounts, failed, keep)  # on the way to a bind, or kept: empty it, keep the folder
+            continue
+        try:
+            if is_dir:
+                shutil.rmtree(path, onerror=lambda _f, p, _e: failed.append(p))
+            else:
+                os.unlink(path)
+        except OSError:
+            failed.append(path)
+
+
+def _mount_points() -> set[str]:
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as handle:
+            return {line.split()[4].replace("\\040", " ") for line in handle if len(line.split()) > 4}
+    except OSError:
+        return set()
 
 
 # ---------------------------------------------------------------- choosing one

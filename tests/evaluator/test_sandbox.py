@@ -52,7 +52,7 @@ def test_bwrap_command_unshares_everything_and_binds_only_what_the_spec_names(tm
         "--no-new-privs", "--"]
     assert pairs(argv, "--ro-bind") == [(str(tmp_path / "cache"),) * 2]  # a path that does not exist is left out
     assert pairs(argv, "--bind") == [(str(tmp_path), str(tmp_path))]
-    assert pairs(argv, "--setenv") == [("HOME", str(tmp_path)), ("PATH", "/usr/bin")]
+    assert pairs(argv, "--setenv") == [("HOME", str(tmp_path)), ("KRL_IN_SANDBOX", "bwrap"), ("PATH", "/usr/bin")]
     assert pairs(argv, "--chdir") == [(str(tmp_path),)]
     # The size applies to the tmpfs that follows it; the private folder is bound after /tmp's tmpfs, so a folder
     # under the host's /tmp still shows through; the folders on the way there are made 0755 first.
@@ -365,3 +365,36 @@ def _wait_for(condition, timeout_s: float) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.1)
+
+
+def test_clearing_between_tasks_leaves_nothing_for_the_next_candidate(world):
+    sandboxes = [s for s in working_sandboxes() if s.kind == "bwrap"]
+    if not sandboxes:
+        pytest.skip("bwrap cannot start here (only its /tmp and /dev/shm are the sandbox's own)")
+    private = world / "w1"
+    code = f'''
+import os, sys
+sys.path.insert(0, {sb.project_root()!r})
+from evaluator.sandbox import clear_between_tasks
+for path in ("/tmp/planted.py", "/dev/shm/planted", "tmp/planted", "planted.py"):
+    open(path, "w").write("import os")
+os.makedirs("deep/er", exist_ok=True)
+open("deep/er/x", "w").write("x")
+print("failed", clear_between_tasks(os.getcwd()))
+print("left", sorted(os.listdir("/tmp") + os.listdir("/dev/shm") + os.listdir(".") + os.listdir("tmp")))'''
+    outcome = attack(sandboxes[0], world, code)
+    assert outcome["rc"] == 0, outcome
+    # What stays: the private folder's tmp/, and in /tmp the folders leading to the binds (the private folder is there).
+    assert "failed []" in outcome["out"] and "planted" not in outcome["out"] and "deep" not in outcome["out"], outcome
+    assert sorted(os.listdir(private)) == ["tmp"] and os.listdir(private / "tmp") == []
+
+
+def test_clearing_outside_a_sandbox_never_touches_the_hosts_tmp(tmp_path, monkeypatch):
+    monkeypatch.delenv(sb.IN_SANDBOX_VARIABLE, raising=False)
+    scratch, private = tmp_path / "scratch", tmp_path / "private"
+    (scratch).mkdir()
+    (scratch / "keep").write_text("x")
+    (private / "tmp").mkdir(parents=True)
+    (private / "gone").write_text("x")
+    assert sb.clear_between_tasks(str(private), (str(scratch),)) == []
+    assert os.listdir(private) == ["tmp"] and os.listdir(scratch) == ["keep"]
