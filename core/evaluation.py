@@ -396,7 +396,7 @@ class EvaluationJob:
             for future in self.runner.submit_group(self._pool, 0, index, problem, 0, samples, self.samples):
                 pending[future] = index
         first_error: Optional[BaseException] = None
-        turns = 0
+        turns, eval_s = 0, 0.0
         while pending:
             finished, _ = wait(list(pending), timeout=1.0, return_when=FIRST_COMPLETED)
             for future in finished:
@@ -412,13 +412,19 @@ class EvaluationJob:
                     continue
                 self._write(index, rollout)
                 turns += len(rollout.samples)
+                eval_s += sum(t.eval_result.phase_times_s.get("total", 0.0)
+                              for t in rollout.env.trajectory.transitions if t.eval_result.request_id)
                 if self.stop_after_samples is not None and self.samples_written >= self.stop_after_samples:
                     self.request_stop(f"stop after {self.stop_after_samples} samples")
         elapsed_s = time.monotonic() - t0
+        workers = self.config.eval.cpu_workers if self.evaluator.cpu_mode else \
+            len(self.evaluator.devices) * self.config.eval.workers_per_device
+        # Busy share: the evaluator's own time per request over what its workers could give in the wall time; near
+        # 1 means evaluation bounds the throughput (sampling overlaps it), well below 1 means waiting on sampling.
         throughput = {"samples": self.samples_written, "turns": turns, "seconds": round(elapsed_s, 3),
                       "samples_per_min": round(60 * self.samples_written / elapsed_s, 2) if elapsed_s else None,
-                      "evaluator_workers": len(self.evaluator.devices) * self.config.eval.workers_per_device
-                      if not self.evaluator.cpu_mode else self.config.eval.cpu_workers}
+                      "evaluator_workers": workers, "evaluator_seconds": round(eval_s, 3),
+                      "evaluator_busy_frac": round(eval_s / (elapsed_s * workers), 3) if elapsed_s else None}
         self._write_meta(throughput=throughput)
         self.write_summary()
         if first_error is not None and not isinstance(first_error, StopRequested):

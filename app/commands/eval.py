@@ -156,6 +156,11 @@ def _print_summary(summary: dict) -> None:
     console.print("verdicts: " + ", ".join(f"{k} {v}" for k, v in summary["verdicts"].items()))
     if summary["hack_rules"]:
         console.print("hack rules: " + ", ".join(f"{k} {v}" for k, v in summary["hack_rules"].items()))
+    speed = summary.get("throughput") or {}
+    if speed.get("seconds"):
+        console.print(f"throughput: {speed['samples']} samples ({speed['turns']} turns) in {speed['seconds']:.1f} s, "
+                      f"{speed['samples_per_min']} samples/min, evaluator busy {speed.get('evaluator_busy_frac')} "
+                      f"of {speed['evaluator_workers']} worker(s)")
     stamp = summary["stamp"]
     if stamp:
         console.print(f"stamp: {', '.join(stamp.get('devices', []))}, {stamp.get('precision')} tol "

@@ -199,3 +199,26 @@ def test_gpu_replay_of_cuda_and_triton_recordings(workspace):
         assert summary["stamp"]["timing"]["clock"] == "cuda_events"
         assert any(r["eager_ms"] for r in eval_records(Registry.for_workspace(workspace), row["id"]))
         assert scores.FAST_P_THRESHOLDS[3] == 1.0 and "fast_p/eager/kernelbench/1" in summary["scores"]
+
+
+def test_tinker_backend_evaluation_through_fakes_of_the_sdk(workspace, monkeypatch, tmp_path):
+    """The Tinker service cannot be reached from CI: its SDK clients are autospecced (tests/core/tinker_sdk_fakes.py)
+    and answer with a correct ReLU kernel, which the real CPU evaluator judges."""
+    tinker = pytest.importorskip("tinker")
+    from tests.core.tinker_sdk_fakes import FakeTinker
+
+    for name in ("TINKER_API_KEY", "TINKER_CREDENTIAL_CMD"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    service = FakeTinker()
+    monkeypatch.setattr(tinker, "ServiceClient", service.service_class)
+    monkeypatch.setenv("TINKER_API_KEY", "tml-test-key")
+    cfg = load_config("demo", ["backend=tinker", "model=Qwen/Qwen3-8B", "problems=builtin/relu",
+                               "evaluation.samples=2", "max_turns=1", "kernel.backend=torch", "eval.devices=cpu",
+                               "eval.cpu_workers=1", "sampling.max_tokens=512"])
+    row = evaluate_foreground(cfg, "on-tinker", workspace)
+    assert row["status"] == "finished", row["error"]
+    with Registry.for_workspace(workspace) as reg:
+        summary = eval_summary(reg, "on-tinker")
+    assert service.sample_calls >= 1 and summary["samples_done"] == 2
+    assert summary["verdicts"].get("correct", 0) >= 1 and summary["scores"]["pass@2"] == 1.0
