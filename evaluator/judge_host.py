@@ -410,10 +410,11 @@ class Slot:
         return self.zygote is not None and self.zygote.poll() is None and self.control is not None
 
     def _host_pid(self, ns_pid: int, below: int, any_depth: bool = False) -> int:
-        """The host pid of a process that knows itself as ns_pid inside the sandbox."""
-        from evaluator.proctree import descendants
+        """The host pid of a process that knows itself as ns_pid inside the sandbox (a runner: a direct child of the
+        zygote, found without a pass over every process; the zygote: somewhere below the sandbox launcher)."""
+        from evaluator.proctree import children, descendants
 
-        for pid in descendants(below):
+        for pid in (descendants(below) if any_depth else children(below)):
             nspids = _nspids(pid)
             if nspids and nspids[-1] == ns_pid and (any_depth or len(nspids) == self.zygote_depth):
                 return pid
@@ -510,9 +511,18 @@ class Slot:
             runner.workdir = str(message.get("workdir", ""))[:500]
 
     def discard(self, runner: _Runner) -> None:
-        """Kill a runner's whole tree and forget it."""
+        """Kill a runner's whole tree and forget it (one signal when it has no children: the usual case, since a
+        runner kills what its candidate left before it answers)."""
+        from evaluator.proctree import children
+
         if runner.host_pid:
-            kill_tree(runner.host_pid)
+            if children(runner.host_pid):
+                kill_tree(runner.host_pid)
+            else:
+                try:
+                    os.kill(runner.host_pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         runner.close()
         self.runners.pop(runner.runner_id, None)
 

@@ -68,6 +68,19 @@ def has_children(pid: int | None = None) -> bool:
     return any(_read(f"/proc/{pid}/task/{tid}/children").strip() for tid in threads)
 
 
+def children(pid: int) -> list[int]:
+    """The direct children of `pid`, from /proc/PID/task/*/children (no pass over every process); falls back to that
+    pass where the kernel lacks those files."""
+    try:
+        if not os.path.exists(f"/proc/{pid}/task/{pid}/children"):
+            table = process_table()
+            return [child for child, (parent, _) in table.items() if parent == pid]
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    return [int(p) for tid in threads for p in _read(f"/proc/{pid}/task/{tid}/children").split()]
+
+
 def _read(path: str) -> bytes:
     try:
         with open(path, "rb") as handle:
