@@ -18,7 +18,8 @@ NOBODY_UID = NOBODY_GID = 65534
 DEFAULT_TMP_MIB = 512
 PROBE_TIMEOUT_S = 20.0
 KINDS = ("auto", "bwrap", "unshare", "none")
-INSTALL_HINT = "install bubblewrap: `apt-get install -y bubblewrap` (Debian/Ubuntu) or `dnf install bubblewrap`"
+INSTALL_HINT = ("install bubblewrap: `apt-get install -y bubblewrap` (Debian/Ubuntu) or `dnf install bubblewrap`; "
+                "offline, unpack its .deb (`dpkg -x bubblewrap_*.deb DIR`) and set KRL_BWRAP=DIR/usr/bin/bwrap")
 
 # Every protection a sandbox may give, in the order reports list them.
 PROTECTIONS = (
@@ -428,7 +429,7 @@ def _probe(kind: str) -> tuple[Optional[Sandbox], str]:
 
 def _probe_uncached(kind: str) -> tuple[Optional[Sandbox], str]:
     if kind == "bwrap":
-        executable = shutil.which("bwrap")
+        executable = shutil.which(os.environ.get("KRL_BWRAP") or "bwrap")  # KRL_BWRAP: an unpacked .deb's bwrap
         if not executable:
             return None, f"bwrap is not installed; {INSTALL_HINT}"
         sandbox = Bubblewrap(executable)

@@ -133,6 +133,22 @@ def test_an_explicit_kind_that_cannot_start_raises_one_error_type(monkeypatch, t
     assert any("bwrap is not installed" in note for note in report.notes)
 
 
+def test_krl_bwrap_names_a_bwrap_outside_the_path(monkeypatch, tmp_path):
+    import shutil
+
+    real = shutil.which("bwrap")
+    if not real:
+        pytest.skip("bwrap is not installed here")
+    unpacked = tmp_path / "opt" / "usr" / "bin"
+    unpacked.mkdir(parents=True)
+    shutil.copy(real, unpacked / "bwrap")
+    monkeypatch.setattr(sb, "_probed", {})
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on the PATH
+    monkeypatch.setenv("KRL_BWRAP", str(unpacked / "bwrap"))
+    chosen = get_sandbox("bwrap")
+    assert isinstance(chosen, Bubblewrap) and chosen.executable == str(unpacked / "bwrap")
+
+
 # ---------------------------------------------------------------- as processes: one test per attack
 
 def working_sandboxes() -> list[sb.Sandbox]:
