@@ -33,6 +33,7 @@ PROTECTIONS = (
     "size-limited tmp",           # /tmp and /dev/shm are private tmpfs with a size cap
     "dies with parent",           # the sandbox is killed when the process that started it dies
     "new session",                # no controlling terminal (no TIOCSTI into the parent's tty)
+    "syscall filter",             # seccomp: no ptrace, bpf, userfaultfd, io_uring, keys, mounts, new namespaces
 )
 
 
@@ -213,8 +214,17 @@ class Sandbox:
     def popen(self, spec: SandboxSpec, argv: Sequence[str], **popen_kwargs: Any) -> subprocess.Popen:
         """Start argv inside the sandbox; popen_kwargs as for subprocess.Popen (stdin/stdout, pass_fds...)."""
         self.prepare(spec)
-        return subprocess.Popen(self.command(spec, argv), env=self.launch_env(spec), cwd=self.launch_cwd(spec),
-                                **popen_kwargs)
+        command, own_fds = self.start_command(spec, argv)
+        popen_kwargs["pass_fds"] = (*popen_kwargs.get("pass_fds", ()), *own_fds)
+        try:
+            return subprocess.Popen(command, env=self.launch_env(spec), cwd=self.launch_cwd(spec), **popen_kwargs)
+        finally:
+            for fd in own_fds:
+                os.close(fd)
+
+    def start_command(self, spec: SandboxSpec, argv: Sequence[str]) -> tuple[list[str], tuple[int, ...]]:
+        """The command for one start and the descriptors it needs passed (closed by the caller after the start)."""
+        return self.command(spec, argv), ()
 
     def missing(self) -> tuple[str, ...]:
         return tuple(p for p in PROTECTIONS if p not in self.protections)
@@ -228,13 +238,22 @@ class Bubblewrap(Sandbox):
     """bubblewrap (bwrap): every namespace, a mount view built from nothing, a cleared environment."""
 
     kind = "bwrap"
-    protections = PROTECTIONS
 
     def __init__(self, executable: str = "bwrap", as_root: Optional[bool] = None):
+        from evaluator.syscall_filter import filter_bpf
+
         self.executable = executable
         self.as_root = os.geteuid() == 0 if as_root is None else as_root
+        self.filtered = filter_bpf() is not None
+        self.protections = tuple(p for p in PROTECTIONS if self.filtered or p != "syscall filter")
 
-    def command(self, spec: SandboxSpec, argv: Sequence[str]) -> list[str]:
+    def start_command(self, spec: SandboxSpec, argv: Sequence[str]) -> tuple[list[str], tuple[int, ...]]:
+        from evaluator.syscall_filter import filter_fd
+
+        fd = filter_fd() if self.filtered else None
+        return self.command(spec, argv, seccomp_fd=fd), (() if fd is None else (fd,))
+
+    def command(self, spec: SandboxSpec, argv: Sequence[str], seccomp_fd: Optional[int] = None) -> list[str]:
         # As root: no user namespace. Its uid 65534 would be host root (bwrap maps it to the caller), and host root
         # may write /proc/sys (core_pattern...) by file permissions alone. Instead the namespaces are made as root
         # and setpriv becomes the real, host-wide uid 65534 without capabilities just before the candidate's exec.
@@ -278,6 +297,8 @@ class Bubblewrap(Sandbox):
         args += ["--remount-ro", "/", "--clearenv"]
         for name, value in sorted({**spec.env, IN_SANDBOX_VARIABLE: self.kind}.items()):
             args += ["--setenv", name, value]
+        if seccomp_fd is not None:  # loaded by bwrap right before the exec, after its own setup
+            args += ["--seccomp", str(seccomp_fd)]
         args += ["--chdir", spec.cwd, "--"]
         if drop_with_setpriv:
             args += [*_SETPRIV_NOBODY, "--"]
@@ -408,15 +429,19 @@ def _works(sandbox: Sandbox) -> str:
         os.chmod(private_dir, 0o755)
         spec = _probe_spec(private_dir)
         try:
-            sandbox.prepare(spec)
-            done = subprocess.run(sandbox.command(spec, [sys.executable, "-I", "-c", "print('ok')"]),
-                                  env=sandbox.launch_env(spec), cwd=sandbox.launch_cwd(spec),
-                                  capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+            process = sandbox.popen(spec, [sys.executable, "-I", "-c", "print('ok')"], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+            try:
+                out, err = process.communicate(timeout=PROBE_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate()
+                return f"a sandboxed `python -c` did not finish in {PROBE_TIMEOUT_S:.0f} s"
         except (OSError, subprocess.SubprocessError) as exc:
             return f"{exc}"
-    if done.returncode == 0 and done.stdout.strip() == "ok":
+    if process.returncode == 0 and out.strip() == "ok":
         return ""
-    return (done.stderr.strip() or done.stdout.strip() or f"exit status {done.returncode}")[-400:]
+    return (err.strip() or out.strip() or f"exit status {process.returncode}")[-400:]
 
 
 def _probe(kind: str) -> tuple[Optional[Sandbox], str]:

@@ -3,6 +3,7 @@ run inside every sandbox that works here, and once with no sandbox to prove the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -68,6 +69,25 @@ def test_bwrap_command_for_an_unprivileged_caller_uses_a_user_namespace(tmp_path
     assert {"--unshare-user", "--disable-userns"} <= set(argv) and "setpriv" not in argv
     assert pairs(argv, "--uid") == [("65534",)] and pairs(argv, "--gid") == [("65534",)]
     assert pairs(argv, "--cap-drop") == [("ALL",)]
+
+
+def test_bwrap_passes_its_syscall_filter_through_a_fresh_descriptor_per_start(tmp_path):
+    from evaluator.syscall_filter import filter_bpf
+
+    bubblewrap = Bubblewrap("bwrap", as_root=True)
+    if filter_bpf() is None:
+        assert "syscall filter" in bubblewrap.missing()
+        pytest.skip("libseccomp is missing here")
+    starts = [bubblewrap.start_command(spec_for(tmp_path), ["x"]) for _ in range(2)]
+    try:
+        for command, fds in starts:
+            assert len(fds) == 1 and pairs(command, "--seccomp") == [(str(fds[0]),)]
+            assert command.index("--seccomp") < command.index("--chdir")
+            assert os.read(fds[0], 1 << 16) == filter_bpf()  # each start reads its own copy from the start
+    finally:
+        for _command, fds in starts:
+            for fd in fds:
+                os.close(fd)
 
 
 def test_bwrap_command_binds_gpu_nodes_only_when_asked(tmp_path, monkeypatch):
@@ -162,14 +182,18 @@ def working_sandboxes() -> list[sb.Sandbox]:
 
 
 # The process that starts the sandbox plays the evaluator: it holds SECRET in its environment and notes a SIGUSR1.
-LAUNCHER = textwrap.dedent('''
+LAUNCHER = textwrap.dedent(f'''
     import json, os, signal, subprocess, sys
-    command, env, cwd = json.loads(sys.argv[1])
+    sys.path.insert(0, {sb.project_root()!r})
+    from evaluator.sandbox import SandboxSpec, get_sandbox
+    kind, fields, argv = json.loads(sys.argv[1])
     signalled = []
     signal.signal(signal.SIGUSR1, lambda *a: signalled.append(1))
-    command = [part.replace("@PARENT@", str(os.getpid())) for part in command]
-    done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=60)
-    print(json.dumps({"rc": done.returncode, "out": done.stdout, "err": done.stderr, "signalled": bool(signalled)}))
+    argv = [part.replace("@PARENT@", str(os.getpid())) for part in argv]
+    process = get_sandbox(kind).popen(SandboxSpec(**fields), argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True)
+    out, err = process.communicate(timeout=60)
+    print(json.dumps({{"rc": process.returncode, "out": out, "err": err, "signalled": bool(signalled)}}))
 ''')
 
 
@@ -189,9 +213,7 @@ def world(tmp_path):
 def attack(sandbox: sb.Sandbox, world, code: str) -> dict:
     parent_env = dict(os.environ, TINKER_API_KEY=SECRET)
     spec = worker_spec(str(world / "w1"), parent_env, cache_dir=str(world / "cache"), tmp_mib=64)
-    sandbox.prepare(spec)
-    payload = json.dumps([sandbox.command(spec, [sys.executable, "-c", code]), sandbox.launch_env(spec),
-                          sandbox.launch_cwd(spec)])
+    payload = json.dumps([sandbox.kind, dataclasses.asdict(spec), [sys.executable, "-c", code]])
     done = subprocess.run([sys.executable, "-c", LAUNCHER, payload], env=parent_env, capture_output=True, text=True,
                           timeout=90)
     assert done.returncode == 0, done.stderr
@@ -233,6 +255,20 @@ open(path, "w").write("x"); print("PWNED")'''),
 open({str(world / "workspace" / "registry.db")!r}, "ab").write(b"rewards rewritten"); print("PWNED")'''),
         "read_sibling_folder": ("host files absent", f'''
 print("PWNED", open({str(world / "w2" / "candidate.py")!r}).read())'''),
+        "ptrace_a_sibling": ("syscall filter", '''
+import ctypes, os, signal, time
+child = os.fork()
+if child == 0:
+    time.sleep(30); os._exit(0)
+libc = ctypes.CDLL(None, use_errno=True)
+attached = libc.ptrace(16, child, None, None) == 0  # PTRACE_ATTACH: what a runner would do to its zygote
+os.kill(child, signal.SIGKILL)
+print("PWNED" if attached else "refused", ctypes.get_errno())'''),
+        "nested_user_namespace": ("syscall filter", '''
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+ok = libc.unshare(0x10000000) == 0  # CLONE_NEWUSER: the usual first step towards a kernel exploit
+print("PWNED" if ok else "refused", ctypes.get_errno())'''),
         "write_kernel_settings": ("unprivileged user", '''
 import os
 os.close(os.open("/proc/sys/kernel/core_pattern", os.O_WRONLY)); print("PWNED")'''),
@@ -247,7 +283,7 @@ open({str(world / "cache" / "cuda" / "planted" / "result.json")!r}, "w").write("
 
 ATTACK_NAMES = ["read_parent_environ", "read_parent_memory", "list_processes", "kill_parent", "connect_loopback",
                 "write_host_home", "write_registry", "read_sibling_folder", "write_site_packages", "write_build_cache",
-                "write_kernel_settings"]
+                "write_kernel_settings", "ptrace_a_sibling", "nested_user_namespace"]
 
 
 def cleanup(world) -> None:
@@ -286,8 +322,8 @@ def test_attack_is_stopped_by_every_working_sandbox(name, world):
             try:
                 outcome = attack(sandbox, world, code)
                 assert "PWNED" not in outcome["out"] and not outcome["signalled"], (sandbox.kind, outcome)
-                assert outcome["rc"] != 0 or "only" in outcome["out"] or "Errno" in outcome["out"], (sandbox.kind,
-                                                                                                      outcome)
+                stopped = outcome["rc"] != 0 or any(word in outcome["out"] for word in ("only", "Errno", "refused"))
+                assert stopped, (sandbox.kind, outcome)
                 assert (world / "workspace" / "registry.db").read_bytes() == b"SQLite format 3\0"
                 assert not (world / "cache" / "cuda" / "planted").exists()
             finally:
@@ -354,10 +390,12 @@ def test_a_sandboxed_process_dies_with_its_launcher(world):
         marker = world / "w1" / f"alive-{sandbox.kind}"
         code = f"import time\nwhile True:\n    open({str(marker)!r}, 'w').write(str(time.time())); time.sleep(0.1)"
         launcher = subprocess.Popen([sys.executable, "-c",
-                                     "import subprocess, sys, json; c, e, d = json.loads(sys.argv[1]); "
-                                     "subprocess.Popen(c, env=e, cwd=d); import time; time.sleep(60)",
-                                     json.dumps([sandbox.command(spec, [sys.executable, "-c", code]),
-                                                 sandbox.launch_env(spec), sandbox.launch_cwd(spec)])])
+                                     f"import sys, json, time; sys.path.insert(0, {sb.project_root()!r}); "
+                                     "from evaluator.sandbox import SandboxSpec, get_sandbox; "
+                                     "kind, fields, argv = json.loads(sys.argv[1]); "
+                                     "get_sandbox(kind).popen(SandboxSpec(**fields), argv); time.sleep(60)",
+                                     json.dumps([sandbox.kind, dataclasses.asdict(spec),
+                                                 [sys.executable, "-c", code]])])
         try:
             _wait_for(lambda: marker.exists(), 20)
         finally:

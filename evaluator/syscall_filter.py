@@ -1,0 +1,100 @@
+"""A seccomp filter for candidate code, compiled to BPF through libseccomp (ctypes; libseccomp2 comes with apt).
+It refuses the system calls a kernel or another process is attacked through; bwrap loads it just before the exec."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import functools
+import os
+import tempfile
+from typing import Optional
+
+# Refused with EPERM. Nothing a kernel written by a model, torch, Triton or the CUDA driver needs; each is a way to
+# reach another process (ptrace, process_vm_*), the kernel's less-travelled code (bpf, userfaultfd, io_uring, keys,
+# perf), or the machine (modules, kexec, mounts, namespaces, clocks, swap, reboot).
+DENIED = (
+    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+    "bpf", "userfaultfd", "perf_event_open", "io_uring_setup", "io_uring_enter", "io_uring_register",
+    "keyctl", "add_key", "request_key", "lookup_dcookie",
+    "mount", "umount2", "pivot_root", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick",
+    "mount_setattr", "unshare", "setns", "open_by_handle_at", "name_to_handle_at", "chroot",
+    "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot",
+    "swapon", "swapoff", "acct", "quotactl", "syslog", "vhangup", "iopl", "ioperm",
+    "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
+)
+# clone with any of these flags makes a namespace (a nested user namespace is the usual first step of a kernel
+# exploit); clone3 hides its flags in memory a filter cannot read, so it answers ENOSYS and libc falls back to clone.
+_CLONE_NEW_FLAGS = (0x10000000, 0x00020000, 0x20000000, 0x40000000, 0x08000000, 0x04000000, 0x02000000)
+_ACT_ALLOW = 0x7FFF0000
+_CMP_MASKED_EQ = 7
+
+
+def _act_errno(code: int) -> int:
+    return 0x00050000 | (code & 0xFFFF)
+
+
+class _ArgCmp(ctypes.Structure):
+    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64),
+                ("datum_b", ctypes.c_uint64)]
+
+
+@functools.lru_cache(maxsize=1)
+def _library() -> Optional[ctypes.CDLL]:
+    name = ctypes.util.find_library("seccomp") or "libseccomp.so.2"
+    try:
+        lib = ctypes.CDLL(name, use_errno=True)
+    except OSError:
+        return None
+    lib.seccomp_init.restype = ctypes.c_void_p
+    lib.seccomp_init.argtypes = [ctypes.c_uint32]
+    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
+                                           ctypes.POINTER(_ArgCmp)]
+    lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    return lib
+
+
+@functools.lru_cache(maxsize=1)
+def filter_bpf() -> Optional[bytes]:
+    """The filter as BPF for this machine's architecture, or None where libseccomp is missing."""
+    lib = _library()
+    if lib is None:
+        return None
+    ctx = lib.seccomp_init(_ACT_ALLOW)
+    if not ctx:
+        return None
+    try:
+        for name in DENIED:
+            number = lib.seccomp_syscall_resolve_name(name.encode())
+            if number >= 0 and lib.seccomp_rule_add_array(ctx, _act_errno(errno.EPERM), number, 0, None) != 0:
+                return None
+        clone = lib.seccomp_syscall_resolve_name(b"clone")
+        for flag in _CLONE_NEW_FLAGS:
+            compare = _ArgCmp(0, _CMP_MASKED_EQ, flag, flag)
+            if lib.seccomp_rule_add_array(ctx, _act_errno(errno.EPERM), clone, 1, ctypes.byref(compare)) != 0:
+                return None
+        clone3 = lib.seccomp_syscall_resolve_name(b"clone3")
+        if clone3 >= 0 and lib.seccomp_rule_add_array(ctx, _act_errno(errno.ENOSYS), clone3, 0, None) != 0:
+            return None
+        with tempfile.TemporaryFile() as handle:
+            if lib.seccomp_export_bpf(ctx, handle.fileno()) != 0:
+                return None
+            handle.seek(0)
+            return handle.read()
+    finally:
+        lib.seccomp_release(ctx)
+
+
+def filter_fd() -> Optional[int]:
+    """A fresh file descriptor holding the BPF, positioned at its start (bwrap --seccomp reads it to the end, so
+    every start needs its own). The caller passes it to the child and closes it after the start."""
+    bpf = filter_bpf()
+    if bpf is None:
+        return None
+    fd = os.memfd_create("krl-seccomp", 0)
+    os.write(fd, bpf)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
