@@ -4,6 +4,7 @@ Command modules import only typer and the standard library at top level so `krl 
 from __future__ import annotations
 
 import os
+import sqlite3
 import sys
 from typing import Optional
 
@@ -43,6 +44,10 @@ for module in (problems, check, train, eval_cmd, runs, demo, rag, doctor, cache)
     module.register(app)
 
 
+# What SQLite (and the sqlite3 module decoding a text cell) say about a damaged database file.
+DAMAGE_SIGNS = ("malformed", "file is not a database", "Could not decode")
+
+
 def _click_error_types() -> tuple[tuple[type, ...], tuple[type, ...]]:
     """(ClickException classes, UsageError classes): typer raises those of the click it vendors (typer._click),
     older typers those of the `click` package; both are checked."""
@@ -78,6 +83,16 @@ def main() -> None:
     except typer.Abort:
         typer.echo("aborted", err=True)
         sys.exit(1)
+    except sqlite3.DatabaseError as exc:
+        # Opening checks the registry; a damaged page is only found when a query reads it. Other database errors
+        # (a lock held past the busy timeout, an I/O error) are not the user's and keep their traceback.
+        if not any(sign in str(exc) for sign in DAMAGE_SIGNS):
+            raise
+        from app.widgets.format import printable
+        from core.registry import REGISTRY_FILENAME, registry_damaged_error, workspace_path
+
+        typer.echo(f"error: {printable(registry_damaged_error(workspace_path() / REGISTRY_FILENAME, exc))}", err=True)
+        sys.exit(2)
     except Exception as exc:
         click_errors, usage_errors = _click_error_types()
         if isinstance(exc, click_errors):

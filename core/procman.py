@@ -456,6 +456,8 @@ def reconcile(registry: Registry, heartbeat_limit: float | None = None) -> list[
     """Make every active run's status true and start queued runs whose GPUs are free.
     Returns the changes made: [{"name", "from", "to", "message"}]. Safe to call from any number of readers at once."""
     limit_s = heartbeat_limit_s() if heartbeat_limit is None else float(heartbeat_limit)
+    if registry.read_only:
+        return []  # a registry opened for browsing: statuses are shown as recorded
     rows = registry.list_runs(status=ACTIVE_STATUSES)
     if not rows:
         return []

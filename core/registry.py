@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
+from urllib.parse import quote
 
 import sqlite_utils
 
@@ -22,6 +23,7 @@ from core.errors import KrlError, did_you_mean
 APP_ID = "kernelrl"
 REGISTRY_FILENAME = "registry.db"
 BUSY_TIMEOUT_MS = 30_000
+WAL_SIZE_LIMIT_BYTES = 16 * 1024 * 1024
 
 RUN_STATUSES = ("queued", "running", "stopping", "stopped", "finished", "failed", "crashed")
 ACTIVE_STATUSES = ("queued", "running", "stopping")
@@ -340,19 +342,36 @@ class Registry:
 
     def __init__(self, path: str | os.PathLike, create: bool = True):
         self.path = Path(path)
+        folder = self.path.parent
+        if folder.exists() and not folder.is_dir():
+            raise KrlError(f"the workspace {folder} is a file, not a folder. Pass --workspace (or set "
+                           "$KRL_WORKSPACE) to a folder.")
         if not self.path.exists() and not create:
             raise KrlError(f"no registry at {self.path}. Start a run first, or pass --workspace.")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # A registry we cannot write (a read-only copy, someone else's workspace) is opened for browsing only.
+        self.read_only = self.path.exists() and not (os.access(self.path, os.W_OK) and os.access(folder, os.W_OK))
+        if not self.path.exists():
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise KrlError(f"cannot create the workspace folder {folder}: {exc.strerror}. Pass --workspace "
+                               "to a folder you can write.") from None
+            if not os.access(folder, os.W_OK):
+                raise KrlError(f"the workspace {folder} is read-only and holds no registry yet. Pass --workspace "
+                               "to a folder you can write.")
         self._lock = threading.RLock()
         self._depth = 0
-        conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
-                               check_same_thread=False)
+        conn = self._connect()
         try:
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             # Refuse foreign or newer databases before anything (WAL switch, migration) writes to the file.
             self._check_schema(conn)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
+            if not self.read_only:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                # Readers that hold old snapshots keep checkpoints from resetting the WAL, which then grows; once
+                # a checkpoint gets through, the file is cut back to this size instead of keeping its peak.
+                conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT_BYTES}")
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute("PRAGMA cache_size=-32768")  # 32 MiB: series scans and listings stay in memory
             conn.execute("PRAGMA temp_store=MEMORY")
@@ -363,19 +382,44 @@ class Registry:
             if "file is not a database" in str(exc):
                 raise KrlError(f"{self.path} is not a kernelrl registry (not an SQLite database). "
                                "Move it away or pass --workspace to use another folder.") from None
-            raise KrlError(f"{self.path} is not a usable kernelrl registry ({exc}). "
-                           "Pass --workspace to point at another workspace folder.") from None
+            raise registry_damaged_error(self.path, exc) from None
         except BaseException:
             conn.close()
             raise
         self.conn = conn
         self.db = sqlite_utils.Database(conn)
         try:
-            self._migrate()
+            if self.read_only:
+                if self._schema_version_or_none() != len(MIGRATIONS):
+                    raise KrlError(f"{self.path} is read-only and written by an older kernelrl; open it once "
+                                   "where it is writable to upgrade it.")
+            else:
+                self._migrate()
         except BaseException:
             conn.close()
             raise
         self._run_columns = [row[1] for row in conn.execute("PRAGMA table_info(runs)")]
+
+    def _connect(self) -> sqlite3.Connection:
+        options = dict(timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+        if not self.read_only:
+            return sqlite3.connect(str(self.path), **options)
+        uri = f"file:{quote(str(self.path.resolve()))}?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, **options)
+        try:
+            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            return conn
+        except sqlite3.OperationalError:
+            # A WAL database in a folder we cannot write, without its -shm file: SQLite can only read it as an
+            # immutable file (what was checkpointed into it; nobody can be writing a folder nobody can write).
+            conn.close()
+            return sqlite3.connect(uri + "&immutable=1", uri=True, **options)
+
+    def require_writable(self) -> None:
+        """KrlError when this registry was opened read-only (for commands that would change it)."""
+        if self.read_only:
+            raise KrlError(f"the registry {self.path} is read-only here (a read-only folder or file): it can be "
+                           "browsed, not changed. Copy the workspace somewhere writable to run or change runs.")
 
     @classmethod
     def for_workspace(cls, workspace: str | os.PathLike | None = None, create: bool = True) -> "Registry":
@@ -438,6 +482,11 @@ class Registry:
             return None
         return row[0] if row else None
 
+    def integrity_problems(self, limit: int = 5) -> list[str]:
+        """What SQLite's quick_check finds wrong with the file (empty when healthy); reads every page."""
+        rows = self._rows(f"PRAGMA quick_check({int(limit)})")
+        return [] if [r[0] for r in rows] == ["ok"] else [str(r[0]) for r in rows]
+
     @property
     def schema_version(self) -> int:
         return self._rows("SELECT version FROM schema_version")[0][0]
@@ -450,6 +499,8 @@ class Registry:
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """BEGIN IMMEDIATE … COMMIT. A nested use is a SAVEPOINT (as sqlite-utils' atomic()): when it fails, its
         own writes are rolled back and the exception goes on; a caller that catches it can still commit the rest."""
+        if self.read_only:
+            self.require_writable()
         with self._lock:
             if self._depth:
                 savepoint = f"krl_nested_{self._depth}"
@@ -976,7 +1027,7 @@ class Registry:
     def _fill_blocks(self, run_id: int, key: str, interior: range) -> None:
         count = self.conn.execute("SELECT COUNT(*) FROM metric_blocks WHERE run_id = ? AND key = ? AND block "
                                   "BETWEEN ? AND ?", (run_id, key, interior.start, interior.stop - 1)).fetchone()[0]
-        if count >= len(interior):
+        if count >= len(interior) or self.read_only:
             return
         try:
             with self.transaction():
@@ -1093,6 +1144,12 @@ class Registry:
             "SELECT t.step, t.problem_id, u.turn, u.verdict, u.step_score FROM turns u "
             "JOIN trajectories t ON t.id = u.trajectory_id WHERE t.run_id = ? ORDER BY u.id DESC LIMIT ?",
             (run_id, limit))
+
+
+def registry_damaged_error(path: Path, exc: BaseException) -> KrlError:
+    """The user error for a registry SQLite cannot read (disk image malformed, truncated file …)."""
+    return KrlError(f"the registry {path} is damaged ({exc}). `krl doctor` checks it; restore it from a backup, or "
+                    "move it away (its run folders stay) and pass --workspace to use another folder.")
 
 
 def check_run_name(name: str) -> None:

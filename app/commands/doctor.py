@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import socket
 import subprocess
 import time
@@ -84,10 +85,13 @@ def _isolation() -> dict[str, Any]:
 
 def _workspace() -> dict[str, Any]:
     from core import procman
-    from core.registry import REGISTRY_FILENAME, Registry, workspace_path
+    from core.registry import REGISTRY_FILENAME, Registry, registry_damaged_error, workspace_path
 
     path = workspace_path()
     info: dict[str, Any] = {"path": str(path), "registry": str(path / REGISTRY_FILENAME), "exists": False}
+    if path.exists() and not path.is_dir():
+        info.update(exists=True, error=f"{path} is a file, not a folder")
+        return info
     if not (path / REGISTRY_FILENAME).exists():
         return info
     info["exists"] = True
@@ -97,6 +101,10 @@ def _workspace() -> dict[str, Any]:
         info["error"] = str(exc)
         return info
     try:
+        integrity = reg.integrity_problems()
+        if integrity:
+            info["error"] = registry_damaged_error(reg.path, "; ".join(integrity)).args[0]
+            return info
         info["schema_version"] = reg.schema_version
         limit_s = procman.heartbeat_limit_s()
         now = time.time()
@@ -112,6 +120,8 @@ def _workspace() -> dict[str, Any]:
         usage = procman.gpu_usage(reg)
         info["gpus"] = {"detected": usage["detected"], "held": {str(k): v for k, v in usage["held"].items()},
                         "free": usage["free"]}
+    except sqlite3.DatabaseError as exc:
+        info["error"] = registry_damaged_error(reg.path, exc).args[0]
     finally:
         reg.close()
     return info
@@ -131,10 +141,13 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print the report 
         "schema_version_supported": SCHEMA_VERSION,
     }
     unisolated = report["isolation"]["kind"] in (None, "none")
+    workspace_broken = bool(report["workspace"].get("error"))
     if as_json:
         typer.echo(json.dumps(report, indent=2, default=str))
         if unisolated:
             raise typer.Exit(1)
+        if workspace_broken:
+            raise typer.Exit(2)
         return
     from rich.console import Console
 
@@ -178,6 +191,8 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print the report 
             console.print(f"{warn} runs with stale heartbeats: {', '.join(ws['stale_runs'])}")
     if unisolated:
         raise typer.Exit(1)
+    if workspace_broken:
+        raise typer.Exit(2)
 
 
 def register(app: typer.Typer) -> None:

@@ -79,11 +79,13 @@ def _registry(create: bool = False):
 
 
 def _registry_or_none():
+    """The workspace's registry, or None where there is none yet (reading never creates one)."""
     from core.registry import REGISTRY_FILENAME, workspace_path
 
-    if not (workspace_path() / REGISTRY_FILENAME).exists():
+    path = workspace_path()
+    if not path.exists() or (path.is_dir() and not (path / REGISTRY_FILENAME).exists()):
         return None
-    return _registry()
+    return _registry()  # KrlError for a workspace that is a file
 
 
 def _age(seconds_ago: Optional[float]) -> str:

@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from tests.app.recorded import RECORDED_RUN, record_demo, recorded_workspace
@@ -23,3 +27,23 @@ def recorded_demo(recorded_demo_source, workspace):
     reg = Registry.for_workspace(workspace)
     yield reg, reg.get_run(RECORDED_RUN)
     reg.close()
+
+
+@pytest.fixture
+def make_read_only():
+    """Make folders and files read-only even for root (chattr +i); undone after the test. Skips where the
+    filesystem has no immutable flag."""
+    done: list[Path] = []
+    if not shutil.which("chattr"):
+        pytest.skip("chattr is not installed")
+
+    def apply(*paths: Path) -> None:
+        for path in paths:
+            result = subprocess.run(["chattr", "+i", str(path)], capture_output=True, text=True)
+            if result.returncode != 0:
+                pytest.skip(f"cannot make {path} immutable here: {result.stderr.strip()}")
+            done.append(path)
+
+    yield apply
+    for path in reversed(done):
+        subprocess.run(["chattr", "-i", str(path)], capture_output=True)

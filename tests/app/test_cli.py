@@ -9,6 +9,7 @@ import io
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from core import procman
+from core.errors import KrlError
 from core.registry import TrajectoryRecord, TurnRecord
 
 REPO = Path(__file__).resolve().parents[2]
@@ -114,8 +116,12 @@ def wait_for_step(workspace: Path, name: str, step: int, timeout_s: float = 30) 
 def kill_runs(workspace: Path) -> None:
     from core.registry import Registry
 
-    reg = Registry.for_workspace(workspace)
-    for row in reg.list_runs():
+    try:
+        reg = Registry.for_workspace(workspace, create=False)
+        rows = reg.list_runs()
+    except (KrlError, sqlite3.DatabaseError):  # no registry, or one a test damaged on purpose: nothing was started
+        return
+    for row in rows:
         if row["pid"] != os.getpid() and procman.run_process_alive(row):
             procman._signal_run(row, signal.SIGKILL)
     reg.close()
@@ -409,3 +415,59 @@ def test_detached_train_without_a_gpu_runs_on_cpu_and_says_so(krl, workspace):
     assert json.loads(with_gpus.stdout)["gpus_requested"] == 1
     explicit = krl("train", "demo", "--gpus", "3", "--detach", "--name", "too-many")
     assert explicit.returncode == 2 and "offers 0" in explicit.stderr
+
+
+# ---------------------------------------------------------------- workspace errors (issue 13, bug 5)
+
+def test_a_file_as_workspace_is_a_clean_error(krl, tmp_path):
+    not_a_folder = tmp_path / "ws-file"
+    not_a_folder.write_text("oops")
+    for args in (("runs", "ls"), ("train", "demo", "--detach"), ("runs", "show", "x")):
+        done = krl("--workspace", str(not_a_folder), *args)
+        assert done.returncode == 2 and "not a folder" in done.stderr, (args, done.stderr)
+    assert krl("--workspace", str(not_a_folder), "doctor").returncode not in (0, 1)
+
+
+def test_a_corrupted_registry_is_a_clean_error_and_doctor_fails(krl, recorded_demo_source, workspace):
+    from tests.app.recorded import copy_workspace
+    from tests.app.test_tui_errors import corrupt
+
+    copy_workspace(recorded_demo_source, workspace)
+    corrupt(workspace / "registry.db")
+    done = krl("runs", "ls")
+    assert done.returncode == 2 and "malformed" in done.stderr and "krl doctor" in done.stderr, done.stderr
+    doctor = krl("doctor")
+    assert doctor.returncode == 2 and "malformed" in doctor.stderr, doctor.stderr
+
+
+def test_damaged_data_pages_found_by_a_query_are_a_clean_error(krl, recorded_demo_source, workspace):
+    from tests.app.recorded import RECORDED_RUN, copy_workspace
+    from tests.app.test_tui_errors import corrupt
+
+    copy_workspace(recorded_demo_source, workspace)
+    corrupt(workspace / "registry.db", from_fraction=0.5)  # the schema opens; the turns' pages are damaged
+    done = krl("runs", "export", RECORDED_RUN, "--what", "trajectories")
+    assert done.returncode == 2 and "is damaged" in done.stderr and "krl doctor" in done.stderr, done.stderr
+    doctor = krl("doctor")
+    assert doctor.returncode == 2 and "is damaged" in doctor.stderr, doctor.stderr
+
+
+def test_a_read_only_copy_of_a_workspace_can_be_browsed(krl, recorded_demo_source, workspace, make_read_only):
+    from tests.app.recorded import RECORDED_RUN, copy_workspace
+
+    copy_workspace(recorded_demo_source, workspace)
+    make_read_only(workspace / "registry.db", workspace)
+    listing = json.loads(krl("runs", "ls", "--json", check_rc=0).stdout)
+    assert [run["name"] for run in listing] == [RECORDED_RUN]
+    assert "finished" in krl("runs", "show", RECORDED_RUN, check_rc=0).stderr
+    assert krl("runs", "export", RECORDED_RUN, check_rc=0).stdout.count("\n") == listing[0]["step"] + 1
+    refused = krl("train", "demo", "--detach", "--name", "new-run")
+    assert refused.returncode == 2 and "read-only" in refused.stderr, refused.stderr
+    assert not list(workspace.glob("registry.db-*"))
+
+
+def test_a_read_only_empty_folder_is_a_clean_error(krl, workspace, make_read_only):
+    make_read_only(workspace)
+    assert "no runs yet" in krl("runs", "ls", check_rc=0).stderr
+    refused = krl("train", "demo", "--detach", "--name", "new-run")
+    assert refused.returncode == 2 and "read-only" in refused.stderr, refused.stderr

@@ -27,12 +27,13 @@ async def test_a_file_that_is_not_a_registry_is_shown_as_an_error(workspace):
         assert any("not a kernelrl registry" in text for text in notifications(app)), notifications(app)
 
 
-def corrupt(registry_file) -> None:
-    """Overwrite the registry's data pages (past the schema page) with garbage: 'database disk image is
-    malformed' on the first query that reads them."""
+def corrupt(registry_file, from_fraction: float = 0.0) -> None:
+    """Overwrite the registry's pages after the first (from `from_fraction` of the file on) with garbage:
+    'database disk image is malformed' on the first query that reads them."""
     data = bytearray(registry_file.read_bytes())
     page_size = int.from_bytes(data[16:18], "big") or 65536
-    for offset in range(page_size, len(data), 97):
+    start = max(page_size, int(len(data) * from_fraction) // page_size * page_size)
+    for offset in range(start, len(data), 97):
         data[offset] = (data[offset] + 0x5A) % 256
     registry_file.write_bytes(bytes(data))
 
@@ -51,3 +52,16 @@ async def test_a_corrupted_registry_is_shown_as_an_error(corrupted_workspace):
     async with app.run_test(size=(120, 30)) as pilot:
         await settle(pilot)
         assert any("malformed" in text or "corrupt" in text for text in notifications(app)), notifications(app)
+
+
+async def test_a_read_only_copy_of_a_workspace_opens_in_the_tui(recorded_demo_source, workspace, make_read_only):
+    from app.widgets.run_table import RunTable
+    from tests.app.recorded import RECORDED_RUN, copy_workspace
+
+    copy_workspace(recorded_demo_source, workspace)
+    make_read_only(workspace / "registry.db", workspace)
+    app = make_app(workspace, reconcile=True)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(pilot)
+        assert app.screen.query_one(RunTable).names() == [RECORDED_RUN]
+        assert not [text for text in notifications(app) if "error" in text.lower()], notifications(app)
