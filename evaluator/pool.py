@@ -23,6 +23,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from evaluator import timing
 from evaluator.api import EvalRequest, EvalResult, EvaluatorError, Verdict
 from evaluator.proctree import become_subreaper, has_children, kill_tree, reap_children
 
@@ -153,6 +154,7 @@ def _child_main(argv: list[str]) -> int:
     result_fd, parent_pid = int(result_fd_text), int(parent_pid_text)
     limits = json.loads(os.environ.pop("KRL_WORKER_LIMITS", "{}"))
     _apply_limits(limits)
+    timing.apply_placement()  # GPU slots on reserved cores, compiles off them (timing under load); children inherit
     _die_with_parent()
     become_subreaper()  # a candidate's setsid'd or double-forked processes stay in this tree
     if os.getppid() != parent_pid:
@@ -485,6 +487,7 @@ class Pool:
             extra["TORCH_EXTENSIONS_DIR"] = os.path.join(self.config.cache_dir, "torch_extensions")
         if self.config.cuda_arch_list:
             extra["TORCH_CUDA_ARCH_LIST"] = self.config.cuda_arch_list
+        extra.update(timing.placement_env(role, device, self.config.devices))
         if role == "compile":
             extra["CUDA_VISIBLE_DEVICES"] = ""  # compile workers never touch a GPU
             extra["MAX_JOBS"] = "2"

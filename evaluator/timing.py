@@ -233,7 +233,16 @@ def rotation_sizes(input_bytes: int, budget_bytes: int = 2 * 2**30) -> tuple[int
     return 2, 1
 
 
-# ---- CPU reservation for timing under load -----------------------------------------------------------------------
+# ---- CPU placement for timing under load --------------------------------------------------------------------------
+# A launch-bound kernel (tens of µs) is timed partly on the host: when enqueueing its launches takes longer than the
+# GPU needs to run them, the event pair measures the host thread. A compile worker sharing that thread's core, or its
+# SMT sibling, stretches the reference's several launches more than a fused candidate's one, and the speedup drifts.
+# So GPU evaluation processes get physical cores of their own and compile (and CPU-mode) workers get the rest.
+# No raised priority: candidate code runs in the runner and would inherit it, then could leave its cores.
+
+RESERVE_ENV = "KRL_TIMING_RESERVE"  # "0": no reservation (the timing-under-load benchmark compares both)
+PLACEMENT_ENV = "KRL_WORKER_CPUS"  # set by the pool per worker, applied and removed at the worker's entry
+
 
 def _available_cpus() -> list[int]:
     import os
@@ -244,25 +253,91 @@ def _available_cpus() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
-def timing_cpus(timing_processes: int = 1, cpus: list[int] | None = None) -> set[int]:
-    """Cores kept for the processes that time kernels (one each, the highest-numbered), so compile workers saturating
-    the rest cannot deschedule the host thread that launches a launch-bound kernel. Empty when the host has too few
-    cores to spare one (then nothing is pinned)."""
-    cpus = sorted(cpus if cpus is not None else _available_cpus())
-    if timing_processes <= 0 or len(cpus) < timing_processes + 2:
+def parse_cpu_list(text: str) -> set[int]:
+    """"0-3,8,10-11" -> {0, 1, 2, 3, 8, 10, 11} (the kernel's cpulist format); empty or malformed -> empty set."""
+    cpus: set[int] = set()
+    try:
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            first, _, last = part.partition("-")
+            cpus.update(range(int(first), int(last or first) + 1))
+    except ValueError:
         return set()
-    return set(cpus[-timing_processes:])
+    return cpus
 
 
-def compile_cpus(timing_processes: int = 1, cpus: list[int] | None = None) -> set[int]:
-    """Every core not kept for timing (all cores when none is kept)."""
+def format_cpu_list(cpus: set[int]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
+
+
+def physical_cores(cpus: list[int] | None = None, siblings: dict[int, set[int]] | None = None) -> list[list[int]]:
+    """Logical CPUs grouped by physical core (SMT siblings together), ordered by their lowest CPU. `siblings` maps a
+    CPU to its core's CPUs; read from /sys when not given, each CPU its own core where /sys says nothing."""
     cpus = sorted(cpus if cpus is not None else _available_cpus())
-    kept = timing_cpus(timing_processes, cpus)
-    return set(cpus) - kept or set(cpus)
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for cpu in cpus:
+        if siblings is not None:
+            mates = siblings.get(cpu, {cpu})
+        else:
+            try:
+                with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") as handle:
+                    mates = parse_cpu_list(handle.read()) or {cpu}
+            except OSError:
+                mates = {cpu}
+        groups.setdefault(tuple(sorted(mates)), []).append(cpu)
+    return sorted(groups.values(), key=lambda group: group[0])
+
+
+def reserved_cores(gpu_devices: int, cpus: list[int] | None = None,
+                   siblings: dict[int, set[int]] | None = None) -> list[set[int]]:
+    """Per GPU device (by position), the logical CPUs kept for its evaluation processes: the highest physical cores,
+    two per device (the runner that times, and the spare runner warming up beside it) where at least two cores stay
+    for everything else, else one, else none (empty list: nothing is pinned)."""
+    cores = physical_cores(cpus, siblings)
+    for per_device in (2, 1):
+        kept = gpu_devices * per_device
+        if gpu_devices > 0 and len(cores) >= kept + 2:
+            tail = cores[-kept:]
+            return [{cpu for core in tail[d * per_device:(d + 1) * per_device] for cpu in core}
+                    for d in range(gpu_devices)]
+    return []
+
+
+def worker_cpus(role: str, device: str, devices: list[str], cpus: list[int] | None = None,
+                siblings: dict[int, set[int]] | None = None) -> set[int]:
+    """The CPUs a pool worker of `role` ("eval" or "compile") on `device` runs on, given the pool's `devices`: its
+    device's reserved cores for a GPU evaluation slot, every other core for compile and CPU-mode workers. Empty: leave
+    it unpinned (no GPU, too few cores, or $KRL_TIMING_RESERVE=0)."""
+    import os
+
+    gpus = [d for d in devices if d.startswith("cuda")]
+    if os.environ.get(RESERVE_ENV, "1").strip() == "0" or not gpus:
+        return set()
+    everything = set(cpus if cpus is not None else _available_cpus())
+    reserved = reserved_cores(len(gpus), sorted(everything), siblings)
+    if not reserved:
+        return set()
+    if role == "eval" and device in gpus:
+        return reserved[gpus.index(device)]
+    return everything - set().union(*reserved)
+
+
+def placement_env(role: str, device: str, devices: list[str]) -> dict[str, str]:
+    """Environment entries the pool gives a worker it spawns so that the worker pins itself at entry."""
+    cpus = worker_cpus(role, device, devices)
+    return {PLACEMENT_ENV: format_cpu_list(cpus)} if cpus else {}
+
+
+def apply_placement() -> bool:
+    """At a pool worker's entry: pin this process to $KRL_WORKER_CPUS (and remove it from the environment). Its
+    children (zygote, runners, compilers) inherit the affinity."""
+    import os
+
+    return pin_current_process(parse_cpu_list(os.environ.pop(PLACEMENT_ENV, "")))
 
 
 def pin_current_process(cpus: set[int]) -> bool:
-    """Restrict this process (all its threads) to `cpus`; False where the platform or the set does not allow it."""
+    """Restrict the calling thread, and every thread and process it starts afterwards, to `cpus` (call it at entry,
+    before threads exist); False where the platform or the set does not allow it."""
     import os
 
     if not cpus:

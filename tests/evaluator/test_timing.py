@@ -3,11 +3,17 @@ Nothing here runs candidate code, so it runs in the test process."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from evaluator import timing
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_summarize_statistics():
@@ -144,15 +150,58 @@ def test_rotation_sizes(input_bytes, sizes):
     assert timing.rotation_sizes(input_bytes) == sizes
 
 
-@pytest.mark.parametrize("cpus, timing_processes, kept, compile", [
-    (list(range(16)), 1, {15}, set(range(15))),
-    (list(range(16)), 2, {14, 15}, set(range(14))),
-    ([0, 1], 1, set(), {0, 1}),  # too few cores to keep one: nothing pinned
-    ([0, 2, 4, 6], 1, {6}, {0, 2, 4}),
+SMT_16 = {cpu: {cpu % 8, cpu % 8 + 8} for cpu in range(16)}  # 8 physical cores, siblings n and n+8
+
+
+@pytest.mark.parametrize("cpus, siblings, gpus, kept", [
+    (list(range(16)), None, 1, [{14, 15}]),  # two cores per GPU where two stay for the rest
+    (list(range(16)), None, 2, [{12, 13}, {14, 15}]),
+    (list(range(16)), SMT_16, 1, [{6, 14, 7, 15}]),  # whole physical cores: no compile on a timing core's sibling
+    (list(range(16)), SMT_16, 4, [{4, 12}, {5, 13}, {6, 14}, {7, 15}]),  # one core each when two would leave fewer than two
+    (list(range(16)), SMT_16, 8, []),  # no spare core: nothing pinned
+    ([0, 1], {}, 1, []),
+    ([0, 2, 4, 6], {}, 1, [{4, 6}]),
 ])
-def test_cpu_reservation_policy(cpus, timing_processes, kept, compile):
-    assert timing.timing_cpus(timing_processes, cpus) == kept
-    assert timing.compile_cpus(timing_processes, cpus) == compile
+def test_reserved_cores(cpus, siblings, gpus, kept):
+    assert timing.reserved_cores(gpus, cpus, siblings) == kept
+
+
+def test_worker_cpus_split_reserved_and_compile_cores(monkeypatch):
+    monkeypatch.delenv(timing.RESERVE_ENV, raising=False)
+    devices = ["cuda:0", "cuda:1"]
+    cpus = list(range(16))
+    assert timing.worker_cpus("eval", "cuda:1", devices, cpus, SMT_16) == {7, 15, 6, 14}
+    assert timing.worker_cpus("eval", "cuda:0", devices, cpus, SMT_16) == {5, 13, 4, 12}
+    assert timing.worker_cpus("compile", "cpu", devices, cpus, SMT_16) == {0, 1, 2, 3, 8, 9, 10, 11}
+    assert timing.worker_cpus("eval", "cpu", devices + ["cpu"], cpus, SMT_16) == {0, 1, 2, 3, 8, 9, 10, 11}
+    assert timing.worker_cpus("eval", "cpu", ["cpu"], cpus) == set()  # no GPU: nothing to protect
+    monkeypatch.setenv(timing.RESERVE_ENV, "0")
+    assert timing.worker_cpus("eval", "cuda:0", devices, cpus, SMT_16) == set()
+
+
+def test_cpu_list_round_trip():
+    assert timing.parse_cpu_list("0-3,8,10-11") == {0, 1, 2, 3, 8, 10, 11}
+    assert timing.parse_cpu_list(timing.format_cpu_list({9, 2, 5})) == {2, 5, 9}
+    assert timing.parse_cpu_list("") == set() and timing.parse_cpu_list("a-b") == set()
+
+
+def test_physical_cores_from_this_host():
+    cores = timing.physical_cores()
+    assert sorted(cpu for core in cores for cpu in core) == sorted(os.sched_getaffinity(0))
+
+
+def test_placement_is_applied_at_process_entry_and_inherited():
+    """A worker started with the pool's placement pins itself; its children inherit it; the variable is gone."""
+    cpu = max(os.sched_getaffinity(0))
+    code = ("import os, subprocess, sys\n"
+            "from evaluator import timing\n"
+            "applied = timing.apply_placement()\n"
+            "child = subprocess.run([sys.executable, '-c', 'import os; print(sorted(os.sched_getaffinity(0)))'],"
+            " capture_output=True, text=True).stdout.strip()\n"
+            "print(applied, sorted(os.sched_getaffinity(0)), child, os.environ.get(timing.PLACEMENT_ENV))\n")
+    env = {**os.environ, timing.PLACEMENT_ENV: str(cpu), "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", f"[{cpu}]", f"[{cpu}]", "None"]
 
 
 def test_hooks_run_around_each_timed_cpu_call():
