@@ -103,7 +103,8 @@ def record_of_turn(problem_id: str, sample: int, turn: int, verdict: str, result
         "speedup": result.get("speedup"), "compiled": bool(result.get("compiled")),
         "hack_rule": result.get("hack_rule"), "sol_fraction": _sol_fraction(result),
         "kernel_ms": kernel_ms, "eager_ms": _median(result.get("reference_runtime")),
-        "tokens_in": tokens_in, "tokens_out": tokens_out, "device": result.get("device_name") or "",
+        "tokens_in": tokens_in, "tokens_out": tokens_out,
+        "device": result.get("gpu_name") or result.get("device_name") or "",
     }
     if compile_baseline_ms is not None and kernel_ms:
         record["speedup_compile"] = compile_baseline_ms / kernel_ms
@@ -193,7 +194,11 @@ def compare_evals(registry: Registry, name_a: str, name_b: str, force: bool = Fa
     for label, summary in (("a", summary_a), ("b", summary_b)):
         records = eval_records(registry, registry.get_run(summary["name"])["id"])
         views[label] = scores.best_by_turn(records)
-    shared = sorted(ids_a & ids_b)
+    # A problem whose source changed between the two evaluations is not the same problem: left out, and said.
+    hashes_a, hashes_b = _problem_hashes(registry, summary_a["name"]), _problem_hashes(registry, summary_b["name"])
+    changed = sorted(pid for pid in ids_a & ids_b if hashes_a.get(pid) and hashes_b.get(pid)
+                     and hashes_a[pid] != hashes_b[pid])
+    shared = sorted((ids_a & ids_b) - set(changed))
     fast_a = scores.fast_p_per_problem(views["a"], 1.0, scores.KERNELBENCH, shared)
     fast_b = scores.fast_p_per_problem(views["b"], 1.0, scores.KERNELBENCH, shared)
     best_a, best_b = scores.best_speedup_per_problem(views["a"]), scores.best_speedup_per_problem(views["b"])
@@ -214,9 +219,13 @@ def compare_evals(registry: Registry, name_a: str, name_b: str, force: bool = Fa
         geomean.update(ratio=math.exp(geomean["difference"]), ratio_low=math.exp(geomean["low"]),
                        ratio_high=math.exp(geomean["high"]))
     return {"a": summary_a["name"], "b": summary_b["name"], "shared_problems": len(shared),
-            "only_a": sorted(ids_a - ids_b), "only_b": sorted(ids_b - ids_a),
+            "only_a": sorted(ids_a - ids_b), "only_b": sorted(ids_b - ids_a), "changed_source": changed,
             "fast_1": intervals[0].to_dict(), "geomean_speedup": geomean, "problems": table,
             "stamp_differences": {k: list(v) for k, v in differences.items()}}
+
+
+def _problem_hashes(registry: Registry, name: str) -> dict[str, str]:
+    return ((registry.get_run(name).get("summary") or {}).get("eval") or {}).get("problem_hashes") or {}
 
 
 def _problem_ids(registry: Registry, name: str) -> list[str]:
@@ -438,7 +447,7 @@ class EvaluationJob:
         meta = dict(summary.get("eval") or {})
         device_names = sorted({r["device"] for r in eval_records(self.registry, self.run_id) if r["device"]})
         compile_note = COMPILE_BASELINE_NOTE if "compile" in self.config.evaluation.baselines else "not requested"
-        meta.update(problem_ids=[p.id for p in self.problems],
+        meta.update(problem_ids=[p.id for p in self.problems], problem_hashes={p.id: p.hash for p in self.problems},
                     stamp=make_stamp(self.config, self.evaluator.devices, device_names, compile_note))
         if throughput is not None:
             meta["throughput"] = throughput

@@ -149,3 +149,13 @@ def test_paired_bootstrap_geomean_ratio():
     # Every problem doubled: the log-ratio is ln 2 on every resample.
     assert interval.difference == pytest.approx(math.log(2)) and interval.low == pytest.approx(math.log(2))
     assert scores.paired_bootstrap({"x": 1.0}, {"y": 1.0}, scores.mean, "none").n_problems == 0
+
+
+def test_untimed_evaluations_still_report_eager_fast_p():
+    # Timing off (or every timing failed): fast_0 is still the correct rate, faster-than-p is 0, never a missing key.
+    records = [rec("a", 0, 0, "correct"), rec("b", 0, 0, "wrong_output")]
+    summary = scores.summarise(records, ["a", "b"], samples=1, turns=1)
+    assert summary["fast_p/eager/kernelbench/0"] == 0.5 and summary["fast_p/eager/kernelbench/1"] == 0.0
+    assert "geomean_speedup/eager" not in summary
+    assert not any(key.startswith("fast_p/compile/") for key in
+                   scores.summarise(records, ["a", "b"], 1, 1, {"eager": "speedup", "compile": "speedup_compile"}))
