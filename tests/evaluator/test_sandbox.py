@@ -272,6 +272,9 @@ print("PWNED" if ok else "refused", ctypes.get_errno())'''),
         "write_kernel_settings": ("unprivileged user", '''
 import os
 os.close(os.open("/proc/sys/kernel/core_pattern", os.O_WRONLY)); print("PWNED")'''),
+        "import_the_rest_of_the_project": ("host files absent", '''
+import core.registry  # the registry code, and with it the way to the workspace
+print("PWNED", core.registry.__file__)'''),
         "write_site_packages": ("read-only system", f'''
 open({os.path.join(site_packages, probe + ".pth")!r}, "w").write("# harmless probe"); print("PWNED")'''),
         "write_build_cache": ("read-only system", f'''
@@ -283,7 +286,7 @@ open({str(world / "cache" / "cuda" / "planted" / "result.json")!r}, "w").write("
 
 ATTACK_NAMES = ["read_parent_environ", "read_parent_memory", "list_processes", "kill_parent", "connect_loopback",
                 "write_host_home", "write_registry", "read_sibling_folder", "write_site_packages", "write_build_cache",
-                "write_kernel_settings", "ptrace_a_sibling", "nested_user_namespace"]
+                "write_kernel_settings", "ptrace_a_sibling", "nested_user_namespace", "import_the_rest_of_the_project"]
 
 
 def cleanup(world) -> None:
