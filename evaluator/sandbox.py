@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
@@ -422,15 +423,31 @@ def _probe_spec(private_dir: str) -> SandboxSpec:
     return SandboxSpec(env={"PATH": os.defpath}, cwd=private_dir, writable=(private_dir,), tmp_mib=16)
 
 
-def _works(sandbox: Sandbox) -> str:
-    """'' when the sandbox really runs this Python as configured; otherwise why not."""
+# Inside, with gpu=True: every GPU device node must open read-write for the sandbox's user (no CUDA init: cheap).
+_GPU_NODES_CHECK = """
+import os, stat, sys
+bad = []
+for path in sys.argv[1:]:
+    if os.path.exists(path) and stat.S_ISCHR(os.stat(path).st_mode):
+        try:
+            os.close(os.open(path, os.O_RDWR))
+        except OSError as exc:
+            bad.append(f'{path}: {exc.strerror}')
+print('ok' if not bad else '; '.join(bad))
+"""
+
+
+def _works(sandbox: Sandbox, gpu: bool = False) -> str:
+    """'' when the sandbox really runs this Python as configured (with gpu: and opens the GPU nodes); else why not."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="krl-sandbox-probe-") as private_dir:
         os.chmod(private_dir, 0o755)
-        spec = _probe_spec(private_dir)
+        spec = dataclasses.replace(_probe_spec(private_dir), gpu=gpu)
+        argv = [sys.executable, "-I", "-c", _GPU_NODES_CHECK, *gpu_device_paths()] if gpu else \
+            [sys.executable, "-I", "-c", "print('ok')"]
         try:
-            process = sandbox.popen(spec, [sys.executable, "-I", "-c", "print('ok')"], stdout=subprocess.PIPE,
+            process = sandbox.popen(spec, argv, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True)
             try:
                 out, err = process.communicate(timeout=PROBE_TIMEOUT_S)
@@ -539,4 +556,9 @@ def isolation_report(kind: Optional[str] = None) -> IsolationReport:
             _none, why = _probe(stronger)
             notes.append(why)
     version = sandbox.version() if isinstance(sandbox, Bubblewrap) else ""
+    if gpu_device_paths() and sandbox.kind != "none":
+        why = _works(sandbox, gpu=True)
+        if why:
+            notes.append(f"GPU device nodes do not open inside the sandbox ({why}): CUDA candidates will fail; "
+                         f"check the nodes' permissions (0666 is usual) or use KRL_SANDBOX=none knowingly")
     return IsolationReport(sandbox.kind, version, sandbox.protections, sandbox.missing(), tuple(n for n in notes if n))

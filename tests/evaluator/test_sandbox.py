@@ -455,3 +455,15 @@ def test_clearing_outside_a_sandbox_never_touches_the_hosts_tmp(tmp_path, monkey
     (private / "gone").write_text("x")
     assert sb.clear_between_tasks(str(private), (str(scratch),)) == []
     assert os.listdir(private) == ["tmp"] and os.listdir(scratch) == ["keep"]
+
+
+def test_gpu_nodes_the_sandbox_user_cannot_open_are_reported(monkeypatch):
+    sandbox = next((s for s in working_sandboxes() if "unprivileged user" in s.protections), None)
+    if sandbox is None or not os.path.exists("/dev/kmsg"):
+        pytest.skip("needs a sandbox with uid 65534 and /dev/kmsg (a root-only character device) here")
+    # /dev/kmsg stands in for a GPU node with the wrong permissions: bound like one, it must be reported.
+    monkeypatch.setattr(sb, "gpu_device_paths", lambda: ["/dev/kmsg"])
+    report = isolation_report(sandbox.kind)
+    assert any("GPU device nodes do not open" in note and "/dev/kmsg" in note for note in report.notes), report
+    monkeypatch.setattr(sb, "gpu_device_paths", lambda: ["/dev/null"])  # 0666: fine
+    assert not any("GPU" in note for note in isolation_report(sandbox.kind).notes)
