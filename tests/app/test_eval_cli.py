@@ -130,3 +130,24 @@ async def test_eval_screen_grid_distribution_inspector_and_compare(workspace, mo
         text = str(app.screen.query_one("#eval-compare-header").render())
         assert "fast_1" in text and "95% CI" in text
     assert speedup_histogram([0.4, 1.0, 1.1, 5.0])[0] == ("0–0.5x", 1)
+
+
+def test_a_detached_evaluation_stops_on_sigterm_and_resumes_without_replaying(krl, workspace):
+    import time
+
+    krl("eval", *CPU, "--backend", "replay", "--replay", "demo", "--problems", "builtin", "--samples", "2",
+        "--turns", "3", "--name", "long", "--detach")
+    with Registry.for_workspace(workspace) as reg:
+        run_id = reg.get_run("long")["id"]
+        deadline = time.monotonic() + 180
+        while reg.count_trajectories(run_id) < 3 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        stopped = procman.stop_run(reg, "long", grace_s=60)
+        assert stopped["status"] == "stopped", reg.events(run_id)[-5:]
+        before = {(t["problem_id"], t["sample_index"]): t["id"] for t in reg.trajectories(run_id, limit=1000)}
+    assert 3 <= len(before) < 50
+    summary = json.loads(krl("evals", "resume", "long", "--json").stdout)
+    assert summary["status"] == "finished" and summary["samples_done"] == 50
+    with Registry.for_workspace(workspace) as reg:
+        after = {(t["problem_id"], t["sample_index"]): t["id"] for t in reg.trajectories(run_id, limit=1000)}
+    assert len(after) == 50 and all(after[key] == tid for key, tid in before.items())
