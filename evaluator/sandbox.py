@@ -3,13 +3,13 @@ One module knows the tools; `get_sandbox()` picks the strongest that works here 
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 import shutil
 import subprocess
 import sys
 import threading
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
@@ -58,7 +58,7 @@ class SandboxSpec:
     gpu: bool = False                           # bind /dev/nvidia* and /dev/nvidia-caps
     tmp_mib: int = DEFAULT_TMP_MIB              # size cap of the private /tmp and /dev/shm
     network: bool = False
-    unprivileged: bool = True                   # run as uid/gid 65534 (a user namespace with bwrap)
+    unprivileged: bool = True                   # uid/gid 65534: the real one when we are root, else a user namespace
     die_with_parent: bool = True
     new_session: bool = True
     system: bool = True                         # add the system and Python paths (read-only); off only in tests
@@ -210,7 +210,7 @@ class Sandbox:
         return "/"
 
     def prepare(self, spec: SandboxSpec) -> None:
-        """Side effects a start needs on the host (nothing for bwrap)."""
+        """Side effects a start needs on the host: the writable folders given to the sandbox's user."""
 
     def popen(self, spec: SandboxSpec, argv: Sequence[str], **popen_kwargs: Any) -> subprocess.Popen:
         """Start argv inside the sandbox; popen_kwargs as for subprocess.Popen (stdin/stdout, pass_fds...)."""
@@ -236,7 +236,8 @@ class Sandbox:
 
 
 class Bubblewrap(Sandbox):
-    """bubblewrap (bwrap): every namespace, a mount view built from nothing, a cleared environment."""
+    """bubblewrap (bwrap): its own namespaces, a mount view built from nothing, a cleared environment, a seccomp
+    filter, and the real uid 65534 (as root) or a user namespace (otherwise)."""
 
     kind = "bwrap"
 
