@@ -675,9 +675,13 @@ class Registry:
             self.set_status(run_id, status, message, **fields)
             return True
 
-    def heartbeat(self, run_id: int) -> None:
+    def heartbeat(self, run_id: int) -> bool:
+        """Record that the run's job is alive; False when the run is no longer active (a reader marked it crashed
+        while the job was frozen, e.g. SIGSTOPped past the heartbeat limit): the job must then stop."""
         with self.transaction():
-            self.conn.execute("UPDATE runs SET heartbeat_at = ? WHERE id = ?", (time.time(), run_id))
+            cursor = self.conn.execute("UPDATE runs SET heartbeat_at = ? WHERE id = ? AND status IN (?, ?, ?)",
+                                       (time.time(), run_id, *ACTIVE_STATUSES))
+            return cursor.rowcount > 0
 
     def rename_run(self, run_id: int, new_name: str) -> None:
         check_run_name(new_name)

@@ -109,6 +109,10 @@ def update_policy(backend: TrainingBackend, datums: Sequence[Datum], substeps: i
 # ---------------------------------------------------------------- the trainer
 
 
+class MarkedEnded(Exception):
+    """The run was marked ended (crashed) by a reader while this job was frozen: the job must stop writing."""
+
+
 class Trainer:
     """Runs one registered run from its start (or last checkpoint) to max_steps, writing everything to the registry."""
 
@@ -136,6 +140,7 @@ class Trainer:
         self.start_step = 0
         self._heartbeat_stop = threading.Event()
         self._heartbeat_thread: Optional[threading.Thread] = None
+        self.marked_ended = threading.Event()  # a reader ended the run (crashed) while this job was frozen
         self._pool: Optional[ThreadPoolExecutor] = None
         self._tb: Any = None
         self._system: Optional[StepSampler] = None  # system/* metrics (GPU, CPU, RAM), a mean per step
@@ -152,7 +157,8 @@ class Trainer:
         def beat() -> None:
             while not self._heartbeat_stop.wait(HEARTBEAT_INTERVAL_S):
                 try:
-                    self.registry.heartbeat(self.run_id)
+                    if not self.registry.heartbeat(self.run_id):
+                        self.marked_ended.set()  # the main loop leaves after the step it is in
                 except Exception as exc:  # a busy database must not kill the job; the next beat retries
                     log.warning("heartbeat failed: %s", exc)
 
@@ -246,12 +252,13 @@ class Trainer:
             if same_run:
                 self.last_checkpoint_step = int(state["step"])
             restore_rng(state.get("rng"))
-            if same_run:
-                self._truncate_metrics_jsonl(self.start_step)
             message = (f"resuming from checkpoint {checkpoint['name']} (step {state['step']}"
                        f"{'' if same_run else ' of run ' + str(state.get('run'))}) at step {self.start_step}")
             log.info(message)
             self.registry.add_event(self.run_id, "resume", message)
+        # Steps from start_step on are (re)done now, checkpoint or not: a crash before the first checkpoint must
+        # not leave the earlier attempt's lines in metrics.jsonl.
+        self._truncate_metrics_jsonl(self.start_step)
         backend_state = state.get("backend_state_path") if state.get("backend_can_train") else None
         self.backend = open_backend(self.config, state_path=backend_state or None)
         if backend_state and not self.backend.can_train:
@@ -467,7 +474,8 @@ class Trainer:
                 raise
             if (step + 1) % cfg.checkpoint_every == 0 or step == cfg.max_steps - 1:
                 self.checkpoint(step, final=step == cfg.max_steps - 1)
-            self.registry.heartbeat(self.run_id)
+            if not self.registry.heartbeat(self.run_id) or self.marked_ended.is_set():
+                raise MarkedEnded(self.registry.get_run(self.run_id)["status"])
             if self.stop_after_step is not None and step >= self.stop_after_step and step < cfg.max_steps - 1:
                 self.request_stop(f"stop after step {self.stop_after_step}")
             self._check_stop_and_checkpoint()
@@ -559,6 +567,12 @@ def execute(registry: Registry, run_id: int, install_signals: bool = True,
             if pending_signal:
                 trainer.request_stop(pending_signal[0])
             trainer.run()
+        except MarkedEnded as ended:
+            # Another process decided this run's end (stale heartbeat) and may have given its GPUs away: leave
+            # without writing a status, so the recorded one stays true.
+            registry.add_event(run_id, "status", f"the job found its run marked {ended} and stopped")
+            log.error("this run was marked %s while the job was not running (stopped or frozen); exiting", ended)
+            return 1
         except StopRequested as stop:
             last = trainer.last_checkpoint_step if trainer else None
             _finish(registry, run_id, "stopped", f"{stop} — checkpoint at step {last}", 0)

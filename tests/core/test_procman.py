@@ -3,6 +3,7 @@ Mechanics use a stand-in job (tests/core/procman_job_standin.py); the lifecycle 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -411,3 +412,42 @@ def test_a_run_that_cannot_be_spawned_fails_alone_and_the_queue_moves_on(pm, obs
     assert str(pm.workspace / "blocked") in blocked["error"]
     assert procman.reconcile(pm) == [] or all(c["name"] == "next" for c in procman.reconcile(pm))
     wait_for(lambda: status(pm, "next") == "finished")
+
+
+# ---------------------------------------------------------------- day-to-day edge cases (issue 13, bug 7)
+
+@pytest.mark.slow
+def test_metrics_jsonl_has_no_repeated_steps_after_a_crash_before_the_first_checkpoint(real_pm):
+    reg = real_pm
+    procman.start_run(demo_config(max_steps=3, checkpoint_every=100), name="early-crash", registry=reg)
+    wait_for(lambda: last_step(reg, "early-crash") >= 1, timeout_s=150, poll_s=0.2)
+    os.kill(reg.get_run("early-crash")["pid"], signal.SIGKILL)
+    wait_for(lambda: status(reg, "early-crash") == "crashed", timeout_s=30)
+    assert reg.last_checkpoint(reg.get_run("early-crash")["id"]) is None
+    procman.resume_run(reg, "early-crash")
+    wait_for(lambda: status(reg, "early-crash") == "finished", timeout_s=150, poll_s=0.5)
+    lines = (reg.run_dir("early-crash") / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [0, 1, 2]
+
+
+@pytest.mark.slow
+def test_a_job_stopped_past_the_heartbeat_limit_stops_itself_once_continued(real_pm):
+    """SIGSTOP past the limit: reconcile marks it crashed. After SIGCONT the real job sees that when its step ends
+    and exits without writing a status, so the recorded one stays true (its GPUs may already be someone else's)."""
+    reg = real_pm
+    row = procman.start_run(demo_config(max_steps=50, checkpoint_every=100), name="frozen", registry=reg)
+    wait_for(lambda: last_step(reg, "frozen") >= 1, timeout_s=150, poll_s=0.2)
+    row = reg.get_run("frozen")
+    os.kill(row["pid"], signal.SIGSTOP)
+    try:
+        time.sleep(0.5)
+        changes = procman.reconcile(reg, heartbeat_limit=0.3)
+        assert [(c["name"], c["to"]) for c in changes] == [("frozen", "crashed")]
+        steps_when_marked = reg.get_run("frozen")["last_step"]
+    finally:
+        os.kill(row["pid"], signal.SIGCONT)
+    wait_for(lambda: not procman.run_process_alive(row), timeout_s=60, poll_s=0.2)
+    final = reg.get_run("frozen")
+    assert final["status"] == "crashed"
+    assert final["last_step"] <= steps_when_marked + 1  # at most the step it was in the middle of
+    assert any("found its run marked crashed" in e["message"] for e in reg.events(final["id"]))
