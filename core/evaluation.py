@@ -35,6 +35,7 @@ HEARTBEAT_INTERVAL_S = 2.0
 MAX_ROLLOUT_THREADS = 64
 SUMMARY_STEP = 0  # the step the summary metrics are written at (an eval run has no training steps)
 SUMMARY_PREFIX = "eval/"
+SUMMARY_EVERY_S = 30.0  # a long evaluation shows partial numbers (runs list, TUI) this often
 # What must match for two evaluations to be compared (the rest of the stamp is shown, not enforced).
 COMPARABLE_STAMP_KEYS = ("devices", "precision", "tolerance", "timing", "kernel_backend", "problem_sizes",
                          "torch", "max_turns", "baseline")
@@ -405,7 +406,7 @@ class EvaluationJob:
             for future in self.runner.submit_group(self._pool, 0, index, problem, 0, samples, self.samples):
                 pending[future] = index
         first_error: Optional[BaseException] = None
-        turns, eval_s = 0, 0.0
+        turns, eval_s, last_summary = 0, 0.0, time.monotonic()
         while pending:
             finished, _ = wait(list(pending), timeout=1.0, return_when=FIRST_COMPLETED)
             for future in finished:
@@ -425,6 +426,9 @@ class EvaluationJob:
                               for t in rollout.env.trajectory.transitions if t.eval_result.request_id)
                 if self.stop_after_samples is not None and self.samples_written >= self.stop_after_samples:
                     self.request_stop(f"stop after {self.stop_after_samples} samples")
+            if pending and time.monotonic() - last_summary > SUMMARY_EVERY_S:
+                self.write_summary()
+                last_summary = time.monotonic()
         elapsed_s = time.monotonic() - t0
         workers = self.config.eval.cpu_workers if self.evaluator.cpu_mode else \
             len(self.evaluator.devices) * self.config.eval.workers_per_device
