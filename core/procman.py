@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
@@ -548,6 +549,9 @@ def _start_job(registry: Registry, row: dict[str, Any], gpus: list, detected: li
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
                                 env=env, start_new_session=True, close_fds=True)
     _CHILDREN[row["id"]] = proc
+    # Reap it the moment it exits, even if nobody reconciles again (the TUI stops once no run is active):
+    # no <defunct> entries; Popen keeps the exit code for _child_exit_code.
+    threading.Thread(target=proc.wait, name=f"krl-reap-{proc.pid}", daemon=True).start()
     identity = process_identity(proc.pid)
     now = _now()
     segments.append({"index": index, "started_at": now, "ended_at": None, "end_status": None, "pid": proc.pid,
@@ -815,13 +819,30 @@ def _apply_overrides(config: dict[str, Any], overrides: Sequence[str]) -> Any:
     return with_overrides(config_from_dict(config, "the parent run's config"), list(overrides))
 
 
+EXIT_WAIT_S = 10.0  # how long delete/rename wait for a job that wrote its final status but is still exiting
+
+
+def _refuse_while_live(row: dict[str, Any], doing: str) -> None:
+    """KrlError while the run's job may still write into its folder. A job that already wrote its final status
+    but is still closing (evaluator workers) is waited for a little first."""
+    if row["status"] in ("running", "stopping"):
+        raise KrlError(f"run '{row['name']}' is {row['status']}; stop it first with `krl runs stop {row['name']}` "
+                       f"before {doing} it.")
+    deadline = time.monotonic() + EXIT_WAIT_S
+    while _other_live_process(row) and time.monotonic() < deadline:
+        _child_exit_code(row["id"], row.get("pid"))
+        time.sleep(0.1)
+    if _other_live_process(row):
+        raise KrlError(f"run '{row['name']}' is {row['status']} but its process (pid {row['pid']}) is still "
+                       f"exiting after {EXIT_WAIT_S:g}s; try again in a moment, or kill it with "
+                       f"`krl runs stop --force {row['name']}`.")
+
+
 def delete_run(registry: Registry, name: str, remove_files: bool = True) -> dict[str, Any]:
     """Delete a run's rows and (by default) its folder; refuses a running or stopping run. Returns the deleted row."""
     reconcile(registry)
     row = registry.get_run(name)
-    if row["status"] in ("running", "stopping") or _other_live_process(row):
-        raise KrlError(f"run '{row['name']}' is {row['status']} (pid {row['pid']}); stop it first with "
-                       f"`krl runs stop {row['name']}`.")
+    _refuse_while_live(row, "deleting")
     registry.delete_run(row["id"])
     folder = registry.run_dir(row["name"])
     if remove_files and folder.is_dir() and folder.resolve().parent == registry.workspace.resolve():
@@ -833,9 +854,7 @@ def rename_run(registry: Registry, name: str, new_name: str) -> dict[str, Any]:
     """Rename a run and its folder; refuses while a job is writing into the folder."""
     reconcile(registry)
     row = registry.get_run(name)
-    if row["status"] in ("running", "stopping") or _other_live_process(row):
-        raise KrlError(f"run '{row['name']}' is {row['status']}; stop it before renaming (its job writes into "
-                       "the run folder).")
+    _refuse_while_live(row, "renaming")
     if registry.find_run(new_name) is not None:
         raise KrlError(f"a run named '{new_name}' already exists; choose another name.")
     old_dir, new_dir = registry.run_dir(row["name"]), registry.run_dir(new_name)

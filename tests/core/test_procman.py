@@ -451,3 +451,23 @@ def test_a_job_stopped_past_the_heartbeat_limit_stops_itself_once_continued(real
     assert final["status"] == "crashed"
     assert final["last_step"] <= steps_when_marked + 1  # at most the step it was in the middle of
     assert any("found its run marked crashed" in e["message"] for e in reg.events(final["id"]))
+
+
+def test_a_job_started_here_leaves_no_zombie_without_further_reads(pm):
+    """The TUI starts runs from its own process and stops reconciling once nothing is active: a finished job must
+    still be reaped (no <defunct> entry left behind)."""
+    row = procman.start_run(standin(max_steps=2, step_s=0.01), name="reaped", registry=pm)
+    wait_for(lambda: pm.get_run("reaped")["status"] == "finished")
+    wait_for(lambda: procman._proc_stat(row["pid"]) is None, timeout_s=10)
+
+
+def test_deleting_a_just_stopped_run_waits_for_its_exiting_process(pm):
+    """A job that wrote `stopped` but is still closing (evaluator workers) is not 'running': delete waits briefly
+    for it instead of answering 'is stopped …; stop it first'."""
+    procman.start_run(standin(max_steps=10_000, step_s=0.02, linger_s=1.5), name="just-stopped", registry=pm)
+    wait_for(lambda: (pm.get_run("just-stopped")["last_step"] or -1) >= 1)
+    stopped = procman.stop_run(pm, "just-stopped", wait=False)
+    wait_for(lambda: pm.get_run("just-stopped")["status"] == "stopped")
+    assert procman.run_process_alive(stopped)  # still lingering
+    procman.delete_run(pm, "just-stopped")
+    assert pm.find_run("just-stopped") is None
