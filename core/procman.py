@@ -597,6 +597,14 @@ def _check_gpus(need: int) -> None:
                        "(0 runs on CPU), or set KRL_GPUS / CUDA_VISIBLE_DEVICES.")
 
 
+def _check_backend_ready(backend: Optional[str]) -> None:
+    """What a detached job would only find out seconds after starting, checked before its row exists."""
+    if backend == "tinker":
+        from core.backends.tinker import check_tinker_credentials
+
+        check_tinker_credentials()
+
+
 def _open(workspace: Any) -> Registry:
     return Registry.for_workspace(workspace)
 
@@ -618,6 +626,7 @@ def start_run(config: Any, name: str | None = None, gpus: int | None = None, pre
         preset = preset or cfg.get("preset")
         need = int(gpus if gpus is not None else cfg.get("gpus") or 0)
         _check_gpus(need)
+        _check_backend_ready(cfg.get("backend"))
         if "gpus" in cfg:
             cfg["gpus"] = need
         backend = cfg.get("backend")
@@ -774,6 +783,7 @@ def resume_run(registry: Registry, name: str, detach: bool = True, gpus: int | N
                        f"Kill it first with `krl runs stop --force {row['name']}`.")
     need = int(gpus if gpus is not None else row.get("gpus_requested") or 0)
     _check_gpus(need)
+    _check_backend_ready(row.get("backend"))
     _close_segment(registry, row)
     row = registry.get_run(row["id"])
     checkpoint = registry.last_checkpoint(row["id"])

@@ -471,3 +471,17 @@ def test_deleting_a_just_stopped_run_waits_for_its_exiting_process(pm):
     assert procman.run_process_alive(stopped)  # still lingering
     procman.delete_run(pm, "just-stopped")
     assert pm.find_run("just-stopped") is None
+
+
+def test_a_tinker_run_without_credentials_is_refused_before_it_starts(pm, monkeypatch, tmp_path):
+    """Checked by the SDK's own rules (core.backends.tinker.check_tinker_credentials) before a row exists, instead
+    of a detached job that fails five seconds later."""
+    pytest.importorskip("tinker")
+    for name in ("TINKER_API_KEY", "TINKER_CREDENTIAL_CMD"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.tinker/credentials.json
+    from core.config import load_config
+
+    with pytest.raises(KrlError, match="Tinker credential"):
+        procman.start_run(load_config("kevin", ["gpus=0"]), name="no-key", registry=pm)
+    assert pm.find_run("no-key") is None
