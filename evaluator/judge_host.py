@@ -7,6 +7,7 @@ import json
 import os
 import re
 import selectors
+import secrets
 import shutil
 import signal
 import socket
@@ -18,13 +19,16 @@ from typing import Any, Optional
 
 from evaluator.api import EvalRequest, EvalResult, RuntimeStats, Verdict
 from evaluator.proctree import kill_tree, process_table, tree_resident_bytes
+from evaluator.reference_cache import ReferenceCache, nbytes, problem_key
 
 START_TIMEOUT_S = 120.0
 EXIT_STATUS_WAIT_S = 2.0
+FORK_ANSWER_WAIT_S = 5.0
 MEMORY_CHECK_S = 0.25
 MAX_RUNNER_MESSAGE_BYTES = 8 * 2**20
 MAX_TIMING_SETS = 64
 _SET_NAME = re.compile(r"^(trial-\d{1,4}|timing-\d{1,2}|recheck|poison)$")
+_SECRET_SEED_OFFSET = secrets.randbelow(2**40) + 2**32  # per judge process; never sent to a runner
 
 
 class InfrastructureFailure(Exception):
@@ -41,7 +45,11 @@ def input_seed(request: EvalRequest, name: str) -> Optional[int]:
     kind, _, index = name.partition("-")
     if (kind == "trial" and int(index) >= request.correctness_trials) or (kind == "timing" and int(index) >= MAX_TIMING_SETS):
         return None
-    return judge.input_seed(request.seed, name)
+    if kind == "trial":  # KernelBench's reproducible seeding
+        return judge.input_seed(request.seed, name)
+    # Timing, recheck and poison sets are seeded with this judge's secret: a candidate that regenerates the inputs at
+    # import and replays precomputed answers (tests/evaluator/attacks/precomputed_replay.py) misses on every timed call.
+    return judge.input_seed(request.seed + _SECRET_SEED_OFFSET, name)
 
 
 # ---------------------------------------------------------------- judging one request
@@ -55,9 +63,13 @@ class _Received:
 class TaskJudge:
     """One request's judging: the reference built here, inputs written for the runner, outputs compared here."""
 
-    def __init__(self, request: EvalRequest, device: str, inputs_dir: str, outputs_dir: str):
+    def __init__(self, request: EvalRequest, device: str, inputs_dir: str, outputs_dir: str,
+                 cache: Optional[ReferenceCache] = None):
         self.request, self.device = request, device
         self.inputs_dir, self.outputs_dir = inputs_dir, outputs_dir
+        self.cache = cache if cache is not None else ReferenceCache(0)
+        self.problem_key = problem_key(request.reference_source, request.size_overrides, request.precision,
+                                       request.seed, device)
         self.model: Any = None
         self.problem_error = ""
         self.reference_outputs: dict[str, Any] = {}
@@ -69,6 +81,10 @@ class TaskJudge:
         from evaluator import judge, worker
 
         if self.model is not None or self.problem_error:
+            return
+        built = self.cache.get(("model", self.problem_key))
+        if built is not None:
+            self.reference, self.model = built
             return
         request = self.request
         try:
@@ -83,6 +99,7 @@ class TaskJudge:
                 model = self.reference.Model(*init_inputs)
             model = model.to(self.device)
             self.model = model.to(dtype) if dtype != torch.float32 else model
+            self.cache.put(("model", self.problem_key), (self.reference, self.model), nbytes(self.model))
         except Exception as exc:  # noqa: BLE001 - the runner reports the same failure as the evaluator's input error
             self.problem_error = f"the reference problem failed in the judge: {type(exc).__name__}: {exc}"[:1000]
 
@@ -100,14 +117,22 @@ class TaskJudge:
             return f"no input set named {name!r}"
         path = os.path.join(self.inputs_dir, name + ".krlt")
         if name not in self.reference_outputs:
-            inputs = judge.make_inputs(self.reference, seed, self.device, self.request.precision)
-            tensorwire.write_values(path + ".part", inputs)
+            # Same problem, sizes, precision and seed: the same inputs and reference output as last time.
+            key = ("set", self.problem_key, seed)
+            made = self.cache.get(key)
+            if made is None:
+                inputs = judge.make_inputs(self.reference, seed, self.device, self.request.precision)
+                encoded = tensorwire.encode_values(inputs)  # before the reference runs: it may work in place
+                with torch.no_grad():
+                    output = self.model(*inputs)
+                if self.device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                made = (encoded, output)
+                self.cache.put(key, made, len(encoded) + nbytes(output))
+            with open(path + ".part", "wb") as handle:
+                handle.write(made[0])
             os.replace(path + ".part", path)
-            with torch.no_grad():
-                output = self.model(*inputs)
-            if self.device.startswith("cuda"):
-                torch.cuda.synchronize()
-            self.reference_outputs[name] = output
+            self.reference_outputs[name] = made[1]
         return ""
 
     def receive(self, name: str) -> None:
@@ -159,6 +184,7 @@ class TaskJudge:
         """The runner's verdict can only lower the reward: anything but correct passes through; correct stands only
         on the judge's own comparisons of every required output."""
         if runner_result.verdict != Verdict.CORRECT:
+            runner_result.speedup = None  # no speed is reported, or rewarded, without a correct result
             return runner_result
         request = self.request
         result = runner_result
@@ -446,6 +472,8 @@ class Slot:
                 continue
             if message.get("type") == "exited":
                 self.exit_reports[str(message.get("runner"))] = int(message.get("returncode", 0))
+            elif message.get("type") == "forked":
+                self._on_forked(message)
             if not want or message.get("type") == want:
                 return message
         return None
@@ -473,16 +501,26 @@ class Slot:
         os.close(task_r)
         os.close(result_w)
         os.set_blocking(result_r, False)
+        # Not waiting for the zygote's "forked" answer (a fork of a torch process takes tens of ms): its pid is filed
+        # when the answer comes (_on_forked), and looked for only where it is needed (locate).
         runner = _Runner(runner_id, task_w, result_r, _Reader(result_r), time.monotonic())
-        message = self._control_message(time.monotonic() + 30.0, want="forked")
-        if not message or message.get("runner") != runner_id:
-            runner.close()
-            raise InfrastructureFailure("the zygote did not fork a runner")
-        runner.ns_pid = int(message.get("pid", 0))
-        runner.host_pid = self._host_pid(runner.ns_pid, self.zygote_host_pid or self.zygote.pid)
         self.runners[runner_id] = runner
         self.counters.add("runners_forked")
         return runner
+
+    def _on_forked(self, message: dict[str, Any]) -> None:
+        runner = self.runners.get(str(message.get("runner")))
+        if runner is not None and not runner.ns_pid and type(message.get("pid")) is int:
+            runner.ns_pid = message["pid"]
+            runner.host_pid = self._host_pid(runner.ns_pid, self.zygote_host_pid or self.zygote.pid)
+
+    def locate(self, runner: _Runner, wait_s: float = FORK_ANSWER_WAIT_S) -> int:
+        """The runner's host pid, waiting for the zygote's answer to its fork if it has not come yet (0: unknown)."""
+        deadline = time.monotonic() + wait_s
+        while not runner.ns_pid and self.control is not None and runner.runner_id in self.runners:
+            if self._control_message(deadline, want="forked") is None:
+                break
+        return runner.host_pid
 
     def wait_ready(self, runner: _Runner, timeout_s: float) -> None:
         """Block until the runner says ready (CUDA initialised); InfrastructureFailure if it dies or stays silent."""
@@ -515,7 +553,7 @@ class Slot:
         runner kills what its candidate left before it answers)."""
         from evaluator.proctree import children
 
-        if runner.host_pid:
+        if self.locate(runner):
             if children(runner.host_pid):
                 kill_tree(runner.host_pid)
             else:
@@ -546,7 +584,7 @@ class Slot:
                         pass
 
     def resident_bytes(self, runner: _Runner) -> int:
-        return tree_resident_bytes(runner.host_pid, process_table()) if runner.host_pid else 0
+        return tree_resident_bytes(runner.host_pid, process_table()) if self.locate(runner) else 0
 
 
 def _module_roots(module: str) -> list[str]:
@@ -580,6 +618,23 @@ def _tail(path: str) -> str:
 
 # ---------------------------------------------------------------- the judge host's loop (speaks the pool's protocol)
 
+class _PhaseClock:
+    """Where a task's time goes on the trusted side: lap(name) adds the time since the last lap to `name`
+    (judge_* phase times in the result; judge_wait is the runner's own work as the judge sees it)."""
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+        self.totals: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.totals[name] = self.totals.get(name, 0.0) + now - self.last
+        self.last = now
+
+    def phases_s(self) -> dict[str, float]:
+        return {name: round(value, 6) for name, value in self.totals.items()}
+
+
 class JudgeHost:
     def __init__(self, device: str, workdir: str, worker_module: str, limits: dict, task_fd: int, result_fd: int):
         self.device, self.task_fd, self.result_fd = device, task_fd, result_fd
@@ -591,6 +646,8 @@ class JudgeHost:
         self.slot = Slot(device, os.path.join(workdir, "slot"), worker_module, runner_limits, self.out_path,
                          self.err_path)
         self.spare: Optional[_Runner] = None
+        self.finished_runner: Optional[_Runner] = None
+        self.reference_cache = ReferenceCache()
 
     def start(self) -> str:
         import torch
@@ -631,39 +688,50 @@ class JudgeHost:
     def run_task(self, message: dict[str, Any]) -> dict[str, Any]:
         from evaluator.pool import write_message
 
+        self.finish_task()
         task_id = message.get("task")
         request = EvalRequest.from_dict(message["request"])
         limit_s = float(message.get("limit_s") or request.run_timeout_s)
+        clock = _PhaseClock()
         try:
             runner = self._ready_runner()
         except InfrastructureFailure as exc:
             return {"type": "infra", "task": task_id, "why": str(exc)}
+        clock.lap("judge_ready")
         for path in (self.err_path, self.out_path):
             with open(path, "ab") as handle:
                 handle.truncate(0)
         self.slot.wipe_exchange()
-        judge = TaskJudge(request, self.device, self.slot.inputs_dir, self.slot.outputs_dir)
+        judge = TaskJudge(request, self.device, self.slot.inputs_dir, self.slot.outputs_dir, self.reference_cache)
         try:
             write_message(runner.task_w, {"type": "task", "request": request.to_dict(),
                                           "prebuilt": message.get("prebuilt")})
         except OSError:
             self.slot.discard(runner)
             return {"type": "infra", "task": task_id, "why": "the pre-warmed runner was gone"}
+        clock.lap("judge_send")
         try:
             self.spare = self.slot.fork_runner()  # warms up (CUDA init) while this task loads
         except InfrastructureFailure:
             self.spare = None
+        clock.lap("judge_fork")
         started_at = time.monotonic()
-        try:
-            reply = self._drive(runner, judge, request, task_id, started_at + limit_s, limit_s)
-        finally:
-            self.slot.discard(runner)
-            self.slot.wipe_exchange()
+        self.finished_runner = runner  # killed and wiped after the reply is sent (finish_task): off the verdict's path
+        cache, hits = self.reference_cache, self.reference_cache.hits
+        reply = self._drive(runner, judge, request, task_id, started_at + limit_s, limit_s, clock)
+        self.slot.counters.add("judge_cache_hits", cache.hits - hits)
         reply["counters"] = self.slot.counters.take()
         return reply
 
+    def finish_task(self) -> None:
+        """The last task's runner killed (it has answered, or is dead) and the exchange folders emptied."""
+        runner, self.finished_runner = self.finished_runner, None
+        if runner is not None:
+            self.slot.discard(runner)
+            self.slot.wipe_exchange()
+
     def _drive(self, runner: _Runner, judge: TaskJudge, request: EvalRequest, task_id: Any, deadline: float,
-               limit_s: float) -> dict[str, Any]:
+               limit_s: float, clock: Optional["_PhaseClock"] = None) -> dict[str, Any]:
         from evaluator.pool import write_message
 
         started = False
@@ -676,8 +744,11 @@ class JudgeHost:
         memory_at = time.monotonic()
         t0 = time.monotonic()
 
+        clock = clock or _PhaseClock()
+
         def finish(result: EvalResult) -> dict[str, Any]:
             result.phase_times_s["total"] = round(time.monotonic() - t0, 6)
+            result.phase_times_s.update(clock.phases_s())
             return {"type": "result", "task": task_id, "result": result.to_dict()}
 
         def verdict(kind: Verdict, text: str) -> EvalResult:
@@ -738,19 +809,24 @@ class JudgeHost:
                             write_message(self.result_fd, {"type": "started", "task": task_id})
                         elif kind == "inputs":
                             name = message.get("name")
+                            clock.lap("judge_wait")
                             why = judge.write_inputs(name) if isinstance(name, str) else "no name"
+                            clock.lap("judge_inputs")
                             self._answer(runner, {"type": "inputs", "name": name} if not why else
                                          {"type": "refused", "why": why})
                         elif kind == "output":
                             name = message.get("name")
+                            clock.lap("judge_wait")
                             if isinstance(name, str) and _SET_NAME.match(name):
                                 judge.receive(name)
+                            clock.lap("judge_compare")
                             self._answer(runner, {"type": "ack"})
                         elif kind == "error" and started:
                             # The worker code raised (an evaluator bug, or a candidate posing as one): retried once.
                             return {"type": "error", "task": task_id,
                                     "traceback": str(message.get("traceback", ""))[-4000:]}
                         elif kind == "result":
+                            clock.lap("judge_wait")
                             try:
                                 claimed = sanitize_result(message.get("result"), request)
                             except (ValueError, TypeError, KeyError) as exc:
@@ -808,3 +884,4 @@ class JudgeHost:
 
                 reply = {"type": "error", "task": message.get("task"), "traceback": traceback.format_exc()[-4000:]}
             write_message(self.result_fd, reply)
+            self.finish_task()
