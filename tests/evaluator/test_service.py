@@ -1,0 +1,174 @@
+"""The HTTP service through an in-process ASGI client against a real CPU evaluator: auth on every route, verdicts
+as 200, our faults as 400/503 (never 500), idempotent request ids, asynchronous results, health and metrics."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytest.importorskip("starlette")
+pytest.importorskip("httpx")
+from starlette.testclient import TestClient  # noqa: E402
+
+from evaluator.api import EvalResult, Verdict  # noqa: E402
+from evaluator.service import create_app  # noqa: E402
+from tests.evaluator.pool_support import GOOD, WRONG, candidate, make_evaluator, request  # noqa: E402
+
+TOKEN = "s3cret-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+ROUTES = [("POST", "/v1/evaluate"), ("POST", "/v1/evaluate/batch"), ("GET", "/v1/results/abc"),
+          ("GET", "/v1/health"), ("GET", "/v1/workers"), ("GET", "/metrics")]
+
+
+@pytest.fixture(scope="module")
+def evaluator(tmp_path_factory):
+    ev = make_evaluator(str(tmp_path_factory.mktemp("cache")))
+    yield ev
+    ev.close()
+
+
+@pytest.fixture(scope="module")
+def client(evaluator):
+    with TestClient(create_app(evaluator, TOKEN), raise_server_exceptions=True) as test_client:
+        yield test_client
+
+
+def _payload(source: str, **kwargs) -> dict:
+    return request(source, measure_timing=False, **kwargs).to_dict()
+
+
+@pytest.mark.parametrize("method,path", ROUTES)
+@pytest.mark.parametrize("header", [None, "Bearer wrong-token", f"Basic {TOKEN}", f"Bearer {TOKEN}x"])
+def test_every_route_needs_the_token(client, method, path, header):
+    headers = {"Authorization": header} if header else {}
+    response = client.request(method, path, headers=headers, json={})
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"] == "Bearer"
+
+
+def test_verdicts_are_200_whatever_the_candidate_did(client):
+    cases = {Verdict.CORRECT: GOOD, Verdict.WRONG_OUTPUT: WRONG,
+             Verdict.RUNTIME_ERROR: candidate("raise ValueError('nope')"),
+             Verdict.CRASHED: candidate("ctypes.string_at(0)", prelude="import ctypes")}
+    for verdict, source in cases.items():
+        response = client.post("/v1/evaluate", json=_payload(source), headers=AUTH)
+        assert response.status_code == 200, response.text
+        result = EvalResult.from_dict(response.json())
+        assert result.verdict == verdict
+
+
+@pytest.mark.parametrize("body,needle", [
+    ({"problem_id": "p"}, "missing"),
+    ({**_payload(GOOD), "bogus": 1}, "unknown field"),
+    ({**_payload(GOOD), "backend": "fortran"}, "unknown backend"),
+    ({**_payload(GOOD), "timing_trials": "many"}, "timing_trials"),
+    ({**_payload(GOOD), "measure_timing": 1}, "measure_timing"),
+    ({**_payload(GOOD), "size_overrides": {"N": "big"}}, "size_overrides"),
+    ({**_payload(GOOD), "request_id": "../etc"}, "request_id"),
+    ([1, 2], "JSON object"),
+])
+def test_bad_requests_are_400_with_a_reason(client, body, needle):
+    response = client.post("/v1/evaluate", json=body, headers=AUTH)
+    assert response.status_code == 400
+    assert needle in response.json()["error"]
+
+
+def test_invalid_json_and_bad_batches_are_400(client):
+    assert client.post("/v1/evaluate", content=b"{not json", headers=AUTH).status_code == 400
+    assert client.post("/v1/evaluate/batch", json={"requests": "x"}, headers=AUTH).status_code == 400
+    bad = client.post("/v1/evaluate/batch", json={"requests": [_payload(GOOD), {"problem_id": 3}]}, headers=AUTH)
+    assert bad.status_code == 400 and bad.json()["error"].startswith("request 1:")
+    assert client.get("/v1/results/x?wait_s=soon", headers=AUTH).status_code in (400, 404)
+
+
+def test_same_request_id_is_evaluated_once(client):
+    service = client.app.state.service
+    payload = _payload(GOOD)
+    accepted = service.counters["accepted"]
+    first = client.post("/v1/evaluate", json=payload, headers=AUTH).json()
+    again = client.post("/v1/evaluate", json=payload, headers=AUTH).json()
+    assert again == first  # the stored result, not a second evaluation (timings would differ)
+    assert service.counters["accepted"] == accepted + 1
+    assert service.counters["deduplicated"] >= 1
+    changed = dict(payload, candidate_source=WRONG)
+    response = client.post("/v1/evaluate", json=changed, headers=AUTH)
+    assert response.status_code == 400 and "already used" in response.json()["error"]
+
+
+def test_asynchronous_submit_then_fetch_by_id(client):
+    payload = _payload(WRONG)
+    response = client.post("/v1/evaluate?wait=false", json=payload, headers=AUTH)
+    assert response.status_code == 202 and response.json()["request_id"] == payload["request_id"]
+    fetched = client.get(f"/v1/results/{payload['request_id']}?wait_s=60", headers=AUTH)
+    assert fetched.status_code == 200
+    assert fetched.json()["verdict"] == "wrong_output"
+    assert client.get("/v1/results/never-sent", headers=AUTH).status_code == 404
+
+
+def test_batch_returns_results_in_request_order(client):
+    payloads = [_payload(GOOD), _payload(WRONG), _payload(GOOD + "\n)(\n")]
+    response = client.post("/v1/evaluate/batch", json={"requests": payloads}, headers=AUTH)
+    assert response.status_code == 200
+    results = response.json()["results"]
+    assert [r["request_id"] for r in results] == [p["request_id"] for p in payloads]
+    assert [r["verdict"] for r in results] == ["correct", "wrong_output", "compile_error"]
+    queued = client.post("/v1/evaluate/batch", json={"requests": [_payload(GOOD)], "wait": False}, headers=AUTH)
+    assert queued.status_code == 202 and len(queued.json()["request_ids"]) == 1
+
+
+def test_health_workers_and_metrics_report_real_state(client):
+    health = client.get("/v1/health", headers=AUTH)
+    assert health.status_code == 200
+    assert health.json()["status"] == "ok" and health.json()["workers_ready"] >= 1
+    assert health.json()["cpu_mode"] is True
+    rows = client.get("/v1/workers", headers=AUTH).json()["workers"]
+    assert rows and rows[0]["device"] == "cpu" and rows[0]["state"] == "ready"
+    client.post("/v1/evaluate", json=_payload(GOOD), headers=AUTH)
+    metrics = client.get("/metrics", headers=AUTH)
+    assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
+    assert 'krl_results_total{verdict="correct"}' in metrics.text
+    assert 'krl_workers{state="ready"} 1' in metrics.text
+
+
+def test_full_queue_is_503_with_retry_after(evaluator):
+    slow = candidate("time.sleep(1.0)\nreturn x.clamp_min(0)", prelude="import time")
+    with TestClient(create_app(evaluator, TOKEN, max_pending=1)) as client:
+        first = client.post("/v1/evaluate?wait=false", json=_payload(slow), headers=AUTH)
+        assert first.status_code == 202
+        second = client.post("/v1/evaluate?wait=false", json=_payload(GOOD), headers=AUTH)
+        assert second.status_code == 503
+        assert second.headers["retry-after"] and second.json()["queue_depth"] == 1
+        done = client.get(f"/v1/results/{first.json()['request_id']}?wait_s=60", headers=AUTH)
+        assert done.json()["verdict"] == "correct"
+
+
+def test_closed_evaluator_is_503_not_500(tmp_path):
+    ev = make_evaluator(str(tmp_path))
+    ev.close()
+    with TestClient(create_app(ev, TOKEN), raise_server_exceptions=True) as client:
+        response = client.post("/v1/evaluate", json=_payload(GOOD), headers=AUTH)
+        assert response.status_code == 503 and "closed" in response.json()["error"]
+        health = client.get("/v1/health", headers=AUTH)
+        assert health.status_code == 503 and health.json()["status"] == "unavailable"
+
+
+def test_health_waits_for_workers_before_saying_ok(tmp_path):
+    ev = make_evaluator(str(tmp_path))
+    try:
+        with TestClient(create_app(ev, TOKEN)) as client:
+            first = client.get("/v1/health", headers=AUTH).json()["status"]
+            assert first in ("starting", "ok")
+            end = time.monotonic() + 120
+            while client.get("/v1/health", headers=AUTH).status_code != 200:
+                assert time.monotonic() < end
+                time.sleep(0.2)
+    finally:
+        ev.close()
+
+
+def test_an_empty_token_is_refused(evaluator):
+    from evaluator.api import EvaluatorError
+
+    with pytest.raises(EvaluatorError):
+        create_app(evaluator, "")
