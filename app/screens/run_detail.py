@@ -177,9 +177,6 @@ class RunDetailScreen(KrlScreen):
                 "mean solve turn")
         elif tab == "checkpoints":
             self.query_one("#checkpoints-table", DataTable).add_columns("step", "name", "state path", "sampler path")
-        elif tab == "distributions":
-            self.query_one("#best-table", DataTable).add_columns(
-                "problem", "best speedup", "at step", "solved", "best so far, step by step")
         elif tab == "system" and self.run is not None:
             self.query_one("#system-curves", CurvesPanel).set_keys(self.metric_keys, [])
         self._tab_ready.add(tab)
@@ -459,7 +456,11 @@ class RunDetailScreen(KrlScreen):
         self.query_one("#hist-return", HistogramView).show(data.reward)
         self.query_one("#hist-speedup", HistogramView).show(data.speedup)
         table = self.query_one("#best-table", DataTable)
-        table.clear()
+        # Fixed widths: measured while the rows arrive, the columns could settle narrower than their content.
+        table.clear(columns=True)
+        table.add_column("problem", width=max([7] + [len(r.problem_id) for r in data.problems]))
+        for header, width in (("best speedup", 12), ("at step", 7), ("solved", 7), ("best so far, step by step", 40)):
+            table.add_column(header, width=width)
         for row in data.problems:
             progress = [v if v is not None else 0.0 for v in row.over_time]
             table.add_row(row.problem_id, fmt_speedup(row.best_speedup),

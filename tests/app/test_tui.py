@@ -78,7 +78,7 @@ async def test_open_run_renders_downsampled_curves(filled, workspace):
         plots = list(screen.query(RewardPlot))
         assert plots and plots[0].plot_title == "reward/total"
         panel = screen.query_one(CurvesPanel)
-        assert len(panel._series["reward/total"].steps) == 40
+        assert len(panel._series["reward/total"][0].steps) == 40
         # The metric picker filters by regex.
         screen.query_one("#metric-filter", Input).focus()
         await pilot.press(*"^rate/")
@@ -100,7 +100,7 @@ async def test_curves_downsample_to_plot_width(workspace):
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         panel = app.screen.query_one(CurvesPanel)
-        points = len(panel._series["reward/total"].steps)
+        points = len(panel._series["reward/total"][0].steps)
         assert 0 < points <= 2 * panel.plot_width()
         await pilot.press("x")  # time axis
         await settle(pilot)
@@ -230,7 +230,7 @@ async def test_compare_two_runs_shows_config_diff(filled, workspace):
         keys = [str(diff.get_row_at(i)[0]) for i in range(diff.row_count)]
         assert "optim.lr" in keys and "model" not in keys
         assert screen.colour_of(screen.run_ids[0]) == "series-1"
-        assert len(screen._series) == 2
+        assert all(len(per_run) == 2 for per_run in screen.panel._series.values())
 
 
 async def test_compare_needs_two_selected(filled, workspace):

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
-import sys
 import time
 
 import pytest
@@ -25,33 +22,13 @@ from app.widgets.reward_plot import RewardPlot
 from app.widgets.run_table import RunTable
 from app.widgets.system_panel import HostPanel
 from tests.app.fixtures import make_app, settle
-from tests.app.recorded import RECORDED_RUN, copy_workspace
+from tests.app.recorded import RECORDED_RUN
+from tests.app.view_fixtures import two_runs, two_runs_source  # noqa: F401 - fixtures
 
 
 @pytest.fixture(autouse=True)
 def _config_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("KRL_CONFIG_DIR", str(tmp_path / "config"))
-
-
-@pytest.fixture(scope="session")
-def two_runs_source(recorded_demo_source, tmp_path_factory):
-    """The recorded demo plus a second real demo run (3 steps, another seed) in one workspace, for compare."""
-    path = copy_workspace(recorded_demo_source, tmp_path_factory.mktemp("two-runs") / "ws")
-    proc = subprocess.run([sys.executable, "-m", "app", "demo", "--headless", "--json", "--name", "demo-short",
-                           "max_steps=3", "seed=7"], env={**os.environ, "KRL_WORKSPACE": str(path)},
-                          capture_output=True, text=True, timeout=300, cwd=path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return path
-
-
-@pytest.fixture
-def two_runs(two_runs_source, tmp_path):
-    from core.registry import Registry
-
-    path = copy_workspace(two_runs_source, tmp_path / "two")
-    with Registry.for_workspace(path) as reg:
-        ids = [reg.get_run(RECORDED_RUN)["id"], reg.get_run("demo-short")["id"]]
-    return path, ids
 
 
 def panel_of(app, selector: str = "#curves-panel") -> CurvesPanel:
