@@ -756,3 +756,37 @@ def test_run_names_with_control_characters_are_refused(registry, name):
     with pytest.raises(KrlError) as error:
         registry.create_run(name)
     assert "\x1b" not in str(error.value) and "\x07" not in str(error.value)
+
+
+def test_the_wal_is_cut_back_once_readers_let_a_checkpoint_through(registry):
+    """A reader holding an old snapshot keeps checkpoints from resetting the WAL, which grows meanwhile; afterwards
+    the file must shrink back to WAL_SIZE_LIMIT_BYTES instead of keeping its peak (GBs with many writers)."""
+    import random
+    import string
+
+    from core.registry import WAL_SIZE_LIMIT_BYTES, Registry, TrajectoryRecord, TurnRecord
+
+    run = registry.create_run("big-writes")
+    wal = Path(str(registry.path) + "-wal")
+    reader = Registry(registry.path)
+    rng = random.Random(0)
+
+    def write(step: int) -> None:
+        text = "".join(rng.choices(string.ascii_letters, k=1 << 20))  # 1 MiB, never deduplicated
+        turn = TurnRecord(turn=0, prompt=text, response="r")
+        registry.write_step(run["id"], step, {"m": 1.0}, [TrajectoryRecord(0, 0, "p", [turn])])
+
+    try:
+        reader.conn.execute("BEGIN")
+        reader.conn.execute("SELECT COUNT(*) FROM runs").fetchone()  # holds its snapshot
+        for step in range(24):
+            write(step)
+        assert wal.stat().st_size > WAL_SIZE_LIMIT_BYTES
+        reader.conn.execute("COMMIT")
+        for step in range(24, 32):
+            write(step)
+        registry.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        write(32)
+        assert wal.stat().st_size <= WAL_SIZE_LIMIT_BYTES + (2 << 20)
+    finally:
+        reader.close()
