@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from app.commands import cache, check, demo, doctor, eval as eval_cmd, problems, rag, runs, train
+from app.commands import cache, check, demo, doctor, eval as eval_cmd, problems, rag, runs, serve, train
 
 app = typer.Typer(
     name="krl",
@@ -40,7 +40,7 @@ def _global(
         run_tui(theme=theme)
 
 
-for module in (problems, check, train, eval_cmd, runs, demo, rag, doctor, cache):
+for module in (problems, check, train, eval_cmd, runs, demo, rag, doctor, cache, serve):
     module.register(app)
 
 

@@ -1,0 +1,81 @@
+"""CLI command: `krl serve` puts the evaluator (this machine's pool, or a Ray cluster) behind an HTTP API for
+trainers and agents that are not ours. Top-level imports stay light: the service is imported inside the command."""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import Optional
+
+import typer
+
+
+def read_token(path: str) -> str:
+    """The service token from a file (first line, stripped); a missing, empty or world-readable file is refused."""
+    from core.errors import KrlError
+
+    try:
+        info = os.stat(path)
+        with open(path, encoding="utf-8") as handle:
+            token = handle.readline().strip()
+    except OSError as exc:
+        raise KrlError(f"cannot read the token file {path}: {exc.strerror}. Create it, e.g. "
+                       f"`python -c 'import secrets; print(secrets.token_urlsafe(32))' > {path}; chmod 600 {path}`.") from None
+    if not token:
+        raise KrlError(f"the token file {path} is empty: put one line of random text in it.")
+    if info.st_mode & stat.S_IROTH:
+        raise KrlError(f"the token file {path} is readable by every user: chmod 600 {path}.")
+    return token
+
+
+def serve(
+    port: int = typer.Option(8470, "--port", "-p", help="TCP port to listen on."),
+    token_file: str = typer.Option(..., "--token-file", help="File whose first line is the bearer token clients send."),
+    ray_address: Optional[str] = typer.Option(
+        None, "--ray", is_flag=False, flag_value="local",
+        help="Evaluate on Ray: --ray alone starts Ray here; --ray auto joins this machine's cluster; "
+             "--ray ray://HOST:10001 connects to a remote one."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (0.0.0.0 exposes it to the network)."),
+    devices: str = typer.Option("auto", "--devices", help="Local pool: auto | cpu | comma-separated GPU indices."),
+    cpu_workers: int = typer.Option(2, "--cpu-workers", help="Worker processes in CPU mode (per Ray actor with --ray)."),
+    max_pending: int = typer.Option(2000, "--max-pending", help="Requests in progress before answering 503."),
+) -> None:
+    """Serve the evaluator over HTTP: POST /v1/evaluate, /v1/evaluate/batch; GET /v1/results/{id}, /v1/health,
+    /v1/workers, /metrics. Every request needs `Authorization: Bearer <token>`."""
+    from core.errors import KrlError
+
+    token = read_token(token_file)
+    try:
+        import uvicorn
+
+        from evaluator.api import EvaluatorError
+        from evaluator.factory import open_evaluator
+        from evaluator.service import create_app
+    except ImportError as exc:
+        raise KrlError(f"krl serve needs {exc.name}: pip install 'kernelrl[serve]'.") from None
+    options: dict = {"cpu_workers": cpu_workers}
+    if devices not in ("auto", "cpu"):
+        options["devices"] = [d.strip() for d in devices.split(",") if d.strip()]
+    else:
+        options["devices"] = devices
+    try:
+        if ray_address:
+            target = ray_address if ray_address.startswith("ray://") else f"ray://{ray_address}"
+            options.pop("devices")  # each actor owns the GPU Ray gave it
+            evaluator = open_evaluator(target, evaluator_options=options)
+        else:
+            evaluator = open_evaluator("local", **options)
+    except EvaluatorError as exc:
+        raise KrlError(f"the evaluator could not start: {exc}") from None
+    typer.echo(f"krl serve: http://{host}:{port} over {ray_address and 'Ray ' + ray_address or 'the local pool'} "
+               f"({', '.join(evaluator.devices)})", err=True)
+    try:
+        uvicorn.run(create_app(evaluator, token, max_pending=max_pending), host=host, port=port,
+                    log_level="warning", timeout_graceful_shutdown=5)
+    finally:
+        evaluator.close()
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the `krl` app."""
+    app.command("serve")(serve)

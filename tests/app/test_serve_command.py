@@ -1,0 +1,73 @@
+"""`krl serve` as a real process: a CPU evaluator behind uvicorn on 127.0.0.1, reached with the Python client;
+token-file mistakes exit 2 with one line, no traceback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("uvicorn")
+
+from evaluator.api import EvaluatorError, Verdict  # noqa: E402
+from evaluator.client import HttpEvaluator  # noqa: E402
+from tests.evaluator.pool_support import GOOD, ROOT, request  # noqa: E402
+
+KRL = [sys.executable, "-m", "app"]
+
+
+def _krl(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(KRL + list(args), capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
+
+
+@pytest.mark.parametrize("content,mode,needle", [("", 0o600, "empty"), ("tok\n", 0o644, "chmod 600"),
+                                                 (None, 0o600, "cannot read")])
+def test_token_file_mistakes_exit_2(tmp_path, content, mode, needle):
+    path = tmp_path / "token"
+    if content is not None:
+        path.write_text(content)
+        path.chmod(mode)
+    done = _krl("serve", "--token-file", str(path), "--devices", "cpu")
+    assert done.returncode == 2, done.stderr
+    assert needle in done.stderr and "Traceback" not in done.stderr
+
+
+def test_serve_answers_the_client_on_loopback(tmp_path):
+    token_path = tmp_path / "token"
+    token_path.write_text("serve-test-token\n")
+    token_path.chmod(0o600)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = dict(os.environ, KRL_CACHE_DIR=str(tmp_path / "cache"))
+    process = subprocess.Popen(KRL + ["serve", "--port", str(port), "--token-file", str(token_path),
+                                      "--devices", "cpu", "--cpu-workers", "1"],
+                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        end = time.monotonic() + 120
+        client = None
+        while client is None:
+            assert process.poll() is None, process.stderr.read()
+            try:
+                client = HttpEvaluator(url, token="serve-test-token", retries=0)
+            except EvaluatorError:
+                assert time.monotonic() < end
+                time.sleep(0.3)
+        with client:
+            assert client.evaluate(request(GOOD, measure_timing=False)).verdict == Verdict.CORRECT
+        with pytest.raises(EvaluatorError, match="rejected the token"):
+            HttpEvaluator(url, token="wrong", retries=0)
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    assert f"krl serve: http://127.0.0.1:{port}" in process.stderr.read()
