@@ -379,6 +379,7 @@ class Slot:
         self.runners: dict[str, _Runner] = {}
         self.next_runner = 0
         self.exit_reports: dict[str, int] = {}
+        self.triton_shared_dir = ""  # Triton's trusted cache level, once the judge host has warmed it
 
     # ---- zygote
     def start_zygote(self) -> None:
@@ -393,6 +394,12 @@ class Slot:
                      KRL_WORKER_OWN_TMP="1" if self.sandbox.kind == "bwrap" else "0",
                      PYTHONSAFEPATH="1")
         read_only = [self.inputs_dir] + _module_roots(self.worker_module)
+        if self.triton_shared_dir and self.sandbox.kind == "bwrap":
+            # Only where the sandbox makes it read-only: elsewhere a candidate could write the shared level.
+            from evaluator.triton_cache import runner_environment
+
+            extra.update(runner_environment(self.triton_shared_dir))
+            read_only.append(self.triton_shared_dir)
         spec = sandboxes.worker_spec(self.private_dir, os.environ, extra_env=extra,
                                      gpu=self.device.startswith("cuda"), read_only=read_only,
                                      writable=[self.outputs_dir])
@@ -656,11 +663,28 @@ class JudgeHost:
         if judge_device != "cpu":
             torch.cuda.init()
             torch.cuda.set_device(0)
+        self._prepare_triton_cache(warm=judge_device != "cpu")
         self.device = judge_device
         self.slot.start_zygote()
         self.spare = self.slot.fork_runner()
         self.slot.wait_ready(self.spare, START_TIMEOUT_S)
         return torch.cuda.get_device_name(0) if judge_device != "cpu" else "cpu"
+
+    def _prepare_triton_cache(self, warm: bool) -> None:
+        """Triton's trusted cache level (evaluator/triton_cache.py), warmed here (GPU) before any runner exists. In
+        CPU mode (TRITON_INTERPRET=1) Triton compiles nothing; the level is still offered, so the policy is the same."""
+        try:
+            from evaluator.triton_cache import warm_shared_cache
+        except Exception:  # noqa: BLE001 - no triton: no Triton cache
+            return
+        cache_dir = os.environ.get("KRL_WORKER_CACHE_DIR", "")
+        shared = os.path.join(cache_dir or self.slot.root, "triton-trusted")
+        os.makedirs(shared, mode=0o755, exist_ok=True)
+        why = warm_shared_cache(shared) if warm else ""
+        if why:
+            print(f"Triton's shared cache was not warmed (runners compile what they need): {why}", file=sys.stderr,
+                  flush=True)
+        self.slot.triton_shared_dir = shared
 
     def _ready_runner(self) -> _Runner:
         """The pre-warmed runner, or a fresh one (after restarting the zygote if it died)."""

@@ -166,7 +166,7 @@ RUNNER_MODULES = (
     "evaluator.rules.static", "torch.utils._device", "torch.profiler", "torch.utils.cpp_extension",
     "triton.runtime.interpreter", "triton.language.semantic", "triton.tools.tensor_descriptor",
     "triton.compiler.code_generator", "triton.language.extra.libdevice", "triton.experimental.gluon",
-    "triton.runtime.cache", "triton.runtime.build", "triton.backends.nvidia.driver",
+    "triton.runtime.cache", "triton.runtime.build", "triton.backends.nvidia.driver", "evaluator.triton_cache",
 )
 
 
