@@ -3,42 +3,18 @@ unreachable services are EvaluatorErrors; a restarted client resending a request
 
 from __future__ import annotations
 
-import contextlib
 import socket
-import threading
 import time
 
 import pytest
 
-uvicorn = pytest.importorskip("uvicorn")
+pytest.importorskip("uvicorn")
 pytest.importorskip("starlette")
 
 from evaluator.api import EvalRequest, EvaluatorError, Verdict  # noqa: E402
 from evaluator.client import HttpEvaluator  # noqa: E402
-from evaluator.service import create_app  # noqa: E402
 from tests.evaluator.pool_support import GOOD, WRONG, candidate, make_evaluator, request  # noqa: E402
-
-TOKEN = "client-test-token"
-
-
-@contextlib.contextmanager
-def serving(evaluator, token: str = TOKEN, port: int = 0):
-    """uvicorn on 127.0.0.1 (a free port unless given), in a thread; yields the base URL and the app."""
-    app = create_app(evaluator, token)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off",
-                                           timeout_graceful_shutdown=1))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    end = time.monotonic() + 30
-    while not (server.started and server.servers):
-        assert time.monotonic() < end and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}", app
-    finally:
-        server.should_exit = True
-        thread.join(10)
+from tests.evaluator.service_support import TOKEN, serving  # noqa: E402
 
 
 @pytest.fixture(scope="module")
