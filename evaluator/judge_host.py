@@ -673,14 +673,20 @@ class JudgeHost:
     def _prepare_triton_cache(self, warm: bool) -> None:
         """Triton's trusted cache level (evaluator/triton_cache.py), warmed here (GPU) before any runner exists. In
         CPU mode (TRITON_INTERPRET=1) Triton compiles nothing; the level is still offered, so the policy is the same."""
-        try:
-            from evaluator.triton_cache import warm_shared_cache
-        except Exception:  # noqa: BLE001 - no triton: no Triton cache
+        if os.environ.get("KRL_WORKER_TRITON_TRUSTED_CACHE", "1") == "0":  # off: runners compile everything (bench)
+            return
+        import importlib.util
+
+        if importlib.util.find_spec("triton") is None:  # no triton: no Triton cache
             return
         cache_dir = os.environ.get("KRL_WORKER_CACHE_DIR", "")
         shared = os.path.join(cache_dir or self.slot.root, "triton-trusted")
         os.makedirs(shared, mode=0o755, exist_ok=True)
-        why = warm_shared_cache(shared) if warm else ""
+        why = ""
+        if warm:
+            from evaluator.triton_cache import warm_shared_cache
+
+            why = warm_shared_cache(shared)
         if why:
             print(f"Triton's shared cache was not warmed (runners compile what they need): {why}", file=sys.stderr,
                   flush=True)

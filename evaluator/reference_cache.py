@@ -8,12 +8,12 @@ import os
 from collections import OrderedDict
 from typing import Any, Hashable, Optional
 
-DEFAULT_BOUND_MIB = 1024  # host and device bytes together; KRL_JUDGE_CACHE_MIB overrides, 0 turns the cache off
+DEFAULT_BOUND_MIB = 1024  # host and device bytes together; KRL_WORKER_JUDGE_CACHE_MIB overrides, 0 turns the cache off
 
 
 def bound_bytes() -> int:
     try:
-        return max(0, int(os.environ.get("KRL_JUDGE_CACHE_MIB", DEFAULT_BOUND_MIB))) * 2**20
+        return max(0, int(os.environ.get("KRL_WORKER_JUDGE_CACHE_MIB", DEFAULT_BOUND_MIB))) * 2**20
     except ValueError:
         return DEFAULT_BOUND_MIB * 2**20
 
