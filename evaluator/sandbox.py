@@ -24,7 +24,7 @@ INSTALL_HINT = ("install bubblewrap: `apt-get install -y bubblewrap` (Debian/Ubu
 
 # Every protection a sandbox may give, in the order reports list them.
 PROTECTIONS = (
-    "no network",                 # own network namespace with only a loopback that is down
+    "no network",                 # own network namespace: only its own loopback, no route out
     "own process view",           # own PID namespace: no other process can be seen, signalled or ptraced
     "own ipc and hostname",       # IPC (SysV shm, semaphores) and UTS namespaces
     "read-only system",           # /usr, the Python prefixes, the project source: mounted read-only
