@@ -10,8 +10,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
 
-KEY_NAMES = {"question_mark": "?", "slash": "/", "right_square_bracket": "]", "left_square_bracket": "[",
-             "space": "space", "escape": "esc", "enter": "enter"}
+from app.widgets.key_bar import KEY_NAMES
 
 
 def key_label(key: str) -> str:
@@ -40,5 +39,6 @@ class HelpScreen(ModalScreen):
         text.append("\n")
         text.append_text(bindings_text("everywhere", self.app.BINDINGS))
         text.append("\nctrl+p opens the command palette: every action, runs by name, themes.", style="italic")
+        text.append("\nesc in a text box leaves the box; esc again leaves the screen.", style="italic")
         with VerticalScroll(classes="dialog", id="help-box"):
             yield Static(text)
