@@ -48,6 +48,19 @@ class EvalConfig(_Section):
     compile_timeout_s: float = Field(180.0, gt=0)
     run_timeout_s: float = Field(60.0, gt=0)
     measure_timing: bool = True
+    cluster: Optional[str] = Field(None, description="ray://local | ray://auto | ray://HOST:PORT: evaluate on Ray")
+    endpoint: Optional[str] = Field(None, description="http(s):// URL of a `krl serve` service to evaluate on")
+    token_env: str = Field("KRL_EVAL_TOKEN", description="environment variable holding the endpoint's token")
+
+    @model_validator(mode="after")
+    def _one_place(self) -> "EvalConfig":
+        if self.cluster and self.endpoint:
+            raise ValueError("set eval.cluster or eval.endpoint, not both")
+        if self.cluster and not self.cluster.startswith("ray://"):
+            raise ValueError("eval.cluster must look like ray://local, ray://auto or ray://HOST:PORT")
+        if self.endpoint and not self.endpoint.startswith(("http://", "https://")):
+            raise ValueError("eval.endpoint must be an http:// or https:// URL")
+        return self
 
     @field_validator("devices", mode="before")
     @classmethod

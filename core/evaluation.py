@@ -342,14 +342,9 @@ class EvaluationJob:
         # evaluation.state_path: a training checkpoint's weights (krl eval --run NAME --checkpoint STEP).
         self.backend = open_backend(self.config, state_path=self.config.evaluation.state_path or None)
         self._load_problems()
-        from evaluator.api import Evaluator, EvaluatorError
+        from core.run_evaluator import open_run_evaluator
 
-        try:
-            self.evaluator = Evaluator(devices=self.config.eval.devices,
-                                       workers_per_device=self.config.eval.workers_per_device,
-                                       cpu_workers=self.config.eval.cpu_workers)
-        except EvaluatorError as exc:
-            raise KrlError(f"cannot start the evaluator: {exc}") from None
+        self.evaluator = open_run_evaluator(self.config.eval)  # local pool, eval.cluster or eval.endpoint
         env_config = self.config
         if self.evaluator.cpu_mode and self.config.eval.size == "gpu":
             env_config = self.config.model_copy(update={"eval": self.config.eval.model_copy(

@@ -265,14 +265,9 @@ class Trainer:
             log.info("backend %s cannot train; checkpoint weights not loaded", self.config.backend)
         self._load_problems(state.get("problem_ids") if same_run else None)
         self.retriever = make_retriever(self.config)
-        from evaluator.api import Evaluator, EvaluatorError
+        from core.run_evaluator import open_run_evaluator
 
-        try:
-            self.evaluator = Evaluator(devices=self.config.eval.devices,
-                                       workers_per_device=self.config.eval.workers_per_device,
-                                       cpu_workers=self.config.eval.cpu_workers)
-        except EvaluatorError as exc:
-            raise KrlError(f"cannot start the evaluator: {exc}") from None
+        self.evaluator = open_run_evaluator(self.config.eval)  # local pool, eval.cluster or eval.endpoint
         self.env_config = self.config
         if getattr(self.evaluator, "cpu_mode", False) and self.config.eval.size == "gpu":
             # gpu_sizes make each reference run for seconds on a CPU: keep the files' own sizes there.
