@@ -252,16 +252,21 @@ class _TimedOutputSampler:
         self.outputs: list[tuple[int, Any]] = []  # (value set index, output copy)
         self.inputs: list[tuple[int, list]] = []
         self.calls = self.idle_calls = 0
+        self.storage_values: dict[int, set[int]] = {}  # output storage address -> value sets it was returned for
 
     def record(self, values_index: int, output: Any, launches: int) -> None:
         self.calls += 1
         self.idle_calls += launches == 0
+        address = runtime_rules.storage_address(output)
+        if address is not None:
+            self.storage_values.setdefault(address, set()).add(values_index)
         if len(self.outputs) < 2 * self.WANTED and self.rng.random() < self.probability:
             size = sol.tensor_bytes(output) + sol.tensor_bytes(self.rotation.current)
             if (len(self.outputs) + 2) * size <= self.MAX_BYTES:  # room left for the last call's copies
                 self.keep(values_index, output, self.rotation.current)
 
     def keep(self, values_index: int, output: Any, inputs: list) -> None:
+        _hack(runtime_rules.check_plain_outputs(output))  # before the snapshot, which would run a lazy output's work
         self.outputs.append((values_index, judge.snapshot(output)))
         self.inputs.append((values_index, judge.clone_inputs(inputs)))
 
@@ -558,6 +563,7 @@ class _RunState:
         if verify:
             self._verify_untampered()
         _hack(runtime_rules.check_reference_calls(watch.reference_calls))
+        _hack(runtime_rules.check_plain_outputs(output))
         return output
 
     def _fail_wrong(self, comparison: judge.Comparison, output: Any, where: str, earlier: list) -> None:
@@ -733,6 +739,7 @@ class _RunState:
         self._verify_untampered()
         _hack(runtime_rules.check_reference_calls(watch.reference_calls))
         checked.keep(last["values"], last.get("output"), last["inputs"])  # the last timed call, always checked
+        _hack(runtime_rules.check_replayed_storages(checked.storage_values, len(value_sets), checked.calls))
         for values_index, seen in checked.inputs:
             _hack(runtime_rules.check_inputs_unchanged(seen, value_sets[values_index], "during timing"))
         if request.backend == "triton":

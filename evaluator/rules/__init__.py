@@ -19,6 +19,8 @@ RULES = {
     "below_speed_of_light": "The measured time is below what the GPU can physically do for this problem (its FLOPs "
     "and bytes at peak rate): the timed calls cannot have computed the result.",
     "input_mutation": "forward modified its input tensors in place; inputs must be left unchanged.",
+    "lazy_output": "forward must return plain torch.Tensor results, not tensor subclasses or proxies that compute (or "
+    "compare) when they are looked at instead of when forward runs.",
     "patched_torch": "The candidate replaced functions of torch, time or other libraries the evaluator relies on.",
     "side_work": "The candidate uses threads or processes, or leaves work running after forward returns; join side "
     "CUDA streams back to the current stream before returning.",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import sys
+import types
 from typing import Any, Callable, Iterable, Optional
 
 from evaluator.rules import Finding, finding
@@ -42,6 +43,10 @@ class FunctionGuard:
         # Module-level plain values (flags, caches, counters) legitimately change; functions and classes do not.
         self._modules = [(m, {k: v for k, v in vars(m).items() if callable(v)}) for m in modules]
         self._classes = [(c, dict(vars(c))) for c in dict.fromkeys(classes)]
+        # Python functions keep their identity when their __code__ is swapped (a slow F.relu inflates the speedup
+        # against a reference timed in this process): their code objects are snapshotted too.
+        functions = [v for _, snap in self._modules + self._classes for v in snap.values()]
+        self._codes = {id(f): (f, f.__code__) for f in functions if isinstance(f, types.FunctionType)}
         self._modes = self._mode_depths()
         self._flags = self._numeric_flags()
 
@@ -130,6 +135,9 @@ class FunctionGuard:
                 for key in current.keys() - snapshot.keys():
                     if key not in _CLASS_KEYS_IGNORED:
                         found.append(f"{cls.__qualname__}.{key}")
+        for function, code in self._codes.values():
+            if function.__code__ is not code:
+                found.append(f"{function.__module__}.{function.__qualname__}.__code__")
         if self._mode_depths() != self._modes:
             found.append("a global torch function/dispatch mode")
         return found
@@ -148,6 +156,9 @@ class FunctionGuard:
             for key in list(current.keys() - snapshot.keys()):
                 if key not in _CLASS_KEYS_IGNORED:
                     delattr(cls, key)
+        for function, code in self._codes.values():
+            if function.__code__ is not code:
+                function.__code__ = code
         self._pop_modes()
 
     def _pop_modes(self) -> None:
@@ -416,6 +427,43 @@ def check_inputs_unchanged(inputs: list, pristine: list, detail: str = "") -> Op
     for value, copy in zip(inputs, pristine):
         if isinstance(value, torch.Tensor) and not judge.same_values(value, copy):
             return finding("input_mutation", detail)
+    return None
+
+
+def check_plain_outputs(output: Any) -> Optional[Finding]:
+    """Every tensor forward returns is exactly a torch.Tensor (an nn.Parameter too): a subclass can defer its work past
+    the timed region (__torch_function__ computing on first use) or override how it compares."""
+    import torch
+
+    values = output if isinstance(output, (tuple, list)) else [output]
+    for value in values:
+        if isinstance(value, torch.Tensor) and type(value) not in (torch.Tensor, torch.nn.Parameter):
+            return finding("lazy_output", f"forward returned a {type(value).__name__}")
+    return None
+
+
+def storage_address(output: Any) -> Optional[int]:
+    """The storage address of the (first) tensor forward returned, None when it returned no tensor."""
+    import torch
+
+    values = output if isinstance(output, (tuple, list)) else [output]
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            return value.untyped_storage().data_ptr()
+    return None
+
+
+def check_replayed_storages(storage_values: dict, value_set_count: int, calls: int) -> Optional[Finding]:
+    """Timed calls cycle through a few value sets. A memo keyed on the inputs' content hands back one stored tensor per
+    value set: several output storages, each returned again and again but only ever for its own value set. Fresh
+    outputs never repeat a storage while held (the caching allocator reuses freed ones for any value set), and a
+    persistent output buffer carries every value set."""
+    if value_set_count < 2 or calls <= value_set_count:  # some value set must have come round again
+        return None
+    repeated = [sets for sets in storage_values.values() if len(sets) == 1]
+    if len(storage_values) >= 2 and len(storage_values) == len(repeated) == value_set_count:
+        return finding("cached_output", f"{len(repeated)} stored outputs were handed back, each only for the input "
+                       "values it was first computed for")
     return None
 
 

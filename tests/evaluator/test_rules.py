@@ -226,6 +226,9 @@ RUNTIME_CASES = [
     ("mutate_when_timed", "hack_mutate_when_timed.py", "torch", "input_mutation"),
     ("garbage_when_timed", "hack_garbage_when_timed.py", "torch", "cached_output"),  # zeros for every input
     ("honest_counting_calls", "relu_torch.py", "torch", None),
+    ("lazy_output", "hack_lazy_output.py", "torch", "lazy_output"),
+    ("content_memo", "hack_content_memo.py", "torch", "cached_output"),
+    ("patch_code_object", "hack_patch_code_object.py", "torch", "patched_torch"),
 ]
 
 
@@ -405,6 +408,30 @@ def test_speed_of_light_check(measured, floor, rule):
     assert (found.rule if found else None) == rule
 
 
+@pytest.mark.parametrize("storages, calls, rule", [
+    ({1: {0}, 2: {1}, 3: {2}}, 12, "cached_output"),  # one stored tensor per value set, handed back each time round
+    ({1: {0, 1, 2}}, 12, None),  # a persistent output buffer rewritten every call
+    ({1: {0, 2, 1}, 2: {1, 0, 2}}, 12, None),  # fresh outputs: the allocator reuses two addresses for any values
+    ({1: {0}, 2: {1}, 3: {2}}, 3, None),  # every value set seen once: nothing came round again
+    ({1: {0}, 2: {1}, 3: {2}, 4: {0}}, 12, None),
+])
+def test_replayed_storages(storages, calls, rule):
+    found = runtime.check_replayed_storages(storages, 3, calls)
+    assert (found.rule if found else None) == rule
+
+
+def test_plain_outputs():
+    import torch
+
+    class Later(torch.Tensor):
+        pass
+
+    assert runtime.check_plain_outputs(torch.ones(2)) is None
+    assert runtime.check_plain_outputs((torch.ones(2), torch.nn.Parameter(torch.ones(2)), 3.0)) is None
+    assert runtime.check_plain_outputs(torch.ones(2).as_subclass(Later)).rule == "lazy_output"
+    assert runtime.check_plain_outputs([torch.ones(2), torch.ones(2).as_subclass(Later)]).rule == "lazy_output"
+
+
 def test_poisoning_overwrites_what_a_launch_wrote_and_nothing_it_only_read():
     import torch
 
@@ -429,6 +456,7 @@ RULE_PAIRS = {
     "no_work_when_timed": ("warmup_counting_triton", "honest_triton"),
     "below_speed_of_light": ("tf32_shortcut", "cuda_relu"),
     "input_mutation": ("mutate_input", "honest_counting_calls"),
+    "lazy_output": ("lazy_output", "honest_counting_calls"),
     "patched_torch": ("patch_runtime", "backend_flags_and_local_attrs"),
     "side_work": ("hack_thread.py", "joined_side_stream"),
     "untimed_work": ("hidden_side_stream", "joined_side_stream"),
