@@ -219,39 +219,81 @@ def stop_load(procs: list[subprocess.Popen]) -> None:
 
 # ---- passes
 
-def run_pass(label: str, reserve: bool, load: int, kind: str, repeats: int, cache_dir: str,
-             records: list[dict], warm_all: bool = False) -> None:
-    """One pool (placement decided when its workers spawn), `repeats` rounds over every kernel, load on or off."""
-    from evaluator.pool import Pool, PoolConfig
-
+def run_pass(label: str, reserve: bool, load: int, kind: str, repeats: int, cache_dir: str, records: list[dict],
+             via: str, only: list[str]) -> None:
+    """`repeats` rounds over every kernel after one discarded warm round, load on or off, reservation on or off.
+    via "pool": the real evaluator pool (placement applied by the pool when its workers spawn); via "harness": one
+    evaluate_in_process subprocess per pass, pinned by this script exactly as the pool pins an evaluation slot."""
     os.environ[timing.RESERVE_ENV] = "1" if reserve else "0"
     compile_cores = timing.worker_cpus("compile", "cpu", ["cuda:0"])  # empty when the reservation is off
-    pool = Pool(PoolConfig(devices=["cuda:0"], compile_workers=1, cache_dir=cache_dir))
+    eval_cores = timing.worker_cpus("eval", "cuda:0", ["cuda:0"])
+    chosen = [k for k in kernels() if not only or k["name"] in only]
+    rounds = [(f"warm-{label}", chosen)] + [(f"{label}-{r}", chosen) for r in range(repeats)]
     procs: list[subprocess.Popen] = []
+    began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="krl-load-") as workdir:
         try:
-            # Slot started, Triton and CUDA builds cached before any measurement (their compiles would be load).
-            for kernel in kernels() if warm_all else kernels()[:1]:
-                pool.submit(make_request(kernel, f"warm-{label}")).result(timeout=600)
-            print(f"pass {label}: {describe_affinity([w.popen.pid for w in pool._workers])}", flush=True)
             if load:
                 procs = start_load(load, kind, compile_cores, workdir)
                 time.sleep(3.0)
-            began = time.monotonic()
-            for repeat in range(repeats):
-                for kernel in kernels():
-                    res = pool.submit(make_request(kernel, f"{label}-{repeat}")).result(timeout=600)
-                    row = {"pass": label, "reserve": reserve, "load": load, "repeat": repeat, "kernel": kernel["name"],
-                           "verdict": res.verdict.value, "speedup": res.speedup,
-                           "reference_ms": res.reference_runtime.median_ms if res.reference_runtime else None,
-                           "kernel_ms": res.kernel_runtime.median_ms if res.kernel_runtime else None}
-                    records.append(row)
-                    if res.verdict.value != "correct":
-                        print(f"  {label} {kernel['name']}: {res.verdict.value} {res.error_message[:200]}", flush=True)
-            print(f"pass {label}: {time.monotonic() - began:.0f} s", flush=True)
+            if via == "pool":
+                results = _through_pool(rounds, cache_dir, label)
+            else:
+                results = _through_harness(rounds, eval_cores, cache_dir)
         finally:
             stop_load(procs)
-            pool.close()
+    for (tag, kernel), res in results:
+        if tag.startswith("warm-"):
+            continue
+        records.append({"pass": label, "reserve": reserve, "load": load, "repeat": tag, "kernel": kernel["name"],
+                        **res})
+        if res["verdict"] != "correct":
+            print(f"  {label} {kernel['name']}: {res['verdict']} {res['error'][:600]}", flush=True)
+    print(f"pass {label}: {time.monotonic() - began:.0f} s", flush=True)
+
+
+def _row(verdict: str, speedup, reference_ms, kernel_ms, error: str) -> dict:
+    return {"verdict": verdict, "speedup": speedup, "reference_ms": reference_ms, "kernel_ms": kernel_ms, "error": error}
+
+
+def _through_pool(rounds, cache_dir: str, label: str) -> list:
+    from evaluator.pool import Pool, PoolConfig
+
+    pool = Pool(PoolConfig(devices=["cuda:0"], compile_workers=1, cache_dir=cache_dir))
+    out = []
+    try:
+        for tag, chosen in rounds:
+            for kernel in chosen:
+                res = pool.submit(make_request(kernel, tag)).result(timeout=600)
+                out.append(((tag, kernel), _row(res.verdict.value, res.speedup,
+                                                res.reference_runtime.median_ms if res.reference_runtime else None,
+                                                res.kernel_runtime.median_ms if res.kernel_runtime else None,
+                                                res.error_message)))
+            if tag.startswith("warm-"):
+                print(f"pass {label}: {describe_affinity([w.popen.pid for w in pool._workers])}", flush=True)
+    finally:
+        pool.close()
+    return out
+
+
+def _through_harness(rounds, eval_cores: set[int], cache_dir: str) -> list:
+    from tests.evaluator.candidates.harness import run_batch
+
+    dicts, keys = [], []
+    for tag, chosen in rounds:
+        for kernel in chosen:
+            dicts.append(make_request(kernel, tag).to_dict())
+            keys.append((tag, kernel))
+    everything = os.sched_getaffinity(0)
+    if eval_cores:
+        timing.pin_current_process(eval_cores)  # the worker subprocess inherits it, as a slot's runners do
+    try:
+        results = run_batch(dicts, device="cuda:0", timeout_s=900, env={"KRL_CACHE_DIR": cache_dir})
+    finally:
+        os.sched_setaffinity(0, everything)
+    return [(key, _row(r["verdict"], r["speedup"], (r.get("reference_runtime") or {}).get("median_ms"),
+                       (r.get("kernel_runtime") or {}).get("median_ms"), r.get("error_message", "")))
+            for key, r in zip(keys, results)]
 
 
 def medians(records: list[dict], label: str) -> dict[str, float]:
@@ -272,13 +314,13 @@ def agreement(base: dict[str, float], other: dict[str, float]) -> tuple[float, f
 def report(records: list[dict]) -> None:
     labels = list(dict.fromkeys(row["pass"] for row in records))
     table = {label: medians(records, label) for label in labels}
-    ref_ms: dict[str, float] = {}
+    reference_ms: dict[str, list[float]] = {}
     for row in records:
-        if row["pass"] == labels[0] and row["reference_ms"]:
-            ref_ms.setdefault(row["kernel"], row["reference_ms"])
+        if row["reference_ms"]:
+            reference_ms.setdefault(row["kernel"], []).append(row["reference_ms"])
+    ref_ms = {name: statistics.median(values) for name, values in reference_ms.items()}  # over every pass
     print(f"{'kernel':22s} {'ref µs':>8s} " + " ".join(f"{label:>14s}" for label in labels))
-    for kernel in kernels():
-        name = kernel["name"]
+    for name in dict.fromkeys(row["kernel"] for row in records):
         cells = " ".join(f"{table[label].get(name, float('nan')):14.3f}" for label in labels)
         print(f"{name:22s} {ref_ms.get(name, float('nan')) * 1e3:8.1f} {cells}")
     pairs = [("quiet_off", "quiet_on", "noise floor: quiet (off) vs quiet (on)"),
@@ -301,6 +343,8 @@ def main() -> int:
     parser.add_argument("--load-kind", choices=("gcc", "busy"), default="gcc")
     parser.add_argument("--passes", default="quiet_off,load_off,quiet_on,load_on,quiet_on_2")
     parser.add_argument("--json", default="", help="append every evaluation as a JSON line here")
+    parser.add_argument("--via", choices=("pool", "harness"), default="pool")
+    parser.add_argument("--kernels", default="", help="comma-separated subset of the kernel names")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device: run this on a GPU machine")
@@ -314,8 +358,8 @@ def main() -> int:
     records: list[dict] = []
     for label in args.passes.split(","):
         run_pass(label, reserve=label.endswith(("_on", "_on_2")), load=args.load if label.startswith("load") else 0,
-                 kind=args.load_kind, repeats=args.repeats, cache_dir=cache_dir, records=records,
-                 warm_all=not records)
+                 kind=args.load_kind, repeats=args.repeats, cache_dir=cache_dir, records=records, via=args.via,
+                 only=[k for k in args.kernels.split(",") if k])
         if args.json:
             with open(args.json, "w") as handle:
                 handle.writelines(json.dumps(row) + "\n" for row in records)

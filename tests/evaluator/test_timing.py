@@ -102,11 +102,48 @@ def host_events(monkeypatch):
 
 def test_cuda_timing_protocol_control_flow(host_events):
     flusher = _CountingFlusher()
-    settings = timing.TimingSettings(trials=6, warmup=2, warmup_min_ms=0.0)
+    settings = timing.TimingSettings(trials=6, warmup=2, warmup_min_ms=0.0, max_flush_slowdown=0)
     samples = timing.time_cuda({"a": lambda: time.sleep(0.001), "b": lambda: time.sleep(0.003)}, settings, flusher)
     assert len(samples["a"]) == len(samples["b"]) == 6
     assert flusher.flushes == 12  # one cold-cache flush before every sample
     assert timing.summarize(samples["b"]).median_ms > timing.summarize(samples["a"]).median_ms >= 1.0
+
+
+class _SlowingFlusher:
+    """A flush of 2 ms on the host clock, 10 ms (a GPU running slow) for the flush numbers in `slow`."""
+
+    def __init__(self, slow):
+        self.flushes, self.slow = 0, slow
+
+    def flush(self):
+        time.sleep(0.010 if self.flushes in self.slow else 0.002)
+        self.flushes += 1
+
+
+def test_cuda_timing_replaces_rounds_run_on_a_slowed_gpu(host_events):
+    """The sample after a slow flush takes 10 ms instead of 1: those rounds are replaced, so none of them is kept.
+    (Thresholds are wide: the host clock of a shared machine jitters by a few ms.)"""
+    flusher = _SlowingFlusher(slow={0, 5, 6})  # rounds 0 and 2-3 (two samples per round)
+    state = {"calls": 0}
+
+    def fn():
+        time.sleep(0.010 if flusher.flushes - 1 in flusher.slow else 0.001)
+        state["calls"] += 1
+
+    settings = timing.TimingSettings(trials=8, warmup=1, warmup_min_ms=0.0, max_flush_slowdown=2.5)
+    samples = timing.time_cuda({"a": fn, "b": fn}, settings, flusher)
+    assert len(samples["a"]) == len(samples["b"]) == 8
+    assert max(samples["a"] + samples["b"]) < 9.0  # every slowed sample was dropped with its round
+    assert flusher.flushes >= 2 * (8 + 3)  # at least the three slow rounds replaced
+    assert 1.5 < flusher.fastest_ms < 5.0
+
+
+def test_cuda_timing_keeps_every_round_when_the_gpu_is_slow_throughout(host_events):
+    flusher = _SlowingFlusher(slow=set(range(2, 1000)))  # two fast rounds set the yardstick, then slow
+    settings = timing.TimingSettings(trials=6, warmup=1, warmup_min_ms=0.0, budget_s=2.0, max_flush_slowdown=2.5)
+    samples = timing.time_cuda({"a": lambda: None}, settings, flusher)
+    assert len(samples["a"]) == 6  # fewer than half good: measured as it was
+    assert flusher.flushes > 6  # after trying to replace the slow ones
 
 
 def test_cuda_timing_calls_per_sample_and_extra_trials(host_events):
