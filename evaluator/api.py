@@ -263,6 +263,25 @@ class Evaluator:
 
         return await asyncio.wrap_future(self.submit(request))
 
+    def measure_baseline(self, request: Any, device: Optional[str] = None):
+        """A Future of the BaselineResult of an evaluator.baseline.BaselineRequest: the reference timed eagerly and
+        under torch.compile in a trusted process on one of this evaluator's devices (one measurement per device at
+        a time), compile times cached under cache_dir. Never fails for a problem that cannot compile (unavailable)."""
+        import zlib
+        from concurrent.futures import ThreadPoolExecutor
+
+        from evaluator.baseline import run_baseline
+
+        if request.precision not in PRECISIONS:
+            raise EvaluatorError(f"unknown precision {request.precision!r}; use one of {', '.join(PRECISIONS)}.")
+        device = device or self.devices[zlib.crc32(request.problem_id.encode()) % len(self.devices)]
+        if device not in self.devices:
+            raise EvaluatorError(f"device {device!r} is not one of this evaluator's: {', '.join(self.devices)}.")
+        executors = self.__dict__.setdefault("_baseline_executors", {})
+        if device not in executors:
+            executors[device] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"krl-baseline-{device}")
+        return executors[device].submit(run_baseline, request, device, self.cache_dir)
+
     def stats(self) -> dict[str, Any]:
         """Worker states and counters (spawned, crashes, timeouts, retries, ...)."""
         return self._pool.snapshot()
@@ -270,6 +289,8 @@ class Evaluator:
     def close(self) -> None:
         if self._janitor is not None:
             self._janitor.stop()
+        for executor in self.__dict__.get("_baseline_executors", {}).values():
+            executor.shutdown(wait=False, cancel_futures=True)
         self._pool.close()
 
     def __enter__(self) -> "Evaluator":
