@@ -32,6 +32,7 @@ RUN_KINDS = ("train", "eval", "replay")
 # JSON-valued columns of `runs`, decoded on read.
 _RUN_JSON_COLUMNS = ("config", "gpus", "tags", "segments", "summary", "command")
 _TURN_JSON_COLUMNS = ("eval_result", "reward_breakdown", "retrieved")
+_REPEATED_JSON_COLUMNS = ("gpus", "tags")  # lists of scalars, the same few texts across many runs
 
 
 # The metrics a runs list shows as a run's "reward" and "correct" (the CLI and the TUI alike): these exact names
@@ -57,6 +58,14 @@ def reward_key(keys: Sequence[str]) -> Optional[str]:
 
 def correct_key(keys: Sequence[str]) -> Optional[str]:
     return headline_key(keys, CORRECT_KEYS, "correct")
+
+
+def _headline(summary: dict[str, Any]) -> tuple[Optional[str], Optional[float], Optional[str], Optional[float],
+                                                 Optional[float]]:
+    """HEADLINE_COLUMNS' values from a run's summary."""
+    last = summary.get("last") or {}
+    rkey, ckey = reward_key(list(last)), correct_key(list(last))
+    return rkey, last.get(rkey) if rkey else None, ckey, last.get(ckey) if ckey else None, summary.get("best_speedup")
 
 
 def workspace_path(workspace: str | os.PathLike | None = None) -> Path:
@@ -263,8 +272,26 @@ def _migration_3(db: sqlite_utils.Database) -> None:
         db.conn.execute(statement)
 
 
+# v4: a run's headline metrics (the reward and correct-rate a runs list shows, and the best speedup) as plain columns
+# written with each step, so listing thousands of runs parses no summary JSON.
+HEADLINE_COLUMNS = ("reward_key", "reward_value", "correct_key", "correct_value", "best_speedup")
+
+
+def _migration_4(db: sqlite_utils.Database) -> None:
+    for column, kind in zip(HEADLINE_COLUMNS, ("TEXT", "REAL", "TEXT", "REAL", "REAL")):
+        db.conn.execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
+    rows = db.conn.execute("SELECT id, summary FROM runs").fetchall()
+    for run_id, summary in rows:
+        try:
+            headline = _headline(json.loads(summary or "{}"))
+        except ValueError:
+            continue  # a hand-edited summary: the next step writes the columns
+        db.conn.execute(f"UPDATE runs SET {', '.join(f'{c} = ?' for c in HEADLINE_COLUMNS)} WHERE id = ?",
+                        (*headline, run_id))
+
+
 # Forward migrations: MIGRATIONS[i] brings a database from version i to i + 1 (all inside one transaction).
-MIGRATIONS = [_migration_1, _migration_2, _migration_3]
+MIGRATIONS = [_migration_1, _migration_2, _migration_3, _migration_4]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 BLOCK_STEPS = 64  # steps per metric_blocks row
@@ -623,23 +650,37 @@ class Registry:
             columns = self._run_columns if include_config else [c for c in self._run_columns if c != "config"]
         include_config = "config" in columns
         # config is large: SQLite's json() re-renders it slower than json.loads parses it, so it stays per row.
-        json_columns = [c for c in _RUN_JSON_COLUMNS if c in columns and c != "config"]
-        plain = [c for c in columns if c not in json_columns]
+        # tags and gpus are short lists that repeat from run to run: each distinct text is parsed once. The other
+        # JSON columns come packed into one JSON array: one json.loads instead of one per cell.
+        repeated = [c for c in _REPEATED_JSON_COLUMNS if c in columns]
+        packed_columns = [c for c in _RUN_JSON_COLUMNS if c in columns and c != "config" and c not in repeated]
+        plain = [c for c in columns if c not in packed_columns]
+        decoded: Optional[list] = []
         with self._snapshot():
             rows = self._query(f"SELECT {', '.join(plain)} FROM runs {where} ORDER BY id DESC", params)
-            try:
-                # JSON columns of all rows as one JSON array: one json.loads instead of one per cell.
-                packed = self.conn.execute(
-                    f"SELECT json_group_array(json_array(id, {', '.join(f'json({c})' for c in json_columns)})) "
-                    f"FROM (SELECT * FROM runs {where} ORDER BY id DESC)", params).fetchone()[0]
-                decoded = json.loads(packed)
-            except (sqlite3.OperationalError, ValueError):
-                decoded = None  # a cell that is not valid JSON (hand-edited row): decode row by row below
-        if decoded is None or len(decoded) != len(rows) or any(d[0] != r["id"] for d, r in zip(decoded, rows)):
+            if packed_columns:
+                try:
+                    packed = self.conn.execute(
+                        f"SELECT json_group_array(json_array(id, {', '.join(f'json({c})' for c in packed_columns)})) "
+                        f"FROM (SELECT * FROM runs {where} ORDER BY id DESC)", params).fetchone()[0]
+                    decoded = json.loads(packed)
+                except (sqlite3.OperationalError, ValueError):
+                    decoded = None  # a cell that is not valid JSON (hand-edited row): decode row by row below
+        if packed_columns and (decoded is None or len(decoded) != len(rows)
+                               or any(d[0] != r["id"] for d, r in zip(decoded, rows))):
             full = self._query(f"SELECT {', '.join(columns)} FROM runs {where} ORDER BY id DESC", params)
             return [_decode(row, _RUN_JSON_COLUMNS) for row in full]
-        for row, values in zip(rows, decoded):
-            row.update(zip(json_columns, values[1:]))
+        for row, values in zip(rows, decoded or ()):
+            row.update(zip(packed_columns, values[1:]))
+        parsed: dict[str, list] = {}
+        for row in rows:
+            for column in repeated:
+                text = row[column]
+                if isinstance(text, str) and text[:1] == "[":
+                    value = parsed.get(text)
+                    if value is None:
+                        value = parsed[text] = _loads(text)
+                    row[column] = list(value)  # a copy: callers may change a row's list
             if include_config:
                 _decode(row, ("config",))
         return rows
@@ -650,6 +691,10 @@ class Registry:
         unknown = sorted(set(fields) - set(self._run_columns))
         if unknown:
             raise ValueError(f"runs has no column(s) {', '.join(unknown)}")
+        if "summary" in fields:  # the headline columns follow the summary, whoever writes it
+            summary = fields["summary"]
+            summary = json.loads(summary) if isinstance(summary, str) else summary
+            fields.update(zip(HEADLINE_COLUMNS, _headline(summary or {})))
         for key in _RUN_JSON_COLUMNS:
             if key in fields and not isinstance(fields[key], str):
                 fields[key] = json.dumps(fields[key])
@@ -824,8 +869,9 @@ class Registry:
         if best_speedup is not None:
             summary["best_speedup"] = max(summary.get("best_speedup") or 0.0, best_speedup)
         new_last_step = max(step, last_step if last_step is not None else step)
-        self.conn.execute("UPDATE runs SET summary = ?, last_step = ?, heartbeat_at = ? WHERE id = ?",
-                          (json.dumps(summary), new_last_step, time.time(), run_id))
+        self.conn.execute(f"UPDATE runs SET summary = ?, last_step = ?, heartbeat_at = ?, "
+                          f"{', '.join(f'{c} = ?' for c in HEADLINE_COLUMNS)} WHERE id = ?",
+                          (json.dumps(summary), new_last_step, time.time(), *_headline(summary), run_id))
 
     def _insert_trajectory(self, run_id: int, step: int, trajectory: TrajectoryRecord) -> int:
         cursor = self.conn.execute(

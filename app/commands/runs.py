@@ -143,6 +143,12 @@ def sparkline(values: List[float], width: int = 40) -> str:
 
 # ---------------------------------------------------------------- runs ls / show
 
+# What `krl runs ls` shows; the reward and correct columns are the registry's headline columns (HEADLINE_COLUMNS),
+# the metrics core.registry.reward_key/correct_key pick, as in the TUI.
+LIST_COLUMNS = ("name", "status", "last_step", "total_steps", "backend", "model", "gpus", "gpus_requested",
+                "reward_key", "reward_value", "correct_key", "correct_value", "best_speedup", "created_at", "tags")
+
+
 @runs_app.command("ls")
 def list_runs(
     status: Optional[str] = typer.Option(None, "--status", "-s", help="Only runs with this status (comma-separated for several)."),
@@ -152,7 +158,7 @@ def list_runs(
     """List runs, newest first."""
     from core import procman
     from core.errors import KrlError
-    from core.registry import RUN_STATUSES, correct_key, reward_key
+    from core.registry import RUN_STATUSES
 
     statuses = [s.strip() for s in status.split(",")] if status else None
     for s in statuses or []:
@@ -164,7 +170,8 @@ def list_runs(
     rows = []
     if reg is not None:
         procman.reconcile(reg)
-        rows = reg.list_runs(status=statuses, tag=tag)
+        # The table reads only what it shows (no config or summary JSON per run); --json reads everything.
+        rows = reg.list_runs(status=statuses, tag=tag, columns=None if as_json else LIST_COLUMNS)
     if as_json:
         typer.echo(json.dumps([procman.run_json(reg, row) for row in rows], indent=2))
         return
@@ -179,17 +186,13 @@ def list_runs(
         table.add_column(column, justify="right" if column in ("step", "reward", "correct", "best×") else "left")
     now = time.time()
     for row in map(_shown, rows):
-        last = (row.get("summary") or {}).get("last", {})
-        keys = list(last)
-        reward_column, correct_column = reward_key(keys), correct_key(keys)
         step = fmt_steps(row.get("last_step"), row.get("total_steps"))
         gpus = ",".join(map(str, row.get("gpus") or [])) if row["status"] in ("running", "stopping") else \
             f"({row.get('gpus_requested') or 0})"
         table.add_row(row["name"], _status_text(row["status"]), step, row.get("backend") or "-",
                       (row.get("model") or "-")[-28:], gpus,
-                      _fmt(last.get(reward_column)) if reward_column else "-",
-                      _fmt(last.get(correct_column)) if correct_column else "-",
-                      _fmt((row.get("summary") or {}).get("best_speedup")), _age(now - row["created_at"]),
+                      _fmt(row.get("reward_value")), _fmt(row.get("correct_value")),
+                      _fmt(row.get("best_speedup")), _age(now - row["created_at"]),
                       ",".join(row.get("tags") or []))
     console.print(table)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from core.config import flatten  # re-exported: screens and widgets flatten configs for display
-from core.registry import Registry, correct_key, reward_key  # noqa: F401 - reward_key/correct_key re-exported
+from core.registry import HEADLINE_COLUMNS, Registry, correct_key, reward_key  # noqa: F401 - re-exported
 
 # The runs table's reward / correct-rate columns use core.registry's choice, as `krl runs ls` does.
 # kl_sample_train: the first sign that sampler and trainer disagree (tinker-cookbook's name), so it opens by default.
@@ -59,22 +59,21 @@ class RunRow:
 
 
 def run_row(run: dict[str, Any]) -> RunRow:
-    last = (run.get("summary") or {}).get("last", {}) or {}
-    keys = list(last)
-    rkey, ckey = reward_key(keys), correct_key(keys)
+    """A runs-table line from a run row: its headline columns (core.registry.HEADLINE_COLUMNS), which the registry
+    keeps equal to what reward_key/correct_key pick from the summary."""
     return RunRow(
         id=run["id"], name=run["name"], status=run["status"], kind=run.get("kind") or "",
         model=run.get("model") or "", backend=run.get("backend") or "", preset=run.get("preset") or "",
         step=run.get("last_step"), total_steps=run.get("total_steps"),
-        reward=last.get(rkey) if rkey else None, correct=last.get(ckey) if ckey else None,
-        reward_key=rkey, correct_key=ckey, best_speedup=(run.get("summary") or {}).get("best_speedup"),
+        reward=run.get("reward_value"), correct=run.get("correct_value"),
+        reward_key=run.get("reward_key"), correct_key=run.get("correct_key"), best_speedup=run.get("best_speedup"),
         created_at=run.get("created_at") or 0.0, started_at=run.get("started_at"), ended_at=run.get("ended_at"),
         heartbeat_at=run.get("heartbeat_at"), gpus=list(run.get("gpus") or []),
         gpus_requested=run.get("gpus_requested") or 0, tags=list(run.get("tags") or []), error=run.get("error") or "")
 
 
 # What a run row shows: reading only these keeps listing thousands of runs fast (no config, command, segments …).
-RUN_ROW_COLUMNS = ("name", "status", "kind", "model", "backend", "preset", "last_step", "total_steps", "summary",
+RUN_ROW_COLUMNS = ("name", "status", "kind", "model", "backend", "preset", "last_step", "total_steps", *HEADLINE_COLUMNS,
                    "created_at", "started_at", "ended_at", "heartbeat_at", "gpus", "gpus_requested", "tags", "error")
 
 

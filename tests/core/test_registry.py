@@ -790,3 +790,37 @@ def test_the_wal_is_cut_back_once_readers_let_a_checkpoint_through(registry):
         assert wal.stat().st_size <= WAL_SIZE_LIMIT_BYTES + (2 << 20)
     finally:
         reader.close()
+
+
+def test_the_runs_headline_metrics_are_kept_in_columns(registry):
+    """A runs list reads a run's reward, correct rate and best speedup from plain columns written with each step
+    (no summary JSON to parse per row), chosen by the same function as the summary (reward_key/correct_key)."""
+    from core.registry import correct_key, reward_key
+
+    run = registry.create_run("headline")
+    registry.write_step(run["id"], 0, {"env/all/reward/total": 0.5, "env/all/correct_rate": 0.25, "loss": 1.0},
+                        [TrajectoryRecord(0, 0, "p", [TurnRecord(turn=0, prompt="p", response="r")], solved=True,
+                                          best_speedup=1.5)])
+    registry.log_metrics(run["id"], 0, {"reward/stage": 2.0})
+    row = registry.list_runs(columns=("reward_key", "reward_value", "correct_key", "correct_value",
+                                      "best_speedup"))[0]
+    last = registry.get_run(run["id"])["summary"]["last"]
+    assert (row["reward_key"], row["correct_key"]) == (reward_key(list(last)), correct_key(list(last)))
+    assert (row["reward_value"], row["correct_value"], row["best_speedup"]) == (0.5, 0.25, 1.5)
+    registry.update_run(run["id"], summary={"last": {"reward/mean": 0.1}})  # evaluation runs write it whole
+    row = registry.get_run(run["id"])
+    assert (row["reward_key"], row["reward_value"], row["correct_key"]) == ("reward/mean", 0.1, None)
+
+
+def test_migration_fills_the_headline_columns_of_existing_runs(tmp_path, monkeypatch):
+    path = tmp_path / "registry.db"
+    monkeypatch.setattr(registry_module, "MIGRATIONS", registry_module.MIGRATIONS[:3])
+    with Registry(path) as reg:  # a v3 registry, its summary as v3 code wrote it
+        reg.create_run("before-v4")
+        reg.conn.execute("UPDATE runs SET summary = ?, last_step = 3",
+                         ('{"last": {"reward/mean": 0.75, "rate/correct": 0.5}}',))
+    monkeypatch.undo()
+    with Registry(path) as reg:
+        row = reg.get_run("before-v4")
+        assert (row["reward_key"], row["reward_value"], row["correct_key"], row["correct_value"]) == \
+            ("reward/mean", 0.75, "rate/correct", 0.5)
