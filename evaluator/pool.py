@@ -119,6 +119,9 @@ class Limits:
     core_dump_bytes: int = 0
 
 
+TRUSTED_LIMIT_KEYS = ("core_dump_bytes", "open_files")
+
+
 def _apply_limits(limits: dict[str, Any]) -> None:
     import resource
 
@@ -153,7 +156,9 @@ def _child_main(argv: list[str]) -> int:
     role, device, worker_id, result_fd_text, parent_pid_text = argv[:5]
     result_fd, parent_pid = int(result_fd_text), int(parent_pid_text)
     limits = json.loads(os.environ.pop("KRL_WORKER_LIMITS", "{}"))
-    _apply_limits(limits)
+    # The judge host is trusted and moves whole tensors through files: the candidates' caps are for the runners it
+    # starts (runner.py applies them), not for itself.
+    _apply_limits(limits if role != "eval" else {k: v for k, v in limits.items() if k in TRUSTED_LIMIT_KEYS})
     timing.apply_placement()  # GPU slots on reserved cores, compiles off them (timing under load); children inherit
     _die_with_parent()
     become_subreaper()  # a candidate's setsid'd or double-forked processes stay in this tree

@@ -255,3 +255,13 @@ def test_resident_memory_over_the_limit_stops_the_candidate(cache_dir):
         assert pool.submit(request(GOOD)).result(timeout=120).verdict == Verdict.CORRECT
     finally:
         pool.close()
+
+
+def test_inputs_and_outputs_larger_than_the_candidates_file_cap_are_judged(cache_dir):
+    """The trusted judge writes inputs and reads outputs as files: the candidates' 64 MiB file-size cap must bound
+    neither (a 4096x4096 fp32 tensor is 64 MiB; realistic GPU sizes failed as infrastructure before)."""
+    with make_evaluator(cache_dir) as ev:
+        large = 20 * 2**20  # 80 MiB of fp32
+        result = ev.submit(request(GOOD, size_overrides={"N": large}, correctness_trials=1, measure_timing=False,
+                                   run_timeout_s=120.0)).result(timeout=300)
+    assert result.verdict == Verdict.CORRECT, result.error_message
