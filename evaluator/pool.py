@@ -117,9 +117,22 @@ class Limits:
     file_size_bytes: int = 64 * 2**20  # also caps a stdout/stderr flood (files, truncated per task)
     open_files: int = 4096
     core_dump_bytes: int = 0
+    # Processes and threads of the sandbox user (uid 65534, shared by every slot's candidates): bounds a fork bomb
+    # below the host's pid_max. Applied only inside a sandbox that runs as that user (see _apply_limits).
+    sandbox_user_processes: int = 16384
 
 
 TRUSTED_LIMIT_KEYS = ("core_dump_bytes", "open_files")
+
+
+def _process_cap(wanted: Optional[int]) -> Optional[int]:
+    """At most half the host's pid_max, so a fork bomb in the sandbox leaves the host room to act."""
+    try:
+        with open("/proc/sys/kernel/pid_max") as handle:
+            pid_max = int(handle.read())
+    except (OSError, ValueError):
+        return wanted
+    return None if wanted is None else min(wanted, pid_max // 2)
 
 
 def _apply_limits(limits: dict[str, Any]) -> None:
@@ -136,6 +149,10 @@ def _apply_limits(limits: dict[str, Any]) -> None:
     cap(resource.RLIMIT_NOFILE, limits.get("open_files"))
     cap(resource.RLIMIT_FSIZE, limits.get("file_size_bytes"))
     cap(resource.RLIMIT_AS, limits.get("address_space_bytes"))
+    from evaluator.sandbox import NOBODY_UID
+
+    if os.environ.get("KRL_IN_SANDBOX") and os.getuid() == NOBODY_UID:  # never the user's own (or root's) count
+        cap(resource.RLIMIT_NPROC, _process_cap(limits.get("sandbox_user_processes")))
     # Past the size cap a write fails with EFBIG instead of the signal killing the worker.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 

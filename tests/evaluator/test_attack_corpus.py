@@ -5,12 +5,14 @@ of the same shapes must stay correct. Each attack's header names its class and w
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from evaluator.api import EvalRequest, Verdict
+from evaluator.sandbox import get_sandbox
 from tests.evaluator.pool_support import make_evaluator
 
 ATTACKS = Path(__file__).resolve().parent / "attacks"
@@ -256,3 +258,27 @@ def test_only_the_correctness_trials_keep_predictable_seeds():
     for name in ("timing-0", "timing-7", "recheck", "poison"):
         assert judge_host.input_seed(request, name) != judge.input_seed(request.seed, name)
         assert judge_host.input_seed(request, name) == judge_host.input_seed(request, name)  # stable within the judge
+
+
+PROCESS_PROBE = '''
+import resource
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        raise RuntimeError("NPROC%dNPROC" % resource.getrlimit(resource.RLIMIT_NPROC)[0])
+'''
+
+
+@pytest.mark.skipif(os.getuid() != 0 or get_sandbox().kind != "bwrap", reason="the cap applies to the sandbox user")
+def test_an_unbounded_fork_bomb_meets_a_process_cap(evaluator):
+    """A real fork bomb cannot be run on a shared machine; the cap that bounds one is read from inside the sandbox:
+    the candidate user's processes and threads stop at min(16384, pid_max / 2), below the host's pid_max."""
+    request = attack_request("honest_matmul", "relu", "torch", measure_timing=False, request_id="nproc")
+    request.candidate_source = PROCESS_PROBE
+    result = evaluator.evaluate(request)
+    found = re.search(r"NPROC(\d+)NPROC", result.error_message)
+    assert found, result.error_message
+    cap = int(found.group(1))
+    with open("/proc/sys/kernel/pid_max") as handle:
+        assert 0 < cap <= min(16384, int(handle.read()) // 2), result.error_message
