@@ -139,6 +139,20 @@ def python_paths() -> list[str]:
     return _dedupe([os.path.realpath(p) for p in paths if p])
 
 
+# What Triton (launcher stubs, driver utils) and CUDA builds run; machines keep them outside /usr too (/opt/gcc).
+TOOLCHAIN_PROGRAMS = ("cc", "gcc", "g++", "c++", "clang", "nvcc", "ninja", "ld", "as")
+
+
+def toolchain_paths() -> list[str]:
+    """The installation prefix (the folder above bin/) of every compiler tool on PATH, wherever it lives."""
+    prefixes = []
+    for program in TOOLCHAIN_PROGRAMS:
+        found = shutil.which(program)
+        if found:
+            prefixes.append(os.path.dirname(os.path.dirname(os.path.realpath(found))))
+    return _dedupe([p for p in prefixes if p not in ("/", "")])
+
+
 def system_read_only_paths() -> list[str]:
     """What a compiler, Python and CUDA need from the host. /etc only in pieces: no shadow, ssh, ssl or apt config."""
     paths = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
@@ -148,7 +162,7 @@ def system_read_only_paths() -> list[str]:
     cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     if cuda_home:
         paths.append(os.path.realpath(cuda_home))
-    for prefix in python_paths():
+    for prefix in [*toolchain_paths(), *python_paths()]:
         if not any(prefix == p or prefix.startswith(p.rstrip("/") + "/") for p in paths):
             paths.append(prefix)
     return paths

@@ -467,3 +467,16 @@ def test_gpu_nodes_the_sandbox_user_cannot_open_are_reported(monkeypatch):
     assert any("GPU device nodes do not open" in note and "/dev/kmsg" in note for note in report.notes), report
     monkeypatch.setattr(sb, "gpu_device_paths", lambda: ["/dev/null"])  # 0666: fine
     assert not any("GPU" in note for note in isolation_report(sandbox.kind).notes)
+
+
+def test_compilers_outside_usr_are_visible_read_only(tmp_path, monkeypatch):
+    """Triton builds its launcher with the C compiler on PATH; on our GPU machine that is /opt/gcc/bin/gcc, which a
+    sandbox binding only /usr could not run (Triton failed with FileNotFoundError inside bubblewrap)."""
+    prefix = tmp_path / "opt" / "gcc"
+    (prefix / "bin").mkdir(parents=True)
+    compiler = prefix / "bin" / "gcc"
+    compiler.write_text("#!/bin/sh\necho compiled\n")
+    compiler.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{prefix / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    assert str(prefix) in sb.toolchain_paths()
+    assert str(prefix) in sb.system_read_only_paths()
