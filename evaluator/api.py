@@ -229,6 +229,8 @@ class Evaluator:
         self.devices = device_list
         self.cpu_mode = cpu_mode
         self.cache_dir = cache_dir
+        self._baseline_executors: dict[str, Any] = {}  # device -> one-thread executor (one baseline at a time)
+        self._baseline_processes: set = set()  # running baseline processes, killed by close()
         from evaluator.cache import CacheJanitor, max_cache_bytes
 
         budget = max_cache_bytes()
@@ -277,10 +279,11 @@ class Evaluator:
         device = device or self.devices[zlib.crc32(request.problem_id.encode()) % len(self.devices)]
         if device not in self.devices:
             raise EvaluatorError(f"device {device!r} is not one of this evaluator's: {', '.join(self.devices)}.")
-        executors = self.__dict__.setdefault("_baseline_executors", {})
-        if device not in executors:
-            executors[device] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"krl-baseline-{device}")
-        return executors[device].submit(run_baseline, request, device, self.cache_dir)
+        if device not in self._baseline_executors:
+            self._baseline_executors[device] = ThreadPoolExecutor(max_workers=1,
+                                                                  thread_name_prefix=f"krl-baseline-{device}")
+        return self._baseline_executors[device].submit(run_baseline, request, device, self.cache_dir,
+                                                       self._baseline_processes)
 
     def stats(self) -> dict[str, Any]:
         """Worker states and counters (spawned, crashes, timeouts, retries, ...)."""
@@ -289,8 +292,10 @@ class Evaluator:
     def close(self) -> None:
         if self._janitor is not None:
             self._janitor.stop()
-        for executor in self.__dict__.get("_baseline_executors", {}).values():
+        for executor in self._baseline_executors.values():
             executor.shutdown(wait=False, cancel_futures=True)
+        for process in list(self._baseline_processes):
+            process.kill()  # its future resolves as unavailable
         self._pool.close()
 
     def __enter__(self) -> "Evaluator":

@@ -281,9 +281,11 @@ def main() -> int:
 
 # ---- the caller's side ---------------------------------------------------------------------------------------------
 
-def run_baseline(request: BaselineRequest, device: str, cache_dir: str) -> BaselineResult:
+def run_baseline(request: BaselineRequest, device: str, cache_dir: str,
+                 running: Optional[set] = None) -> BaselineResult:
     """Measure in a fresh trusted process (python -m evaluator.baseline) whose inductor and Triton caches live in
-    cache_folder(cache_dir); a crash, a timeout or unreadable output makes every mode unavailable, with the reason."""
+    cache_folder(cache_dir); a crash, a timeout or unreadable output makes every mode unavailable, with the reason.
+    `running` (a set) holds the process while it runs, so its owner can kill it on close."""
     folder = cache_folder(cache_dir)
     os.makedirs(folder, exist_ok=True)
     env = dict(os.environ)
@@ -292,22 +294,29 @@ def run_baseline(request: BaselineRequest, device: str, cache_dir: str) -> Basel
     env.pop("TRITON_CACHE_MANAGER", None)  # the runners' two-level manager is not for this trusted process
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    running = set() if running is None else running
     try:
-        done = subprocess.run([sys.executable, "-m", "evaluator.baseline", device, folder],
-                              input=json.dumps(request.to_dict()), capture_output=True, text=True,
-                              timeout=request.timeout_s, env=env, cwd=folder)
-    except subprocess.TimeoutExpired:
-        return unavailable(request, f"the baseline measurement ran past {request.timeout_s:.0f} s", device)
+        process = subprocess.Popen([sys.executable, "-m", "evaluator.baseline", device, folder], env=env, cwd=folder,
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     except OSError as exc:
         return unavailable(request, f"the baseline process could not start: {exc}", device)
-    for line in reversed(done.stdout.splitlines()):
+    running.add(process)
+    try:
+        stdout, stderr = process.communicate(json.dumps(request.to_dict()), timeout=request.timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        return unavailable(request, f"the baseline measurement ran past {request.timeout_s:.0f} s", device)
+    finally:
+        running.discard(process)
+    for line in reversed(stdout.splitlines()):
         if line.startswith(RESULT_MARKER):
             try:
                 return BaselineResult.from_dict(json.loads(line[len(RESULT_MARKER):]))
             except (ValueError, TypeError) as exc:
                 return unavailable(request, f"unreadable baseline result: {exc}", device)
-    tail = " / ".join(done.stderr.strip().splitlines()[-3:])[-600:]
-    return unavailable(request, f"the baseline process ended with status {done.returncode}: {tail}", device)
+    tail = " / ".join(stderr.strip().splitlines()[-3:])[-600:]
+    return unavailable(request, f"the baseline process ended with status {process.returncode}: {tail}", device)
 
 
 if __name__ == "__main__":
