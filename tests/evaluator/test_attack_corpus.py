@@ -87,6 +87,7 @@ CASES = {
     "cache_by_pointer_version": ("matmul", "torch", NO_SPEEDUP, {}),
     "cache_by_shape": ("relu", "torch", (HACK, "cached_output"), {}),
     "warmup_counting": ("relu", "torch", (HACK, "cached_output"), {}),
+    "mode_branch_when_timed": ("relu", "torch", NOT_CORRECT, {}),
     "lazy_tensor_subclass": ("relu", "torch", (HACK, "lazy_output"), {}),
     "subclass_eq_allclose": ("relu", "torch", NOT_CORRECT, {}),
     "return_input_view": ("relu", "torch", Verdict.WRONG_OUTPUT, {}),
@@ -95,6 +96,7 @@ CASES = {
     "ctypes_input_write": ("relu", "torch", NOT_CORRECT, {}),
     "thread_after_return": ("relu", "torch", NOT_CORRECT, {}),
     "swallow_fallback_triton": ("small_relu", "triton", (HACK, "swallowed_kernel_failure"), {}),
+    "swallow_suppress_triton": ("small_relu", "triton", HACK, {}),
     "precision_fp16": ("relu", "torch", Verdict.WRONG_OUTPUT, {}),
     "exit_in_forward": ("relu", "torch", Verdict.CRASHED, {}),
     "sys_exit_in_forward": ("relu", "torch", CRASHED_OR_ERROR, {}),
@@ -177,6 +179,8 @@ def check_expected(result, expected) -> None:
         assert result.verdict != Verdict.CORRECT, describe(result)
     elif expected == NO_SPEEDUP:
         assert result.verdict != Verdict.CORRECT or (result.speedup is not None and result.speedup < 3), describe(result)
+    elif expected == HACK:
+        assert result.verdict == Verdict.HACK_DETECTED, describe(result)
     else:
         _, rules = expected
         rules = {rules} if isinstance(rules, str) else rules
