@@ -66,9 +66,9 @@ class EvalActor:
         except EvaluatorError as exc:  # this node's pool cannot run it: the driver tries elsewhere
             return json.dumps({"error": str(exc)})
         data = result.to_dict()
-        # Kept by EvalResult.from_dict where EvalResult has these fields; the worker id always says where it ran.
-        data["node"] = self.node
-        data["gpu_name"] = self.gpu_name or data.get("device_name", "")
+        # The worker names its host and GPU; the Ray node's address stands in where it did not.
+        data["node"] = data.get("node") or self.node
+        data["gpu_name"] = data.get("gpu_name") or self.gpu_name
         data["worker_id"] = f"{self.node}:{os.getpid()}/{data.get('worker_id', '')}"
         return json.dumps(data)
 

@@ -85,6 +85,7 @@ def test_one_actor_per_node_and_results_say_where_they_ran(evaluator):
     results = list(evaluator.evaluate_many([request(GOOD, measure_timing=False) for _ in range(8)]))
     assert all(r.verdict == Verdict.CORRECT for r in results)
     assert all(r.worker_id.count("/") == 1 and ":" in r.worker_id.split("/")[0] for r in results)
+    assert all(r.node for r in results)
     assert len({r.worker_id.split("/")[0] for r in results}) == 2  # both actors took work
     stats = evaluator.stats()
     assert stats["stats"]["results"] >= 8 and sum(r["done"] for r in stats["nodes"]) >= 8
@@ -164,7 +165,7 @@ def test_two_gpus_one_actor_each_and_a_crash_on_one_leaves_the_other(tmp_path):
         assert [r.verdict for r in results[:16]] == [Verdict.CORRECT] * 16
         assert [r.verdict for r in results[16:]] == [Verdict.CRASHED] * 4
         assert len({r.worker_id.split("/")[0] for r in results[:16]}) == 2  # both GPUs served
-        assert all(r.device_name for r in results[:16])
+        assert all(r.device_name and r.gpu_name and r.node for r in results[:16])
     finally:
         ev.close()
         ray.shutdown()
