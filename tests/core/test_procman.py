@@ -159,7 +159,7 @@ def test_kill_9_seen_by_another_reader_is_crashed_with_the_log_tail(pm):
     wait_for(lambda: status(pm, "a") == "crashed", timeout_s=10)
     crashed = pm.get_run("a")
     assert "standin: starting at step 0" in crashed["error"]
-    os.waitpid(row["pid"], 0)
+    wait_for(lambda: procman._proc_stat(row["pid"]) is None, timeout_s=5)  # reaped by procman, no zombie
 
 
 def test_stale_heartbeat_of_a_hung_job_is_crashed(pm, monkeypatch):
