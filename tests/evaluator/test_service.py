@@ -157,12 +157,16 @@ def test_health_waits_for_workers_before_saying_ok(tmp_path):
     ev = make_evaluator(str(tmp_path))
     try:
         with TestClient(create_app(ev, TOKEN)) as client:
-            first = client.get("/v1/health", headers=AUTH).json()["status"]
-            assert first in ("starting", "ok")
+            # 503 (status starting, or unavailable before the pool has spawned anything) until a worker is ready.
             end = time.monotonic() + 120
-            while client.get("/v1/health", headers=AUTH).status_code != 200:
+            while True:
+                response = client.get("/v1/health", headers=AUTH)
+                assert (response.status_code == 200) == (response.json()["status"] == "ok")
+                if response.status_code == 200:
+                    break
                 assert time.monotonic() < end
                 time.sleep(0.2)
+            assert response.json()["workers_ready"] >= 1
     finally:
         ev.close()
 
