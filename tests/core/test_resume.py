@@ -41,7 +41,8 @@ def step_data(registry: Registry, run_id: int, step: int) -> dict:
     metrics = {}
     for key in registry.metric_keys(run_id):
         series = registry.metric_series(run_id, key, step_min=step, step_max=step)
-        if series["value"] and not key.startswith("time/"):
+        # Wall times and the host's load (system/*) differ between any two runs; everything learned must not.
+        if series["value"] and not key.startswith(("time/", "system/")):
             metrics[key] = series["value"][0]
     return {"trajectories": trajectories, "metrics": metrics}
 
