@@ -17,7 +17,7 @@ from core.errors import KrlError, did_you_mean
 PRESET_SUFFIX = ".yaml"
 # Fields that describe where a config came from rather than what it does; diffs against the preset ignore them.
 PROVENANCE_KEYS = ("preset", "overrides", "name", "tags")
-WEIGHT_NAMES = ("format", "compile", "correctness", "speed", "thinking", "length")
+WEIGHT_NAMES = ("format", "compile", "correctness", "speed", "thinking", "length", "own_kernel_share")
 
 
 class _Section(BaseModel):
@@ -82,6 +82,9 @@ class RewardWeights(_Section):
     speed: float = 1.0
     thinking: float = 0.05
     length: float = 0.0
+    # Share of GPU time in the candidate's own kernels (reported by the evaluator, never judged): 0 by default, since
+    # an honest fusion that keeps the GEMM in cuBLAS has a small share and must not be paid less.
+    own_kernel_share: float = 0.0
 
 
 class RewardConfig(_Section):

@@ -60,8 +60,9 @@ def component_values(parsed: "ParsedResponse", result: Optional[EvalResult], cfg
         response_tokens = len(response_text) // CHARS_PER_TOKEN_ESTIMATE
     over = max(0, response_tokens - cfg.length_budget_tokens)
     length = -1.0 if parsed.truncated else 0.0 - min(1.0, over / cfg.length_budget_tokens)
+    own_share = (result.own_kernel_time_fraction or 0.0) if (correct and result is not None) else 0.0
     return {"format": fmt, "compile": compiled, "correctness": correctness, "speed": speed,
-            "thinking": thinking, "length": length}
+            "thinking": thinking, "length": length, "own_kernel_share": own_share}
 
 
 def score_turn(parsed: "ParsedResponse", result: Optional[EvalResult], cfg: RewardConfig,

@@ -14,7 +14,8 @@ from evaluator.api import EvalResult, RuntimeStats, Verdict
 
 GOOD = ("<think>Elementwise max with zero; one thread per element, vectorised loads.</think>\n"
         "<KERNEL>\n```python\nclass ModelNew: pass\n```\n</KERNEL>")
-ONLY_WEIGHT = {name: 0.0 for name in ("format", "compile", "correctness", "speed", "thinking", "length")}
+ONLY_WEIGHT = {name: 0.0 for name in ("format", "compile", "correctness", "speed", "thinking", "length",
+                                      "own_kernel_share")}
 
 
 def result(verdict: Verdict, *, compiled=True, passed=0, total=5, speedup=None, hack_rule=None) -> EvalResult:
@@ -25,6 +26,20 @@ def result(verdict: Verdict, *, compiled=True, passed=0, total=5, speedup=None, 
 
 def only(name: str, value: float = 1.0) -> dict[str, float]:
     return dict(ONLY_WEIGHT, **{name: value})
+
+
+def test_own_kernel_share_is_an_optional_term_never_a_penalty_by_default():
+    """An honest fusion keeps the GEMM in cuBLAS: its own kernels carry ~1% of GPU time. Weight 0 by default."""
+    parsed = parse_response(GOOD)
+    fusion = result(Verdict.CORRECT, passed=5, speedup=1.5)
+    fusion.own_kernel_time_fraction = 0.02
+    assert RewardWeights().own_kernel_share == 0.0
+    default_score, breakdown = score_turn(parsed, fusion, RewardConfig())
+    assert breakdown["own_kernel_share"] == 0.0
+    assert score_turn(parsed, fusion, RewardConfig(), only("own_kernel_share"))[0] == pytest.approx(0.02)
+    wrong = result(Verdict.WRONG_OUTPUT)
+    wrong.own_kernel_time_fraction = 0.9
+    assert score_turn(parsed, wrong, RewardConfig(), only("own_kernel_share"))[0] == 0.0
 
 
 def test_speed_modes():
