@@ -117,9 +117,21 @@ def test_batch_returns_results_in_request_order(client):
     assert queued.status_code == 202 and len(queued.json()["request_ids"]) == 1
 
 
+def _wait_until_healthy(client, timeout_s: float = 120.0):
+    """Poll /v1/health: 503 (starting, or unavailable before the pool has spawned anything) until a worker is
+    ready, then 200 with status ok."""
+    end = time.monotonic() + timeout_s
+    while True:
+        response = client.get("/v1/health", headers=AUTH)
+        assert (response.status_code == 200) == (response.json()["status"] == "ok")
+        if response.status_code == 200:
+            return response
+        assert time.monotonic() < end
+        time.sleep(0.2)
+
+
 def test_health_workers_and_metrics_report_real_state(client):
-    health = client.get("/v1/health", headers=AUTH)
-    assert health.status_code == 200
+    health = _wait_until_healthy(client)
     assert health.json()["status"] == "ok" and health.json()["workers_ready"] >= 1
     assert health.json()["cpu_mode"] is True
     rows = client.get("/v1/workers", headers=AUTH).json()["workers"]
@@ -157,15 +169,7 @@ def test_health_waits_for_workers_before_saying_ok(tmp_path):
     ev = make_evaluator(str(tmp_path))
     try:
         with TestClient(create_app(ev, TOKEN)) as client:
-            # 503 (status starting, or unavailable before the pool has spawned anything) until a worker is ready.
-            end = time.monotonic() + 120
-            while True:
-                response = client.get("/v1/health", headers=AUTH)
-                assert (response.status_code == 200) == (response.json()["status"] == "ok")
-                if response.status_code == 200:
-                    break
-                assert time.monotonic() < end
-                time.sleep(0.2)
+            response = _wait_until_healthy(client)
             assert response.json()["workers_ready"] >= 1
     finally:
         ev.close()
