@@ -159,21 +159,21 @@ def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:
 
 # ---------------------------------------------------------------- the zygote
 
-# Modules a runner would otherwise import lazily, each time, after its fork (measured on a CPU evaluation of a torch
-# and a Triton candidate: ~25 ms of imports per runner for triton's interpreter alone). None initialises CUDA.
-RUNNER_MODULES = (
-    "evaluator.judge", "evaluator.tensorwire", "evaluator.timing", "evaluator.errclean", "evaluator.rules.runtime",
-    "evaluator.rules.static", "torch.utils._device", "torch.profiler", "torch.utils.cpp_extension",
-    "triton.runtime.interpreter", "triton.language.semantic", "triton.tools.tensor_descriptor",
-    "triton.compiler.code_generator", "triton.language.extra.libdevice", "triton.experimental.gluon",
-    "triton.runtime.cache", "triton.runtime.build", "triton.backends.nvidia.driver", "evaluator.triton_cache",
-)
+# Modules a runner would otherwise import lazily, each time, after its fork. The evaluator's own never touch CUDA.
+RUNNER_MODULES = ("evaluator.judge", "evaluator.tensorwire", "evaluator.timing", "evaluator.errclean",
+                  "evaluator.rules.runtime", "evaluator.rules.static", "evaluator.triton_cache", "torch.utils._device")
+# CPU mode only (TRITON_INTERPRET=1): ~25 ms per runner for triton's interpreter alone, measured. Not on a GPU: one of
+# these initialised CUDA in the zygote there (H100, triton 3.6: every runner then failed "Cannot re-initialize CUDA in
+# forked subprocess"), and a zygote must never initialise CUDA.
+INTERPRETER_MODULES = ("triton.runtime.interpreter", "triton.language.semantic", "triton.tools.tensor_descriptor",
+                       "triton.compiler.code_generator", "triton.language.extra.libdevice", "triton.experimental.gluon")
 
 
-def import_runner_modules() -> None:
+def import_runner_modules(device: str) -> None:
     import gc
 
-    for name in RUNNER_MODULES:
+    names = RUNNER_MODULES + (INTERPRETER_MODULES if device == "cpu" else ())
+    for name in names:
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - an optional module (no triton, another triton version)
@@ -212,7 +212,7 @@ def zygote_main(control_fd: int, device: str, worker_module: str) -> int:
     except Exception:  # noqa: BLE001
         pass
     worker = importlib.import_module(worker_module)
-    import_runner_modules()
+    import_runner_modules(device)
     sock = socket.socket(fileno=control_fd)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
