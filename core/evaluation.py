@@ -95,7 +95,8 @@ def _median(stats: Any) -> Optional[float]:
 
 def record_of_turn(problem_id: str, sample: int, turn: int, verdict: str, result: Optional[dict[str, Any]],
                    tokens_in: int = 0, tokens_out: int = 0, trajectory_id: Optional[int] = None,
-                   compile_baseline_ms: Optional[float] = None) -> dict[str, Any]:
+                   compile_baseline_ms: Optional[float] = None,
+                   compile_over_eager: Optional[float] = None) -> dict[str, Any]:
     """One exported record: the stored turn reduced to what the scores need (and SFT filtering wants)."""
     result = result or {}
     kernel_ms = _median(result.get("kernel_runtime"))
@@ -107,7 +108,10 @@ def record_of_turn(problem_id: str, sample: int, turn: int, verdict: str, result
         "tokens_in": tokens_in, "tokens_out": tokens_out,
         "device": result.get("gpu_name") or result.get("device_name") or "",
     }
-    if compile_baseline_ms is not None and kernel_ms:
+    if compile_over_eager is not None and record["speedup"] is not None:
+        # Both medians from one baseline process (interleaved): the ratio carries over to the worker's eager time.
+        record["speedup_compile"] = record["speedup"] * compile_over_eager
+    elif compile_baseline_ms is not None and kernel_ms:
         record["speedup_compile"] = compile_baseline_ms / kernel_ms
     if trajectory_id is not None:
         record["trajectory_id"] = trajectory_id
@@ -126,9 +130,10 @@ def eval_records(registry: Registry, run_id: int) -> list[dict[str, Any]]:
         "SELECT t.id, t.problem_id, t.sample_index, u.turn, u.verdict, u.eval_result, u.tokens_in, u.tokens_out "
         "FROM trajectories t JOIN turns u ON u.trajectory_id = t.id WHERE t.run_id = ? "
         "ORDER BY t.problem_id, t.sample_index, u.turn", (run_id,)).fetchall()
-    compile_ms = (registry.get_run(run_id).get("summary") or {}).get("eval", {}).get("compile_baseline_ms", {})
+    meta = (registry.get_run(run_id).get("summary") or {}).get("eval", {})
+    compile_ms, ratios = meta.get("compile_baseline_ms", {}), meta.get("compile_over_eager", {})
     return [record_of_turn(pid, sample, turn, verdict, json.loads(result) if result else None, tokens_in or 0,
-                           tokens_out or 0, trajectory_id, compile_ms.get(pid))
+                           tokens_out or 0, trajectory_id, compile_ms.get(pid), ratios.get(pid))
             for trajectory_id, pid, sample, turn, verdict, result, tokens_in, tokens_out in rows]
 
 
@@ -168,7 +173,19 @@ def eval_summary(registry: Registry, name_or_id: str | int) -> dict[str, Any]:
         "scores": scores.summarise(records, problem_ids, config.evaluation.samples, config.max_turns, keys),
         "verdicts": scores.counts(records, "verdict"), "hack_rules": scores.counts(records, "hack_rule"),
         "stamp": meta.get("stamp") or {}, "throughput": meta.get("throughput") or {},
+        "baselines": baselines_measured(meta),
     }
+
+
+def baselines_measured(meta: dict[str, Any]) -> dict[str, Any]:
+    """Which baselines the speedups are against: eager always; torch.compile for the problems listed (a problem
+    whose compile baseline is unavailable counts as not fast in fast_p/compile and is absent from its geomean)."""
+    stored = meta.get("baselines") or {}
+    unavailable = {pid: b["unavailable"].get("compile") for pid, b in stored.items()
+                   if (b.get("unavailable") or {}).get("compile")}
+    return {"eager": "every result", "compile": {
+        "measured": sorted(meta.get("compile_over_eager") or {}), "unavailable": unavailable,
+        "compile_s": {pid: b.get("compile_s") for pid, b in stored.items() if b.get("compile_s") is not None}}}
 
 
 # ---------------------------------------------------------------- compare
@@ -275,9 +292,25 @@ def make_stamp(config: RunConfig, devices: Sequence[str], device_names: Sequence
     }
 
 
-COMPILE_BASELINE_NOTE = ("not measured: torch.compile of the reference cannot pass through the candidate path "
-                         "(dynamo patches nn.Module, which the patched_torch rule rejects, and inductor's C++ "
-                         "build fails inside the CPU sandbox); needs a trusted baseline request in the evaluator")
+COMPILE_BASELINE_MEASURED = ("torch.compile(mode='default') of the reference, timed interleaved with eager in a "
+                             "trusted baseline process on the evaluator's device; speedup_compile = speedup x "
+                             "compile median / eager median (evaluator/baseline.py)")
+COMPILE_BASELINE_CPU_NOTE = ("not measured: CPU evaluator (inductor's C++ build takes minutes per problem on a small "
+                             "CPU; KRL_BASELINE_COMPILE_ON_CPU=1 measures it)")
+COMPILE_BASELINE_NO_API = "not measured: this evaluator (cluster or HTTP client) has no baseline API"
+
+
+def compile_baseline_plan(config: RunConfig, evaluator: Any) -> tuple[bool, str]:
+    """(measure the torch.compile baseline?, the stamp's words for it)."""
+    import os
+
+    if "compile" not in config.evaluation.baselines:
+        return False, "not requested"
+    if not callable(getattr(evaluator, "measure_baseline", None)):
+        return False, COMPILE_BASELINE_NO_API
+    if getattr(evaluator, "cpu_mode", False) and os.environ.get("KRL_BASELINE_COMPILE_ON_CPU") != "1":
+        return False, COMPILE_BASELINE_CPU_NOTE
+    return True, COMPILE_BASELINE_MEASURED
 
 
 # ---------------------------------------------------------------- the job
@@ -303,6 +336,7 @@ class EvaluationJob:
         self._pool: Optional[ThreadPoolExecutor] = None
         self._heartbeat_stop = threading.Event()
         self._heartbeat: Optional[threading.Thread] = None
+        self._baselines: dict[str, Future] = {}
 
     def request_stop(self, reason: str) -> None:
         if not self.stop_event.is_set():
@@ -391,6 +425,7 @@ class EvaluationJob:
             self.registry.add_event(self.run_id, "resume", f"{len(done)} sample(s) already evaluated are kept; "
                                                            f"{sum(len(s) for _, _, s in todo)} to go")
         self._write_meta(throughput=None)
+        self._start_baselines()
         log.info("eval %s: backend %s, model %s, %d problems x %d samples, %d turns, %d sample(s) to play, "
                  "evaluator on %s", self.name, self.config.backend, self.config.model, len(self.problems),
                  self.samples, self.config.max_turns, sum(len(s) for _, _, s in todo),
@@ -433,6 +468,7 @@ class EvaluationJob:
                       "samples_per_min": round(60 * self.samples_written / elapsed_s, 2) if elapsed_s else None,
                       "evaluator_workers": workers, "evaluator_seconds": round(eval_s, 3),
                       "evaluator_busy_frac": round(eval_s / (elapsed_s * workers), 3) if elapsed_s else None}
+        self._collect_baselines()
         self._write_meta(throughput=throughput)
         self.write_summary()
         if first_error is not None and not isinstance(first_error, StopRequested):
@@ -445,11 +481,65 @@ class EvaluationJob:
         summary = dict(row.get("summary") or {})
         meta = dict(summary.get("eval") or {})
         device_names = sorted({r["device"] for r in eval_records(self.registry, self.run_id) if r["device"]})
-        compile_note = COMPILE_BASELINE_NOTE if "compile" in self.config.evaluation.baselines else "not requested"
+        compile_note = compile_baseline_plan(self.config, self.evaluator)[1]
         meta.update(problem_ids=[p.id for p in self.problems], problem_hashes={p.id: p.hash for p in self.problems},
                     stamp=make_stamp(self.config, self.evaluator.devices, device_names, compile_note))
         if throughput is not None:
             meta["throughput"] = throughput
+        summary["eval"] = meta
+        self.registry.update_run(self.run_id, summary=summary)
+
+    def _start_baselines(self) -> None:
+        """torch.compile baselines of the problems that have none stored yet, measured by the evaluator's trusted
+        baseline process while the samples play (the compile/eager ratio is timed interleaved, so load on the
+        device affects both alike)."""
+        measure, _ = compile_baseline_plan(self.config, self.evaluator)
+        if not measure:
+            return
+        from evaluator.baseline import BaselineRequest
+
+        stored = ((self.registry.get_run(self.run_id).get("summary") or {}).get("eval") or {}).get("baselines", {})
+        ev = self.runner.config.eval  # the sizes the candidates are evaluated at (CPU: the problems' own)
+        for problem in self.problems:
+            if problem.id in stored:
+                continue
+            request = BaselineRequest(
+                problem_id=problem.id, reference_source=problem.source, problem_hash=problem.hash,
+                precision=self.config.kernel.precision, size_overrides=problem.gpu_sizes if ev.size == "gpu" else {},
+                timing_trials=ev.timing_trials, warmup_trials=ev.warmup_trials, seed=self.config.seed)
+            self._baselines[problem.id] = self.evaluator.measure_baseline(request)
+
+    def _collect_baselines(self) -> None:
+        """Wait for the baselines (not when stopping: those not done are measured again on resume) and store them
+        in summary.eval: baselines (per problem), compile_over_eager and compile_baseline_ms (measured ones)."""
+        if not self._baselines:
+            return
+        results = {}
+        for pid, future in self._baselines.items():
+            if self.stop_event.is_set() and not future.done():
+                future.cancel()
+                continue
+            try:
+                results[pid] = future.result()
+            except Exception as exc:  # noqa: BLE001 - a baseline never fails the evaluation
+                log.warning("baseline of %s failed: %s", pid, exc)
+        row = self.registry.get_run(self.run_id)
+        summary = dict(row.get("summary") or {})
+        meta = dict(summary.get("eval") or {})
+        stored = dict(meta.get("baselines") or {})
+        ratios, compile_ms = dict(meta.get("compile_over_eager") or {}), dict(meta.get("compile_baseline_ms") or {})
+        for pid, result in results.items():
+            stored[pid] = {"eager_ms": result.eager.median_ms if result.eager else None,
+                           "compile_ms": result.compiled.median_ms if result.compiled else None,
+                           "compile_s": result.compile_s, "compile_s_now": result.compile_s_now,
+                           "compile_record_hit": result.compile_record_hit, "unavailable": result.unavailable,
+                           "device_name": result.device_name}
+            if result.compile_over_eager is not None:
+                ratios[pid], compile_ms[pid] = result.compile_over_eager, result.compiled.median_ms
+            else:
+                self.registry.add_event(self.run_id, "warning", f"torch.compile baseline of {pid} unavailable: "
+                                                                f"{result.unavailable.get('compile', '?')}")
+        meta.update(baselines=stored, compile_over_eager=ratios, compile_baseline_ms=compile_ms)
         summary["eval"] = meta
         self.registry.update_run(self.run_id, summary=summary)
 
