@@ -75,17 +75,11 @@ def warm_shared_cache(shared_dir: str) -> str:
     os.environ.pop("TRITON_CACHE_MANAGER", None)
     try:
         import torch
-        import triton
-        import triton.language as tl
 
-        @triton.jit
-        def _krl_warm_add_one(x_ptr, n, BLOCK: tl.constexpr):
-            offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-            mask = offsets < n
-            tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + 1.0, mask=mask)
+        from evaluator.triton_warm import add_one
 
         x = torch.zeros(64, device="cuda")
-        _krl_warm_add_one[(1,)](x, x.numel(), BLOCK=64)
+        add_one[(1,)](x, x.numel(), BLOCK=64)
         torch.cuda.synchronize()
         if float(x.sum()) != 64.0:
             return "the warm-up kernel computed a wrong result"

@@ -113,3 +113,15 @@ def test_in_a_real_runner_the_trusted_level_is_read_only_and_plants_die_with_the
         ev.close()
     assert first == ["TwoLevelCacheManager", "TRUSTED", "refused", True, True], first
     assert later == ["TRUSTED", None], later
+
+
+def test_warming_without_a_gpu_says_why_and_leaves_the_environment_as_it_was(tmp_path, monkeypatch):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU warms for real (bench_triton_cache.py)")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "private"))
+    monkeypatch.delenv("TRITON_CACHE_MANAGER", raising=False)
+    why = triton_cache.warm_shared_cache(str(tmp_path / "shared"))
+    assert why and os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "private")
+    assert "TRITON_CACHE_MANAGER" not in os.environ
