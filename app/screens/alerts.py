@@ -25,6 +25,7 @@ from themes.settings import load_settings, save_setting
 RULES_KEY = "alert_rules"
 MAX_KEPT = 500
 ACTIVE = ("queued", "running", "stopping")
+FIRST_CHECK_S = 1.5
 
 
 def saved_rules() -> list[str]:
@@ -65,7 +66,8 @@ class AlertWatcher:
         self._data_version = self._list_version = None  # observe everything afresh (nothing fires on that)
 
     def start(self) -> None:
-        self.check()
+        # The first read (every run's status) waits until the first paint is out of the way.
+        self.app.set_timer(FIRST_CHECK_S if self.app.live else 0.01, self.check)
         if self.app.live and self.app.refresh_s:
             self.app.set_interval(self.app.refresh_s, self.check)
 

@@ -4,7 +4,7 @@ Colours follow run id order, so the same selection always draws the same way."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from rich.text import Text
 from textual import on, work
@@ -15,9 +15,10 @@ from textual.widgets import DataTable, Static
 
 from app.screens.base import KrlScreen
 from app.screens.focus import leave_text_box
-from app.screens.loaders import compare_configs, default_curve_keys, load_series
+from app.screens.loaders import compare_configs, default_curve_keys
 from app.screens.messages import SeriesLoaded, TableLoaded
-from app.widgets.curves_panel import SMOOTHING_STEP, CurvesPanel, RunLine
+from app.screens.view_data import load_series_range
+from app.widgets.curves_panel import SMOOTHING_STEP, CurvesPanel, RunLine, ZoomSeriesLoaded
 from app.widgets.format import theme_colour
 from app.widgets.key_bar import KeyBar
 
@@ -73,10 +74,11 @@ class CompareScreen(KrlScreen):
         self.post_message(TableLoaded("runs", runs, {"keys": keys, "diff": compare_configs([r["config"] for r in runs])}))
 
     @work(thread=True, group="compare-series", exit_on_error=False)
-    def load_metrics(self, keys: list[str], max_points: int) -> None:
+    def load_metrics(self, keys: list[str], max_points: int, step_range: Optional[tuple[int, int]] = None) -> None:
         reg = self.app.registry("compare")
-        self.post_message(SeriesLoaded({key: {run_id: load_series(reg, run_id, [key], max_points)[key]
-                                              for run_id in self.run_ids} for key in keys}))
+        per_run = {run_id: load_series_range(reg, run_id, keys, max_points, step_range) for run_id in self.run_ids}
+        series = {key: {run_id: per_run[run_id][key] for run_id in self.run_ids} for key in keys}
+        self.post_message(SeriesLoaded(series) if step_range is None else ZoomSeriesLoaded(series, step_range))
 
     # ---------------------------------------------------------------- messages
 
@@ -106,10 +108,13 @@ class CompareScreen(KrlScreen):
 
     @on(CurvesPanel.Wanted)
     def _wanted(self, message: CurvesPanel.Wanted) -> None:
-        self.load_metrics(message.keys, message.max_points)
+        self.load_metrics(message.keys, message.max_points, message.step_range)
 
     def on_series_loaded(self, message: SeriesLoaded) -> None:
         self.panel.show_series(message.series)
+
+    def on_zoom_series_loaded(self, message: ZoomSeriesLoaded) -> None:
+        self.panel.show_series(message.series, message.step_range)
 
     # ---------------------------------------------------------------- actions
 

@@ -24,8 +24,8 @@ from app.screens.loaders import (TrajectoryFilter, config_overrides, default_cur
                                  load_trajectories)
 from app.screens.messages import (ActionDone, ConfigLoaded, LogLines, RunHeaderLoaded, SeriesLoaded, TableLoaded)
 from app.widgets.config_view import ConfigView
-from app.screens.view_data import Distributions, distributions
-from app.widgets.curves_panel import SMOOTHING_STEP, CurvesPanel
+from app.screens.view_data import Distributions, distributions, load_series_range
+from app.widgets.curves_panel import SMOOTHING_STEP, CurvesPanel, ZoomSeriesLoaded
 from app.widgets.distributions import HistogramView
 from app.widgets.sparkline import sparkline_text
 from app.widgets.system_panel import HostPanel
@@ -251,10 +251,15 @@ class RunDetailScreen(KrlScreen):
         self.post_message(RunHeaderLoaded(run, keys))
 
     @work(thread=True, group="detail-series", exit_on_error=False)
-    def load_curves(self, keys: list[str], max_points: int) -> None:
+    def load_curves(self, keys: list[str], max_points: int, step_range: Optional[tuple[int, int]] = None) -> None:
         if self.run_id is None:
             return
-        self.post_message(SeriesLoaded(load_series(self.app.registry("series"), self.run_id, keys, max_points)))
+        reg = self.app.registry("series")
+        if step_range is not None:
+            self.post_message(ZoomSeriesLoaded(load_series_range(reg, self.run_id, keys, max_points, step_range),
+                                               step_range))
+            return
+        self.post_message(SeriesLoaded(load_series(reg, self.run_id, keys, max_points)))
 
     @work(thread=True, exclusive=True, group="detail-trajectories", exit_on_error=False)
     def load_trajectory_rows(self, offset: int = 0) -> None:
@@ -387,7 +392,11 @@ class RunDetailScreen(KrlScreen):
 
     @on(CurvesPanel.Wanted)
     def _curves_wanted(self, message: CurvesPanel.Wanted) -> None:
-        self.load_curves(message.keys, message.max_points)
+        self.load_curves(message.keys, message.max_points, message.step_range)
+
+    def on_zoom_series_loaded(self, message: ZoomSeriesLoaded) -> None:
+        for panel in self.query(CurvesPanel):
+            panel.show_series(message.series, message.step_range)
 
     def on_table_loaded(self, message: TableLoaded) -> None:
         if message.table not in self._tab_ready:

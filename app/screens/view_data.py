@@ -1,11 +1,13 @@
-"""What the distribution and best-kernel views show, computed from a run's trajectory outcomes: per-step histograms
-of return and speedup, and each problem's best correct kernel over time. Plain functions; workers call them."""
+"""What the distribution and best-kernel views show, computed from a run's trajectory outcomes (per-step histograms
+of return and speedup, each problem's best correct kernel over time), and series read for a zoom. Plain functions."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
+
+from app.screens.loaders import Series
 
 # (step, problem id, total return, best speedup, solved, trajectory id), as Registry.trajectory_outcomes returns
 Outcome = tuple
@@ -106,3 +108,15 @@ def distributions(outcomes: Sequence[Outcome], bins: int = 8, columns: int = 60)
                              [(o[0], o[3]) for o in outcomes if o[4]], bins, columns, log2=True)
     steps, problems = best_per_problem(outcomes)
     return Distributions(reward, speedup, steps, problems)
+
+
+def load_series_range(reg, run_id: int, keys: Sequence[str], max_points: int,
+                      step_range: Optional[tuple[int, int]]) -> dict[str, Series]:
+    """Like loaders.load_series, limited to a step range (a zoom) when one is given."""
+    low, high = step_range or (None, None)
+    out = {}
+    for key in keys:
+        data = reg.metric_series(run_id, key, max_points=max_points, step_min=low, step_max=high)
+        points = [(s, v, w) for s, v, w in zip(data["step"], data["value"], data["wall_time"]) if v is not None]
+        out[key] = Series(key, [p[0] for p in points], [p[1] for p in points], [p[2] for p in points])
+    return out

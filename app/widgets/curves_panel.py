@@ -4,6 +4,7 @@ with `show_series`; log-y, cursor, x zoom and the choices a person made are kept
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from dataclasses import dataclass
@@ -64,6 +65,14 @@ def save_choices(remember_as: Optional[str], choices: dict[str, Any]) -> None:
     save_setting(SETTINGS_KEY, dict(list(remembered.items())[-MAX_REMEMBERED:]))
 
 
+@dataclass
+class ZoomSeriesLoaded(Message):
+    """A screen worker's answer to a zoom's Wanted: {key: Series or {run id: Series}} for that step range."""
+
+    series: dict[str, Any]
+    step_range: tuple[int, int]
+
+
 class CurvesPanel(Horizontal):
     """Picker + plots. `runs` set: several runs overlaid on every plot; empty: one run."""
 
@@ -71,6 +80,7 @@ class CurvesPanel(Horizontal):
     class Wanted(Message):
         keys: list[str]
         max_points: int
+        step_range: Optional[tuple[int, int]] = None  # a zoom: only these steps, at full plot resolution
 
     def __init__(self, runs: Sequence[RunLine] = (), only: str = "", remember_as: Optional[str] = None,
                  **kwargs) -> None:
@@ -87,6 +97,9 @@ class CurvesPanel(Horizontal):
         self.x_range: Optional[tuple[float, float]] = None
         self.cursor_x: Optional[float] = None
         self._series: dict[str, dict[int, Series]] = {}
+        # Series read again for the zoomed step range (a long run's overview has too few points inside a zoom).
+        self._zoom_series: dict[str, dict[int, Series]] = {}
+        self._zoom_for: Optional[tuple[int, int]] = None
         self._user_chose = False  # once the user picks metrics, new keys no longer change the selection
         self._restored = False
         self._last_refresh = 0.0
@@ -133,13 +146,19 @@ class CurvesPanel(Horizontal):
         self._fill_list(self.filter_text)
         self._sync_plots()
 
-    def show_series(self, series: dict[str, Any]) -> None:
-        """{key: Series} for a one-run panel, or {key: {run id: Series}} for several runs."""
+    def show_series(self, series: dict[str, Any], step_range: Optional[tuple[int, int]] = None) -> None:
+        """{key: Series} for a one-run panel, or {key: {run id: Series}} for several runs; `step_range`: the data
+        of a zoom (kept apart from the overview, dropped when the zoom changes)."""
+        store = self._series
+        if step_range is not None:
+            if step_range != self._zoom_for:
+                return  # the zoom moved on since this was asked for
+            store = self._zoom_series
         changed = set()
         for key, value in series.items():
             per_run = {SINGLE: value} if isinstance(value, Series) else value
-            if self._series.get(key) != per_run:
-                self._series[key] = per_run
+            if store.get(key) != per_run:
+                store[key] = per_run
                 changed.add(key)
         if changed:
             self._redraw(only=changed)
@@ -153,6 +172,7 @@ class CurvesPanel(Horizontal):
     def toggle_x_axis(self) -> None:
         self.x_axis = "time" if self.x_axis == "step" else "step"
         self.x_range, self.cursor_x = None, None  # both are in the old axis's units
+        self._zoom_series, self._zoom_for = {}, None
         self._changed()
 
     def toggle_log_y(self) -> None:
@@ -178,6 +198,7 @@ class CurvesPanel(Horizontal):
         full = self._full_x_range()
         if full is None or factor == 0:
             self.x_range = None
+            self._zoom_series, self._zoom_for = {}, None
             if factor == 0:
                 self.cursor_x = None
             self._redraw()
@@ -192,6 +213,10 @@ class CurvesPanel(Horizontal):
             low = max(full[0], centre - half)
             high = min(full[1], low + 2 * half)
             self.x_range = (high - 2 * half if high == full[1] else low, high)
+        self._zoom_series, self._zoom_for = {}, None
+        if self.x_range is not None and self.x_axis == "step":
+            self._zoom_for = (math.floor(self.x_range[0]), math.ceil(self.x_range[1]))
+            self.post_message(self.Wanted(self.selected[:MAX_PLOTS], self.plot_width(), self._zoom_for))
         self._redraw()
 
     def plot_width(self) -> int:
@@ -288,7 +313,8 @@ class CurvesPanel(Horizontal):
     def _shown_curves(self) -> dict[str, list[Curve]]:
         out = {}
         for key in self.selected[:MAX_PLOTS]:
-            per_run = self._series.get(key)
+            per_run = self._zoom_series.get(key) if self._zoom_for and self.x_range else None
+            per_run = per_run or self._series.get(key)
             if per_run is None:
                 continue
             out[key] = [Curve(line.label or key, self._xs(per_run[line.run_id]), per_run[line.run_id].values,
@@ -296,7 +322,8 @@ class CurvesPanel(Horizontal):
         return out
 
     def _full_x_range(self) -> Optional[tuple[float, float]]:
-        xs = [x for curves in self._shown_curves().values() for c in curves for x in c.xs]
+        xs = [x for per_run in (self._series.get(k) for k in self.selected[:MAX_PLOTS]) if per_run
+              for line in self._lines() if line.run_id in per_run for x in self._xs(per_run[line.run_id])]
         return (min(xs), max(xs)) if xs and max(xs) > min(xs) else None
 
     def _redraw(self, only: set[str] | None = None) -> None:

@@ -272,3 +272,29 @@ async def test_alerts_ring_when_a_real_run_finishes_and_crosses_a_threshold(work
         await pilot.press("enter")  # the highlighted alert's run opens
         await settle(pilot)
         assert isinstance(app.screen, RunDetailScreen) and app.screen.run["name"] == "watched"
+
+
+async def test_zoom_reads_the_zoomed_steps_at_full_resolution(workspace):
+    """A long run's overview is downsampled to the plot width; a zoom reads its step range again, so the points
+    inside it are the run's own, not the few the overview kept (mechanics of downsampling: generated values)."""
+    from core.registry import Registry
+
+    reg = Registry.for_workspace(workspace)
+    run = reg.create_run("long", status="finished")
+    reg.insert_metric_rows(run["id"], (("env/all/reward/total", s, float(s % 97), 1000.0 + s) for s in range(20_000)))
+    reg.close()
+    app = make_app(workspace, open_run="long")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        panel = panel_of(app)
+        overview = panel.plots()[0].curves[0].xs
+        await pilot.press("full_stop", *["plus"] * 6)
+        await settle(pilot)
+        low, high = panel.x_range
+        drawn = [x for x in panel.plots()[0].curves[0].xs if low <= x <= high]
+        assert len([x for x in overview if low <= x <= high]) < 10
+        assert len(drawn) >= min(high - low, 2 * (panel.plot_width() // 2)) * 0.9  # (nearly) every step again
+        assert drawn == sorted(drawn) and drawn[-1] == 19_999
+        await pilot.press("0")
+        await settle(pilot)
+        assert panel.plots()[0].curves[0].xs == overview

@@ -13,6 +13,11 @@ import sys
 import pytest
 
 from core.registry import REGISTRY_FILENAME
+
+try:  # schema v4 keeps the runs table's headline values in columns
+    from core.registry import HEADLINE_COLUMNS, _headline
+except ImportError:
+    HEADLINE_COLUMNS, _headline = (), None
 from tests.app.recorded import RECORDED_RUN, copy_workspace, normalise
 
 SECOND_RUN = "demo-short"
@@ -25,6 +30,7 @@ def fix_timed_metrics(workspace) -> None:
     """Replace timing-derived step metrics (and the runs' last values of them) with values fixed by key and step."""
     conn = sqlite3.connect(str(workspace / REGISTRY_FILENAME))
     conn.create_function("timed", 1, lambda key: 1 if TIMED_METRIC.search(key) else 0)
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
     with conn:
         conn.execute("UPDATE metrics SET value = round(0.2 + ((step * 7 + length(key)) % 11) / 10.0, 2) "
                      "WHERE timed(key)")
@@ -36,6 +42,9 @@ def fix_timed_metrics(workspace) -> None:
                                            (run_id,)).fetchall():
                 summary.setdefault("last", {})[key] = value
             conn.execute("UPDATE runs SET summary = ? WHERE id = ?", (json.dumps(summary), run_id))
+            if set(HEADLINE_COLUMNS) <= columns:  # the runs table's headline columns follow the summary
+                conn.execute(f"UPDATE runs SET {', '.join(c + ' = ?' for c in HEADLINE_COLUMNS)} WHERE id = ?",
+                             (*_headline(summary), run_id))
     conn.close()
 
 

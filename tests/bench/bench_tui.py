@@ -104,7 +104,7 @@ async def measure(ws: Path, big_id: int, trajectory_id: int) -> dict[str, float]
         figures["open_curves_cpu_ms"] = (cpu_s() - c0) * 1000
         panel = app.screen.query_one(CurvesPanel)
         figures["curves_shown"] = len(panel.selected)
-        figures["points_per_curve"] = max(len(s.steps) for s in panel._series.values())
+        figures["points_per_curve"] = max(len(s.steps) for per_run in panel._series.values() for s in per_run.values())
 
         await pilot.pause(2.0)
         c0, w0 = cpu_s(), time.perf_counter()
@@ -146,6 +146,7 @@ async def measure(ws: Path, big_id: int, trajectory_id: int) -> dict[str, float]
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         ws = Path(tmp) / "ws"
+        os.environ["KRL_CONFIG_DIR"] = str(Path(tmp) / "config")  # no remembered choices or alert rules of the user
         t0 = time.perf_counter()
         reg = Registry.for_workspace(ws)
         big_id = populate_big(reg)
