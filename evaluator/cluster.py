@@ -489,12 +489,18 @@ class ClusterEvaluator:
         self._counters["actors_started"] += 1
 
     def _wait_first_ready(self, timeout_s: float) -> None:
-        """Return once every actor placed at start is ready (or failed); raise if none is ready."""
+        """Return once every actor placed at start is ready or failed, or 10 s after the first was ready (a slow or
+        unschedulable slot must not hold up the rest); raise if none is ready."""
         end = time.monotonic() + timeout_s
+        first_ready_at = None
         while time.monotonic() < end:
             with self._lock:
                 states = [s.state for s in self._slots.values()]
                 if ActorState.STARTING not in states and (ActorState.READY in states or self._broken):
+                    break
+            if ActorState.READY in states:
+                first_ready_at = first_ready_at or time.monotonic()
+                if time.monotonic() - first_ready_at > 10.0:
                     break
             time.sleep(0.05)
         with self._lock:

@@ -130,6 +130,13 @@ def test_backpressure_bounded_queue_reports_depth(evaluator):
         evaluator.max_queue = 10_000
 
 
+@pytest.mark.slow
+def test_burst_of_200_mixed_requests_over_two_nodes_exactly_once(evaluator):
+    requests, expected = _burst(200, seed=5)
+    results = _check_exactly_once([evaluator.submit(r) for r in requests], expected)
+    assert len({r.worker_id.split("/")[0] for r in results}) >= 2  # spread over both nodes' actors
+
+
 def test_node_removed_mid_burst_every_request_gets_exactly_one_result(cluster, evaluator):
     nodes, second = cluster
     requests, expected = _burst(40, seed=11)
