@@ -63,3 +63,31 @@ async def test_every_recorded_trajectory_opens(recorded_demo, workspace):
             for _ in range(len(screen.detail.turns)):
                 await pilot.press("right")
             await settle(pilot)
+
+
+async def test_the_runs_table_and_krl_runs_ls_agree_on_a_recorded_run(recorded_demo, workspace, monkeypatch, capsys):
+    """Steps done / total and the reward column read the same in the TUI and the CLI (issue 13, bugs 6 and 8)."""
+    import sys
+
+    from app.cli import main
+    from app.widgets.format import fmt_float, fmt_steps
+    from app.widgets.run_table import RunTable
+
+    reg, run = recorded_demo
+    steps = fmt_steps(run["last_step"], run["total_steps"])
+    assert steps == f"{run['total_steps']}/{run['total_steps']}"  # a finished run has done all its steps
+    app = make_app(workspace)
+    async with app.run_test(size=(160, 30)) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one(RunTable)
+        assert table.cell_text(run["id"], "step") == steps
+        tui_reward = table.cell_text(run["id"], "reward").split()[0]
+    monkeypatch.setattr(sys, "argv", ["krl", "runs", "ls"])
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(SystemExit) as done:
+        main()
+    assert done.value.code == 0
+    line = next(line for line in capsys.readouterr().err.splitlines() if run["name"] in line).split()
+    assert line[2] == steps
+    assert float(line[6]) == pytest.approx(float(tui_reward), abs=5e-3) == pytest.approx(run["reward_value"], abs=5e-3)
+    assert fmt_float(run["reward_value"]) == tui_reward
