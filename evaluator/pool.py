@@ -179,8 +179,8 @@ def _child_main(argv: list[str]) -> int:
     timing.apply_placement()  # GPU slots on reserved cores, compiles off them (timing under load); children inherit
     _die_with_parent()
     become_subreaper()  # a candidate's setsid'd or double-forked processes stay in this tree
-    if os.getppid() != parent_pid:
-        return 0
+    if os.getppid() != parent_pid and not os.environ.get("KRL_WORKER_SANDBOXED"):
+        return 0  # (inside a sandbox's PID namespace the parent is the sandbox's init: it dies with us instead)
     import faulthandler
 
     faulthandler.enable()  # a segfault prints the Python stack, which names the candidate line
@@ -524,12 +524,13 @@ class Pool:
         result_r, result_w = os.pipe()
         out_file, err_file = open(out_path, "ab"), open(err_path, "ab")
         child_device = device if role == "compile" or device == "cpu" else "cuda:0"
+        argv = [sys.executable, "-m", "evaluator.pool", role, child_device, worker_id, str(result_w), str(os.getpid())]
         try:
-            popen = subprocess.Popen(
-                [sys.executable, "-m", "evaluator.pool", role, child_device, worker_id, str(result_w), str(os.getpid())],
-                stdin=subprocess.PIPE, stdout=out_file, stderr=err_file, cwd=workdir, env=env,
-                pass_fds=(result_w,), start_new_session=True, close_fds=True,
-            )
+            if role == "compile" and self.sandbox_kind != "none":
+                popen = self._start_sandboxed_compile_worker(workdir, extra, argv, out_file, err_file, result_w)
+            else:
+                popen = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out_file, stderr=err_file, cwd=workdir,
+                                         env=env, pass_fds=(result_w,), start_new_session=True, close_fds=True)
         finally:
             os.close(result_w)
             out_file.close()
@@ -548,6 +549,19 @@ class Pool:
             self._selector.register(pidfd, selectors.EVENT_READ, ("exit", worker))
         self._workers.append(worker)
         self.stats["spawned"] += 1
+
+    def _start_sandboxed_compile_worker(self, workdir: str, extra: dict[str, str], argv: list[str], out_file: Any,
+                                        err_file: Any, result_w: int) -> subprocess.Popen:
+        """A compile worker runs the candidate's Python (its load_inline calls): in the sandbox, with the build cache
+        read-only; it builds in its private folder and _on_build publishes what it built (evaluator.compile)."""
+        from evaluator.sandbox import get_sandbox, worker_spec
+
+        extra = {k: v for k, v in extra.items() if k not in ("TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR")}
+        extra["KRL_WORKER_SANDBOXED"] = "1"
+        spec = worker_spec(workdir, self._parent_env, extra_env=extra, cache_dir=self.config.cache_dir)
+        return get_sandbox(self.sandbox_kind).popen(spec, argv, stdin=subprocess.PIPE, stdout=out_file,
+                                                    stderr=err_file, pass_fds=(result_w,), start_new_session=True,
+                                                    close_fds=True)
 
     def _limits_for(self, role: str, device: str) -> dict[str, Any]:
         limits = dict(vars(self.config.limits))
@@ -641,7 +655,7 @@ class Pool:
             self.stats["worker_errors"] += 1
             self._infrastructure_failure(task, "the evaluator's worker raised an internal error:\n" + message.get("traceback", ""))
         elif worker.role == "compile":
-            self._on_build(task, message.get("build") or {})
+            self._on_build(task, worker, message.get("build") or {})
         else:
             self._on_result(task, worker, message.get("result") or {})
         if message.get("leftovers"):
@@ -650,7 +664,13 @@ class Pool:
             self.stats["retired"] += 1
             self._retire(worker)
 
-    def _on_build(self, task: _Task, build: dict[str, Any]) -> None:
+    def _on_build(self, task: _Task, worker: _Worker, build: dict[str, Any]) -> None:
+        from evaluator.compile import default_cache_dir, publish_compile
+
+        # The worker ran candidate code: its record is only a claim. The trusted side moves what it built into the
+        # content-addressed cache and hands the eval side the published record, never the worker's.
+        build = publish_compile(build, worker.workdir, self.config.cache_dir or default_cache_dir(),
+                                task.request.candidate_source).to_dict()
         task.build = build
         if not build.get("ok"):
             result = EvalResult(

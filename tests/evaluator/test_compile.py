@@ -378,3 +378,28 @@ def test_a_sandboxed_compile_worker_builds_privately_and_the_trusted_side_publis
     assert published.ok and published.builds[0].so_path.startswith(str(cache))
     assert publish_compile(published, str(private), str(cache), CPP_CANDIDATE).builds[0] == published.builds[0]
     assert ctypes.CDLL(honest_load(str(cache), tmp_path / "w2", published.to_dict())).krl_answer() == 42
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_the_pools_compile_workers_run_candidate_code_in_the_sandbox(tmp_path):
+    from evaluator.sandbox import get_sandbox
+
+    if "host files absent" not in get_sandbox().protections:
+        pytest.skip("no sandbox with its own mount view here")
+    escaped, cache = tmp_path / "escaped", tmp_path / "cache"
+    # Module-level code runs in the compile worker: it tries to leave a file on the host and to plant a cache entry.
+    attacker = cuda_candidate("x[i] * 2.0f").replace("import torch\n", textwrap.dedent(f'''
+        import os, torch
+        for path in ({str(escaped)!r}, {str(cache / "cuda" / "planted.json")!r}):
+            try:
+                open(path, "w").write("x")
+            except OSError:
+                pass
+    '''), 1)
+    with make_evaluator(str(cache), compile_workers=1, spare_per_device=0) as ev:
+        result = ev.evaluate(request(attacker, backend="cuda"))
+    assert result.compiled and result.verdict == Verdict.RUNTIME_ERROR  # built; CPU mode cannot run it
+    assert not escaped.exists() and not (cache / "cuda" / "planted.json").exists()
+    entries = [e for e in os.listdir(cache / "cuda") if not e.startswith(".") and "." not in e]
+    assert len(entries) == 1 and os.path.exists(cache / "cuda" / entries[0] / "manifest.json")  # published by the pool
