@@ -98,6 +98,11 @@ class _Job:
     submitted_at: float
     attempts: int = 0
     tried: set = field(default_factory=set)  # slot keys whose actor failed it
+    dispatched_at: float = 0.0
+
+    def answer_limit_s(self, grace_s: float) -> float:
+        """Longest an actor may take to answer: the pool's own deadlines (a compile, a run, a retry) plus grace."""
+        return self.request.compile_timeout_s + 2 * self.request.run_timeout_s + grace_s
 
 
 @dataclass(eq=False)
@@ -132,7 +137,7 @@ class ClusterEvaluator:
     def __init__(self, address: Optional[str] = None, *, evaluator_options: Optional[dict[str, Any]] = None,
                  cpu_actors_per_node: int = 1, actor_cpus: float = 1.0, max_queue: int = 10_000,
                  in_flight_per_worker: int = 2, start_timeout_s: float = 300.0, actor_env: Optional[dict] = None,
-                 num_cpus: Optional[int] = None):
+                 num_cpus: Optional[int] = None, stall_grace_s: float = 120.0):
         if cpu_actors_per_node < 1 or max_queue < 1 or in_flight_per_worker < 1:
             raise EvaluatorError("cpu_actors_per_node, max_queue and in_flight_per_worker must be at least 1.")
         self.address = address or "local"
@@ -152,6 +157,8 @@ class ClusterEvaluator:
         self._cpu_actors_per_node = cpu_actors_per_node
         self._actor_cpus = actor_cpus
         self.max_queue = max_queue
+        # An actor that has not answered a request within its deadlines plus this is stuck: killed, work moved.
+        self.stall_grace_s = stall_grace_s
         self._in_flight_per_worker = in_flight_per_worker
         self._start_timeout_s = start_timeout_s
         self._actor_class = ray.remote(EvalActor)
@@ -404,6 +411,7 @@ class ClusterEvaluator:
                 if job is None:
                     break
                 job.attempts += 1
+                job.dispatched_at = time.monotonic()
                 try:
                     ref = slot.handle.evaluate.remote(job.payload)
                 except Exception as exc:  # noqa: BLE001 - the handle is unusable: the actor is gone
@@ -454,6 +462,13 @@ class ClusterEvaluator:
                 continue
             self._start_actor(_Slot(key=key, node_id=node_id, gpus=gpus))
         for slot in list(self._slots.values()):
+            late = [job for job in slot.in_flight.values()
+                    if now - job.dispatched_at > job.answer_limit_s(self.stall_grace_s)]
+            if late:
+                self._counters["stalled_actors"] += 1
+                self._actor_died(slot, TimeoutError(f"no answer to request {late[0].request.request_id} for "
+                                                    f"{now - late[0].dispatched_at:.0f} s: the actor is stuck"))
+                continue
             if slot.state == ActorState.STARTING and now - slot.started_at > self._start_timeout_s:
                 self._start_failures[slot.key] += 1
                 self._actor_died(slot, TimeoutError(f"not ready after {self._start_timeout_s:.0f} s"))
@@ -515,7 +530,7 @@ class ClusterEvaluator:
         while slot.finished_at and now - slot.finished_at[0] > THROUGHPUT_WINDOW_S:
             slot.finished_at.popleft()
         window = min(THROUGHPUT_WINDOW_S, max(1e-9, now - slot.started_at))
-        return {"node": slot.info.get("node", slot.node_id[:12]), "slot": slot.key,
+        return {"node": slot.info.get("node", slot.node_id[:12]), "slot": slot.key, "pid": slot.info.get("pid"),
                 "device": ",".join(slot.info.get("devices", [])), "gpu_name": slot.info.get("gpu_name", ""),
                 "state": "broken" if slot.key in self._broken else slot.state.value,
                 "in_flight": len(slot.in_flight), "done": slot.done, "failures": slot.failures,

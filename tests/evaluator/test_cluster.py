@@ -4,7 +4,9 @@ own CPUs), CPU-mode pools in the actors. Exactly one result per request when an 
 from __future__ import annotations
 
 import collections
+import os
 import random
+import signal
 import time
 
 import pytest
@@ -105,6 +107,31 @@ def test_actor_killed_mid_burst_every_request_gets_exactly_one_result(evaluator)
     # A replacement actor takes the dead one's place on the same node.
     _wait_for(lambda: evaluator.actor_handles().get(victim_key) not in (None, victim)
               and all(r["state"] == "ready" for r in evaluator.stats()["nodes"] if r["state"] != "dead"))
+
+
+def test_stuck_actor_is_killed_and_its_requests_go_elsewhere(evaluator):
+    """An actor that stops answering (SIGSTOP: alive to Ray, silent to us) past its requests' deadlines plus the
+    grace is killed, and what it held is evaluated by the other actor."""
+    slow = candidate("time.sleep(0.5)\nreturn x.clamp_min(0)", prelude="import time")
+    evaluator.stall_grace_s = 2.0
+    try:
+        requests = [request(slow, measure_timing=False, run_timeout_s=4.0, compile_timeout_s=4.0) for _ in range(12)]
+        futures = [evaluator.submit(r) for r in requests]
+        _wait_for(lambda: any(r["in_flight"] and r["state"] == "ready" for r in evaluator.stats()["nodes"]))
+        victim = next(r for r in evaluator.stats()["nodes"] if r["in_flight"] and r["state"] == "ready")
+        os.kill(victim["pid"], signal.SIGSTOP)
+        try:
+            results = [f.result(timeout=180) for f in futures]
+        finally:
+            try:
+                os.kill(victim["pid"], signal.SIGCONT)  # if it still exists, let it die normally
+            except ProcessLookupError:
+                pass
+        assert [r.verdict for r in results] == [Verdict.CORRECT] * len(requests)
+        assert evaluator.stats()["stats"]["stalled_actors"] >= 1
+        assert any(r.attempts == 2 for r in results)
+    finally:
+        evaluator.stall_grace_s = 120.0
 
 
 def test_backpressure_bounded_queue_reports_depth(evaluator):
