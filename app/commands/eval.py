@@ -20,6 +20,7 @@ evals_app = typer.Typer(help="List, inspect, compare and export model evaluation
 
 HEADLINE_KEYS = ("pass@1", "fast_p/eager/kernelbench/0", "fast_p/eager/kernelbench/1",
                  "fast_p/eager/best_of_n/1", "fast_p/eager/kernelbench/1.5", "geomean_speedup/eager",
+                 "fast_p/compile/kernelbench/1", "geomean_speedup/compile",  # when the compile baseline was measured
                  "compile_rate", "correct_rate", "hack_rate", "sol_fraction_mean")
 EXPORT_FIELDS = ("problem_id", "sample", "turn", "verdict", "speedup", "sol_fraction", "hack_rule", "tokens_in",
                  "tokens_out", "compiled", "kernel_ms", "eager_ms", "device", "trajectory_id")
