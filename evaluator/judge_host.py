@@ -159,10 +159,8 @@ class TaskJudge:
             atol, rtol = self.request.tolerances()
             with torch.no_grad():
                 comparison = judge.compare(reference, output, atol, rtol)
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+        # The file stays until the post-reply wipe (an unlink on the verdict's path cost ms on a discard-mounted disk):
+        # a runner that announces a set again without rewriting it only gets its own earlier output compared again.
         earlier = self.received.get(name)
         if earlier is None or earlier.comparison.ok:  # once wrong, a set stays wrong
             self.received[name] = _Received(comparison, (earlier.count + 1) if earlier else 1)
