@@ -32,8 +32,8 @@ def serve(
     port: int = typer.Option(8470, "--port", "-p", help="TCP port to listen on."),
     token_file: str = typer.Option(..., "--token-file", help="File whose first line is the bearer token clients send."),
     ray_address: Optional[str] = typer.Option(
-        None, "--ray", is_flag=False, flag_value="local",
-        help="Evaluate on Ray: --ray alone starts Ray here; --ray auto joins this machine's cluster; "
+        None, "--ray", metavar="ADDRESS",
+        help="Evaluate on Ray: --ray local starts Ray here; --ray auto joins this machine's cluster; "
              "--ray ray://HOST:10001 connects to a remote one."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (0.0.0.0 exposes it to the network)."),
     devices: str = typer.Option("auto", "--devices", help="Local pool: auto | cpu | comma-separated GPU indices."),
@@ -60,6 +60,8 @@ def serve(
         options["devices"] = devices
     try:
         if ray_address:
+            if ray_address.startswith("-"):
+                raise KrlError(f"--ray needs an address (local, auto or ray://HOST:PORT), not {ray_address!r}.")
             target = ray_address if ray_address.startswith("ray://") else f"ray://{ray_address}"
             options.pop("devices")  # each actor owns the GPU Ray gave it
             evaluator = open_evaluator(target, evaluator_options=options)

@@ -3,6 +3,7 @@ token-file mistakes exit 2 with one line, no traceback."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import socket
@@ -37,7 +38,12 @@ def test_token_file_mistakes_exit_2(tmp_path, content, mode, needle):
     assert needle in done.stderr and "Traceback" not in done.stderr
 
 
-def test_serve_answers_the_client_on_loopback(tmp_path):
+@pytest.mark.parametrize("extra", [
+    pytest.param([], id="local-pool"),
+    pytest.param(["--ray", "local"], id="ray", marks=[pytest.mark.slow, pytest.mark.skipif(
+        importlib.util.find_spec("ray") is None, reason="needs ray (the [ray] extra)")]),
+])
+def test_serve_answers_the_client_on_loopback(tmp_path, extra):
     token_path = tmp_path / "token"
     token_path.write_text("serve-test-token\n")
     token_path.chmod(0o600)
@@ -46,11 +52,11 @@ def test_serve_answers_the_client_on_loopback(tmp_path):
         port = probe.getsockname()[1]
     env = dict(os.environ, KRL_CACHE_DIR=str(tmp_path / "cache"))
     process = subprocess.Popen(KRL + ["serve", "--port", str(port), "--token-file", str(token_path),
-                                      "--devices", "cpu", "--cpu-workers", "1"],
+                                      "--devices", "cpu", "--cpu-workers", "1", *extra],
                                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         url = f"http://127.0.0.1:{port}"
-        end = time.monotonic() + 120
+        end = time.monotonic() + 180
         client = None
         while client is None:
             assert process.poll() is None, process.stderr.read()
