@@ -28,6 +28,7 @@ from evaluator.factory import EvaluatorBusy, EvaluatorLike, worker_rows
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 1000
+MAX_BODY_BYTES = 32 * 2**20  # a batch of large candidates fits; a body past this is refused unread (413)
 MAX_WAIT_S = 60.0  # longest a GET /v1/results/{id}?wait_s= holds the connection
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 _REQUIRED = ("problem_id", "reference_source", "candidate_source")
@@ -36,6 +37,10 @@ _FIELDS = {f.name: f for f in dataclasses.fields(EvalRequest)}
 
 class BadRequest(EvaluatorError):
     """The caller sent something we cannot evaluate (HTTP 400); the message says what to change."""
+
+
+class TooLarge(BadRequest):
+    """The body is over MAX_BODY_BYTES (HTTP 413)."""
 
 
 # ---------------------------------------------------------------- the service (no HTTP in here)
@@ -225,6 +230,9 @@ def create_app(evaluator: EvaluatorLike, token: str, *, max_pending: int = 2000,
                                     status_code=401, headers={"WWW-Authenticate": "Bearer"})
             try:
                 return await handler(request)
+            except TooLarge as exc:
+                service.counters["bad_request"] += 1
+                return JSONResponse({"error": str(exc)}, status_code=413)
             except BadRequest as exc:
                 service.counters["bad_request"] += 1
                 return JSONResponse({"error": str(exc)}, status_code=400)
@@ -240,8 +248,17 @@ def create_app(evaluator: EvaluatorLike, token: str, *, max_pending: int = 2000,
         return endpoint
 
     async def body(request: Request) -> Any:
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            raise TooLarge(f"the body is {int(declared)} bytes, over {MAX_BODY_BYTES}; send smaller batches.")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise TooLarge(f"the body is over {MAX_BODY_BYTES} bytes; send smaller batches.")
+            chunks.append(chunk)
         try:
-            return await request.json()
+            return json.loads(b"".join(chunks))
         except ValueError:
             raise BadRequest("the body is not valid JSON.") from None
 

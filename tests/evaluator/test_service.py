@@ -3,6 +3,7 @@ as 200, our faults as 400/503 (never 500), idempotent request ids, asynchronous 
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -80,6 +81,21 @@ def test_invalid_json_and_bad_batches_are_400(client):
     bad = client.post("/v1/evaluate/batch", json={"requests": [_payload(GOOD), {"problem_id": 3}]}, headers=AUTH)
     assert bad.status_code == 400 and bad.json()["error"].startswith("request 1:")
     assert client.get("/v1/results/x?wait_s=soon", headers=AUTH).status_code in (400, 404)
+
+
+def test_oversized_body_is_413_unread(client, monkeypatch):
+    import evaluator.service as service_module
+
+    monkeypatch.setattr(service_module, "MAX_BODY_BYTES", 4096)
+    payload = _payload(GOOD + "\n# " + "x" * 8000)
+    response = client.post("/v1/evaluate", json=payload, headers=AUTH)
+    assert response.status_code == 413 and "smaller" in response.json()["error"]
+
+    def chunked():  # no Content-Length: the size is counted while reading
+        yield json.dumps(payload).encode()
+
+    response = client.post("/v1/evaluate", content=chunked(), headers=AUTH)
+    assert response.status_code == 413
 
 
 def test_same_request_id_is_evaluated_once(client):
