@@ -20,7 +20,8 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from app.screens.loaders import RunRow
-from app.widgets.format import STATUS_COLOUR, fmt_duration, fmt_float, fmt_speedup, status_glyph, theme_colour
+from app.widgets.format import (STATUS_COLOUR, fmt_duration, fmt_float, fmt_speedup, printable, status_glyph,
+                               theme_colour)
 from app.widgets.sparkline import sparkline_text
 
 # (key, header, width)
@@ -186,7 +187,7 @@ class RunTable(ScrollView, can_focus=True):
         gpus = ",".join(map(str, row.gpus)) if row.gpus else (f"({row.gpus_requested})" if row.gpus_requested else "–")
         return [
             Text("●" if selected else " ", style=theme_colour(self.app, "accent")),
-            Text(row.name, style="bold" if row.status == "running" else ""),
+            Text(printable(row.name), style="bold" if row.status == "running" else ""),
             Text(f"{status_glyph(row.status, tick)} {row.status}", style=colour),
             Text(row.kind),
             Text(row.model[-16:], style=muted),

@@ -65,3 +65,16 @@ async def test_a_read_only_copy_of_a_workspace_opens_in_the_tui(recorded_demo_so
         await settle(pilot)
         assert app.screen.query_one(RunTable).names() == [RECORDED_RUN]
         assert not [text for text in notifications(app) if "error" in text.lower()], notifications(app)
+
+
+async def test_escape_sequences_in_stored_names_are_shown_defanged(registry, workspace):
+    """Names are checked at creation; one written before that check (or by hand) must not reach the terminal."""
+    from app.widgets.run_table import RunTable
+
+    run = registry.create_run("plain", status="finished")
+    registry.conn.execute("UPDATE runs SET name = ? WHERE id = ?", ("evil\x1b[2J", run["id"]))
+    app = make_app(workspace)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(pilot)
+        shown = app.screen.query_one(RunTable).cell_text(run["id"], "name")
+        assert "\x1b" not in shown and shown.startswith("evil")
