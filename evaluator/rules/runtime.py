@@ -191,6 +191,17 @@ def _library_roots() -> tuple:
 _MISSING = _Missing()
 
 
+def _installed_roots() -> tuple:
+    """The standard library and installed packages: their compiled modules (math lives in lib-dynload as a .so, and
+    Triton's interpreter puts `math` into the kernel's globals) are never the candidate's extensions."""
+    import os
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    return tuple(dict.fromkeys(os.path.realpath(paths[k]).replace("\\", "/").rstrip("/") + "/"
+                               for k in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(k)))
+
+
 class LaunchCounter:
     """Counts Triton kernel launches (compiled and interpreted) so a candidate whose kernel never runs is caught; while
     `poison` holds a fill value, every tensor a launch wrote is overwritten with it afterwards (see KernelPoisoner)."""
@@ -242,8 +253,9 @@ MIN_DEPENDENT_FRACTION = 0.01
 
 
 def poison_fills() -> tuple[float, float]:
-    """A large finite value drawn afresh (a candidate cannot special-case it; `0 * y` or `y - y` hide it) and NaN
-    (which masking code such as `where` may hide). The output must move under both."""
+    """A large finite base drawn afresh (written as per-element noise above it, see _poison: a candidate cannot
+    special-case it; `0 * y` or `y - y` hide it) and NaN (which masking code such as `where` may hide). The output
+    must move under both."""
     import random
 
     return (random.SystemRandom().uniform(1e3, 1e4), float("nan"))
@@ -262,11 +274,18 @@ def _tensors_in(values: Iterable[Any]) -> list:
 
 
 def _poison(tensor: Any, fill: float) -> None:
+    """NaN as is; a finite fill as per-element noise in [fill, 2 * fill): a constant can be normalised away (a row
+    of one value has no variance), noise cannot."""
+    import math
+
     import torch
 
     with torch.no_grad():
         if tensor.is_floating_point() or tensor.is_complex():
-            tensor.fill_(fill)
+            if math.isfinite(fill):
+                tensor.uniform_(fill, 2 * fill)
+            else:
+                tensor.fill_(fill)
         elif tensor.dtype == torch.bool:
             tensor.logical_not_()
         else:
@@ -275,7 +294,8 @@ def _poison(tensor: Any, fill: float) -> None:
 
 def call_and_poison(fn: Callable, args: tuple, kwargs: dict, fill: float) -> Any:
     """Run one launch of the candidate's own code, then overwrite what it wrote: tensor arguments whose values changed
-    (output buffers and in-place results) and tensors it returned. Read-only inputs keep their values."""
+    (output buffers and in-place results) and tensors it returned. Read-only inputs keep their values. A write of
+    values a buffer already held is invisible here; KernelPoisoner makes fresh allocations hold NaN/max-int first."""
     from evaluator import judge
 
     arguments = _tensors_in(list(args) + list(kwargs.values()))
@@ -299,6 +319,7 @@ class KernelPoisoner:
 
     def __enter__(self) -> "KernelPoisoner":
         self.counter.poison = self.fill
+        self._fill_fresh_allocations()
         for holder in self.holders:
             namespace = vars(holder)
             for name, value in list(namespace.items()):
@@ -323,8 +344,36 @@ class KernelPoisoner:
         else:
             setattr(owner, name, poisoned)
 
+    def _fill_fresh_allocations(self) -> None:
+        """torch.empty*/resize_ fill new memory (NaN, max int) while deterministic algorithms are on. Without it a
+        freed block that held this very result comes back as the output buffer (the Triton interpreter's freed host
+        copies, in CPU mode), the kernel's write changes no value, is not seen, and an honest kernel is called unused.
+        warn_only: nondeterministic ops still run, silently."""
+        import warnings
+
+        import torch
+
+        deterministic = torch.utils.deterministic
+        self._saved_flags = (torch.are_deterministic_algorithms_enabled(),
+                             torch.is_deterministic_algorithms_warn_only_enabled(),
+                             deterministic.fill_uninitialized_memory)
+        self._warnings = warnings.catch_warnings()
+        self._warnings.__enter__()
+        warnings.simplefilter("ignore")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        deterministic.fill_uninitialized_memory = True
+
+    def _restore_flags(self) -> None:
+        import torch
+
+        enabled, warn_only, fill = self._saved_flags
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+        torch.utils.deterministic.fill_uninitialized_memory = fill
+        self._warnings.__exit__(None, None, None)
+
     def __exit__(self, *exc) -> None:
         self.counter.poison = None
+        self._restore_flags()
         for owner, name, function, in_dict in reversed(self.undo):
             if in_dict:
                 vars(owner)[name] = function
@@ -339,8 +388,9 @@ def _extension_file(module: Any) -> str:
     path = str(getattr(module, "__file__", "") or "")
     if not path.endswith((".so", ".pyd")):
         return ""
-    roots = _library_roots()
-    return "" if any(path.replace(os.sep, "/").startswith(r) for r in roots) else path
+    roots = _library_roots() + _installed_roots()
+    real = os.path.realpath(path).replace(os.sep, "/")
+    return "" if any(p.startswith(r) for r in roots for p in (path.replace(os.sep, "/"), real)) else path
 
 
 def _is_extension_module(value: Any) -> bool:
