@@ -49,7 +49,7 @@ def test_decoy_triton_kernel_is_still_caught_every_time(verdicts):
 
 
 def test_fresh_output_buffers_cannot_already_hold_the_result_while_poisoning():
-    """The root of the false verdict: a freed block holding this very result came back from torch.empty_like as
+    """The root of the false verdict: a freed temporary holding this very result came back from torch.empty_like as
     the output buffer, so the kernel's write changed no value and went unseen. While poisoning, new memory is NaN."""
     import torch
 
