@@ -425,7 +425,6 @@ class EvaluationJob:
             self.registry.add_event(self.run_id, "resume", f"{len(done)} sample(s) already evaluated are kept; "
                                                            f"{sum(len(s) for _, _, s in todo)} to go")
         self._write_meta(throughput=None)
-        self._start_baselines()
         log.info("eval %s: backend %s, model %s, %d problems x %d samples, %d turns, %d sample(s) to play, "
                  "evaluator on %s", self.name, self.config.backend, self.config.model, len(self.problems),
                  self.samples, self.config.max_turns, sum(len(s) for _, _, s in todo),
@@ -468,6 +467,8 @@ class EvaluationJob:
                       "samples_per_min": round(60 * self.samples_written / elapsed_s, 2) if elapsed_s else None,
                       "evaluator_workers": workers, "evaluator_seconds": round(eval_s, 3),
                       "evaluator_busy_frac": round(eval_s / (elapsed_s * workers), 3) if elapsed_s else None}
+        if not self.stop_event.is_set():
+            self._start_baselines()
         self._collect_baselines()
         self._write_meta(throughput=throughput)
         self.write_summary()
@@ -491,8 +492,7 @@ class EvaluationJob:
 
     def _start_baselines(self) -> None:
         """torch.compile baselines of the problems that have none stored yet, measured by the evaluator's trusted
-        baseline process while the samples play (the compile/eager ratio is timed interleaved, so load on the
-        device affects both alike)."""
+        baseline process once the samples are done, so a baseline never shares the GPU with a timed candidate."""
         measure, _ = compile_baseline_plan(self.config, self.evaluator)
         if not measure:
             return

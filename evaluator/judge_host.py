@@ -21,7 +21,8 @@ from evaluator.api import EvalRequest, EvalResult, RuntimeStats, Verdict
 from evaluator.proctree import kill_tree, process_table, tree_resident_bytes
 from evaluator.reference_cache import ReferenceCache, nbytes, problem_key
 
-# Candidate outputs travel to the judge as files: a runner's file-size cap must let the largest output through.
+# Candidate outputs travel to the judge as files: the runner's hand-over lifts its soft file-size cap (the output-flood
+# cap) to this hard one while it writes an output.
 RUNNER_MIN_FILE_SIZE_BYTES = 8 * 2**30
 
 START_TIMEOUT_S = 120.0
@@ -651,7 +652,8 @@ class JudgeHost:
         self.err_path, self.out_path = os.path.join(logs, "runner.err"), os.path.join(logs, "runner.out")
         self.resident_limit = limits.get("resident_bytes")
         runner_limits = dict(limits)
-        runner_limits["file_size_bytes"] = max(runner_limits.get("file_size_bytes") or 0, RUNNER_MIN_FILE_SIZE_BYTES)
+        runner_limits["file_size_hard_bytes"] = max(runner_limits.get("file_size_bytes") or 0,
+                                                    RUNNER_MIN_FILE_SIZE_BYTES)
         self.slot = Slot(device, os.path.join(workdir, "slot"), worker_module, runner_limits, self.out_path,
                          self.err_path)
         self.spare: Optional[_Runner] = None

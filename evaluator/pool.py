@@ -77,8 +77,10 @@ _ENV_ALLOW_PREFIXES = (
     "PATH", "LANG", "LANGUAGE", "LC_", "TZ", "TERM", "CUDA_", "NVIDIA_", "NCCL_", "NVSHMEM_", "TORCH_", "PYTORCH_",
     "TRITON_", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "PYTHONPATH",
     "VIRTUAL_ENV", "CONDA_PREFIX", "CC", "CXX", "NVCC_", "MAX_JOBS", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "USER",
-    "LOGNAME", "SHELL", "KRL_WORKER_",
+    "LOGNAME", "SHELL", "KRL_WORKER_", "KRL_BWRAP", "KRL_SANDBOX",
 )
+# The evaluator's own settings that slots need (where bwrap is, the sandbox kind, the syscall filter switch).
+_ENV_KRL_SETTINGS = ("KRL_WORKER_", "KRL_BWRAP", "KRL_SANDBOX")
 _ENV_SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION", "PRIVATE")
 _ENV_SECRET_PREFIXES = ("AWS_", "TINKER_", "OPENAI_", "HF_", "HUGGING", "ANTHROPIC_", "GOOGLE_", "AZURE_", "GITHUB_",
                         "WANDB_", "GH_", "GCP_", "KRL_")
@@ -86,7 +88,7 @@ _ENV_SECRET_PREFIXES = ("AWS_", "TINKER_", "OPENAI_", "HF_", "HUGGING", "ANTHROP
 
 def looks_secret(name: str) -> bool:
     upper = name.upper()
-    if upper.startswith("KRL_WORKER_"):
+    if upper.startswith(_ENV_KRL_SETTINGS):
         return False
     return any(marker in upper for marker in _ENV_SECRET_MARKERS) or upper.startswith(_ENV_SECRET_PREFIXES)
 
@@ -148,6 +150,11 @@ def _apply_limits(limits: dict[str, Any]) -> None:
     cap(resource.RLIMIT_CORE, limits.get("core_dump_bytes"))
     cap(resource.RLIMIT_NOFILE, limits.get("open_files"))
     cap(resource.RLIMIT_FSIZE, limits.get("file_size_bytes"))
+    if limits.get("file_size_hard_bytes"):
+        # A soft cap (what a flood of output hits) under a hard one that a trusted write may lift the soft cap to.
+        soft = limits.get("file_size_bytes") or limits["file_size_hard_bytes"]
+        resource.setrlimit(resource.RLIMIT_FSIZE, (min(soft, limits["file_size_hard_bytes"]),
+                                                   limits["file_size_hard_bytes"]))
     cap(resource.RLIMIT_AS, limits.get("address_space_bytes"))
     from evaluator.sandbox import NOBODY_UID
 

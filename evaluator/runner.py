@@ -3,6 +3,7 @@ CUDA) and forks one single-use runner per task; a runner evaluates one request, 
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import importlib
 import json
@@ -73,8 +74,22 @@ class JudgeLink:
     def hand_over(self, name: str, output: Any) -> None:
         from evaluator import tensorwire
 
-        tensorwire.write_values(os.path.join(self.outputs_dir, name + ".krlt"), output)
+        with _file_size_cap_lifted():
+            tensorwire.write_values(os.path.join(self.outputs_dir, name + ".krlt"), output)
         self._ask({"type": "output", "name": name}, "ack")
+
+
+@contextlib.contextmanager
+def _file_size_cap_lifted():
+    """An output may be larger than the output-flood cap: lift the soft cap to the hard one for this write only."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 
 
 # ---------------------------------------------------------------- the runner (a forked child of the zygote)
