@@ -333,7 +333,8 @@ class ClusterEvaluator:
         slot.state = ActorState.READY
 
     def _on_evaluated(self, slot: _Slot, ref: Any, job: _Job, value: Any, error: Optional[BaseException]) -> None:
-        slot.in_flight.pop(ref, None)
+        if slot.in_flight.pop(ref, None) is None and error is not None:
+            return  # the actor's death was handled meanwhile, and with it this request (retried or given up)
         if isinstance(error, ray.exceptions.RayActorError):
             slot.in_flight[ref] = job  # so the death handler retries it with the others
             self._actor_died(slot, error)
