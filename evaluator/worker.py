@@ -683,7 +683,8 @@ class _RunState:
             launches += self.ctx.launch_counter.count - before + poisoner.extension_calls
             poisoned_outputs.append(judge.snapshot(output))
             del output
-        normal = judge.snapshot(self._call_candidate(new_model, judge.clone_inputs(inputs), watch))
+        with runtime_rules.filled_fresh_memory():  # the same algorithms as the poisoned runs, bit for bit
+            normal = judge.snapshot(self._call_candidate(new_model, judge.clone_inputs(inputs), watch))
         if launches == 0:
             return  # nothing of the candidate's ran where we could see it; the launch rules decide
         moved = min(runtime_rules.moved_fraction(normal, poisoned) for poisoned in poisoned_outputs)

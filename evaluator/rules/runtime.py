@@ -3,6 +3,7 @@ that compare what the candidate did while timed with what it did while checked. 
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import types
@@ -307,6 +308,33 @@ def call_and_poison(fn: Callable, args: tuple, kwargs: dict, fill: float) -> Any
     return result
 
 
+@contextlib.contextmanager
+def filled_fresh_memory():
+    """torch.empty*/resize_ fill new memory (NaN, max int) while deterministic algorithms are on. Without it a freed
+    temporary that held this very result (e.g. the nan_to_num copies of the previous launch's written-check) comes
+    back from the allocator as the next output buffer, the kernel's write changes no value, is not seen, and an
+    honest kernel is called unused (CPU mode: rmsnorm at hidden 96, softmax at 64, about one evaluation in 8).
+    Deterministic mode also picks other cuDNN algorithms, so the normal run compared with the poisoned ones must run
+    under it too (else a torch conv's bits differ and a decoy's output seems to move). warn_only, warnings silenced:
+    nondeterministic ops still run."""
+    import warnings
+
+    import torch
+
+    deterministic = torch.utils.deterministic
+    saved = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+             deterministic.fill_uninitialized_memory)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        deterministic.fill_uninitialized_memory = True
+        try:
+            yield
+        finally:
+            torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+            deterministic.fill_uninitialized_memory = saved[2]
+
+
 class KernelPoisoner:
     """While active, the candidate's own kernels have their results overwritten: Triton launches through the launch
     counter, CUDA extension functions (load_inline modules) by wrapping them where the candidate reaches them."""
@@ -319,7 +347,8 @@ class KernelPoisoner:
 
     def __enter__(self) -> "KernelPoisoner":
         self.counter.poison = self.fill
-        self._fill_fresh_allocations()
+        self._filled = filled_fresh_memory()
+        self._filled.__enter__()
         for holder in self.holders:
             namespace = vars(holder)
             for name, value in list(namespace.items()):
@@ -344,37 +373,9 @@ class KernelPoisoner:
         else:
             setattr(owner, name, poisoned)
 
-    def _fill_fresh_allocations(self) -> None:
-        """torch.empty*/resize_ fill new memory (NaN, max int) while deterministic algorithms are on. Without it a
-        freed temporary that held this very result (e.g. the nan_to_num copies of the previous launch's written-check)
-        comes back from the allocator as the next output buffer, the kernel's write changes no value, is not seen, and
-        an honest kernel is called unused (CPU mode: rmsnorm at hidden 96, softmax at 64, about one evaluation in 8).
-        warn_only: nondeterministic ops still run, silently."""
-        import warnings
-
-        import torch
-
-        deterministic = torch.utils.deterministic
-        self._saved_flags = (torch.are_deterministic_algorithms_enabled(),
-                             torch.is_deterministic_algorithms_warn_only_enabled(),
-                             deterministic.fill_uninitialized_memory)
-        self._warnings = warnings.catch_warnings()
-        self._warnings.__enter__()
-        warnings.simplefilter("ignore")
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        deterministic.fill_uninitialized_memory = True
-
-    def _restore_flags(self) -> None:
-        import torch
-
-        enabled, warn_only, fill = self._saved_flags
-        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
-        torch.utils.deterministic.fill_uninitialized_memory = fill
-        self._warnings.__exit__(None, None, None)
-
     def __exit__(self, *exc) -> None:
         self.counter.poison = None
-        self._restore_flags()
+        self._filled.__exit__(None, None, None)
         for owner, name, function, in_dict in reversed(self.undo):
             if in_dict:
                 vars(owner)[name] = function
