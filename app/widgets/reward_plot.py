@@ -57,9 +57,9 @@ def curve_stats(curve: Curve, x_range: Optional[tuple[float, float]] = None) -> 
 
 
 def value_at(curve: Curve, x: float) -> Optional[float]:
-    """The raw value at the last point at or before x (what a cursor at x reads)."""
+    """The raw value at the last point at or before x (what a cursor at x reads); None past the curve's end."""
     index = bisect.bisect_right(curve.xs, x) - 1
-    return curve.ys[index] if index >= 0 else None
+    return curve.ys[index] if 0 <= index and x <= curve.xs[-1] else None
 
 
 class RewardPlot(Widget):

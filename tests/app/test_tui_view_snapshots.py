@@ -70,7 +70,7 @@ def test_compare_grid(snap_compare, two_runs, config_dir):
     two_runs, ids = two_runs
     ids = sorted(ids)
     path = config_dir / "settings.json"
-    path.write_text(json.dumps({SETTINGS_KEY: {f"{two_runs}#compare#{ids[0]},{ids[1]}#compare-curves": {
+    path.write_text(json.dumps({SETTINGS_KEY: {f"{two_runs}#compare#{ids[0]},{ids[1]}": {
         "selected": ["env/all/correct_rate", "env/all/compile_rate", "env/all/format_rate", "env/all/hack_rate"],
         "smoothing": 0.0, "x_axis": "step", "log_y": False, "filter": ""}}}))
 
