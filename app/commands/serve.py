@@ -69,6 +69,9 @@ def serve(
             evaluator = open_evaluator("local", **options)
     except EvaluatorError as exc:
         raise KrlError(f"the evaluator could not start: {exc}") from None
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        typer.echo(f"warning: binding {host} makes the service reachable from the network with the token as its only "
+                   "guard and no TLS: put it behind a TLS proxy or keep it on a private network.", err=True)
     typer.echo(f"krl serve: http://{host}:{port} over {ray_address and 'Ray ' + ray_address or 'the local pool'} "
                f"({', '.join(evaluator.devices)})", err=True)
     try:

@@ -76,4 +76,6 @@ def test_serve_answers_the_client_on_loopback(tmp_path, extra):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-    assert f"krl serve: http://127.0.0.1:{port}" in process.stderr.read()
+    stderr = process.stderr.read()
+    assert f"krl serve: http://127.0.0.1:{port}" in stderr
+    assert "warning: binding" not in stderr  # loopback: no network-exposure warning

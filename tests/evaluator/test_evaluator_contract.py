@@ -79,3 +79,9 @@ def test_every_evaluator_keeps_the_same_contract(opened):
         return
     with pytest.raises(EvaluatorError):
         future.result(timeout=30)
+
+
+@pytest.mark.parametrize("address", ["ray:/x", "ftp://host", "cluster"])
+def test_unknown_addresses_are_clear_errors(address):
+    with pytest.raises(EvaluatorError, match="unknown evaluator address"):
+        open_evaluator(address)
