@@ -143,13 +143,18 @@ def python_paths() -> list[str]:
 TOOLCHAIN_PROGRAMS = ("cc", "gcc", "g++", "c++", "clang", "nvcc", "ninja", "ld", "as")
 
 
+TOOLCHAIN_VARIABLES = ("CC", "CXX", "CUDAHOSTCXX", "NVCC_CCBIN")
+
+
 def toolchain_paths() -> list[str]:
-    """The installation prefix (the folder above bin/) of every compiler tool on PATH, wherever it lives."""
+    """The installation prefix (the folder above bin/) of every compiler tool on PATH or named by CC/CXX, wherever it
+    lives: both the path as named (a symlink farm such as /opt/gcc/bin) and the file it resolves to."""
+    found = [shutil.which(program) for program in TOOLCHAIN_PROGRAMS]
+    found += [shutil.which(os.environ[name]) for name in TOOLCHAIN_VARIABLES if os.environ.get(name)]
     prefixes = []
-    for program in TOOLCHAIN_PROGRAMS:
-        found = shutil.which(program)
-        if found:
-            prefixes.append(os.path.dirname(os.path.dirname(os.path.realpath(found))))
+    for path in filter(None, found):
+        for variant in (os.path.abspath(path), os.path.realpath(path)):
+            prefixes.append(os.path.dirname(os.path.dirname(variant)))
     return _dedupe([p for p in prefixes if p not in ("/", "")])
 
 

@@ -480,3 +480,10 @@ def test_compilers_outside_usr_are_visible_read_only(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{prefix / 'bin'}{os.pathsep}{os.environ['PATH']}")
     assert str(prefix) in sb.toolchain_paths()
     assert str(prefix) in sb.system_read_only_paths()
+    # Named only by CC (our GPU machine sets CC=/opt/gcc/bin/gcc), and a symlink into another prefix.
+    other = tmp_path / "opt" / "cc-wrapper" / "bin"
+    other.mkdir(parents=True)
+    (other / "mycc").symlink_to(compiler)
+    monkeypatch.setenv("PATH", os.defpath)
+    monkeypatch.setenv("CC", str(other / "mycc"))
+    assert {str(prefix), str(other.parent)} <= set(sb.toolchain_paths())
