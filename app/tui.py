@@ -72,13 +72,13 @@ class KrlApp(App):
             except Exception:
                 pass
 
-    # ---------------------------------------------------------------- screens
     def on_worker_state_changed(self, event) -> None:
         """The app's own workers report failures by the same route as the screens' (app/screens/base.py)."""
         from app.screens.base import report_worker_error
 
         report_worker_error(self, event)
 
+    # ---------------------------------------------------------------- screens
 
     def get_default_screen(self) -> Screen:
         from app.screens.runs import RunsScreen
