@@ -566,9 +566,31 @@ class Pool:
         extra = {k: v for k, v in extra.items() if k not in ("TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR")}
         extra["KRL_WORKER_SANDBOXED"] = "1"
         spec = worker_spec(workdir, self._parent_env, extra_env=extra, cache_dir=self.config.cache_dir)
+        self._warm_precompiled_headers_once(extra)
         return get_sandbox(self.sandbox_kind).popen(spec, argv, stdin=subprocess.PIPE, stdout=out_file,
                                                     stderr=err_file, pass_fds=(result_w,), start_new_session=True,
                                                     close_fds=True)
+
+    def _warm_precompiled_headers_once(self, extra: dict[str, str]) -> None:
+        """Sandboxed builders only read the torch PCH (one made where a candidate ran could be planted for later
+        builds): a fresh sandboxed process that runs no candidate code makes it, in the background, once per pool,
+        with only the cache's pch/ folder writable. GPU mode only (KRL_WARM_PCH=0: never, =1: also in CPU mode)."""
+        wanted = os.environ.get("KRL_WARM_PCH", "")
+        if getattr(self, "_pch_warmer", None) is not None or wanted == "0" or (
+                wanted != "1" and all(d == "cpu" for d in self.config.devices)):
+            return
+        from evaluator.compile import default_cache_dir
+        from evaluator.sandbox import get_sandbox, worker_spec
+
+        cache = self.config.cache_dir or default_cache_dir()
+        pch, private = os.path.join(cache, "pch"), os.path.join(self._root, "pch-warmer")
+        os.makedirs(pch, exist_ok=True)
+        os.makedirs(private, exist_ok=True)
+        spec = worker_spec(private, self._parent_env, extra_env=extra, cache_dir=cache, writable=(pch,))
+        with open(os.path.join(self._root, "logs", "pch-warmer.err"), "ab") as err_file:
+            self._pch_warmer = get_sandbox(self.sandbox_kind).popen(
+                spec, [sys.executable, "-m", "evaluator.compile", "warm-pch", cache], stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=err_file, start_new_session=True, close_fds=True)
 
     def _limits_for(self, role: str, device: str) -> dict[str, Any]:
         limits = dict(vars(self.config.limits))
@@ -943,6 +965,9 @@ class Pool:
 
     def _shutdown(self) -> None:
         self._closing = True
+        warmer = getattr(self, "_pch_warmer", None)
+        if warmer is not None and warmer.poll() is None:
+            kill_tree(warmer.pid)
         self._fail_everything("the evaluator was closed before this request finished.")
         for worker in self._workers:
             worker.kill_reason = worker.kill_reason or "close"
