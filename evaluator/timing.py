@@ -302,7 +302,9 @@ def rotation_sizes(input_bytes: int, budget_bytes: int = 2 * 2**30) -> tuple[int
 # So GPU evaluation processes get physical cores of their own and compile (and CPU-mode) workers get the rest.
 # No raised priority: candidate code runs in the runner and would inherit it, then could leave its cores.
 
-RESERVE_ENV = "KRL_TIMING_RESERVE"  # "0": no reservation (the timing-under-load benchmark compares both)
+# "1": pin GPU slots to reserved cores. Off by default: on the H100 host, under 16 g++ builds, speedups agreed with a
+# quiet run for 89% of kernels unpinned but 33-44% pinned to the 2 reserved cores (tests/bench/results/h100/).
+RESERVE_ENV = "KRL_TIMING_RESERVE"
 PLACEMENT_ENV = "KRL_WORKER_CPUS"  # set by the pool per worker, applied and removed at the worker's entry
 
 
@@ -368,11 +370,11 @@ def worker_cpus(role: str, device: str, devices: list[str], cpus: list[int] | No
                 siblings: dict[int, set[int]] | None = None) -> set[int]:
     """The CPUs a pool worker of `role` ("eval" or "compile") on `device` runs on, given the pool's `devices`: its
     device's reserved cores for a GPU evaluation slot, every other core for compile and CPU-mode workers. Empty: leave
-    it unpinned (no GPU, too few cores, or $KRL_TIMING_RESERVE=0)."""
+    it unpinned (no GPU, too few cores, or $KRL_TIMING_RESERVE not "1")."""
     import os
 
     gpus = [d for d in devices if d.startswith("cuda")]
-    if os.environ.get(RESERVE_ENV, "1").strip() == "0" or not gpus:
+    if os.environ.get(RESERVE_ENV, "0").strip() != "1" or not gpus:
         return set()
     everything = set(cpus if cpus is not None else _available_cpus())
     reserved = reserved_cores(len(gpus), sorted(everything), siblings)

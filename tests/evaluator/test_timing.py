@@ -205,6 +205,8 @@ def test_reserved_cores(cpus, siblings, gpus, kept):
 
 def test_worker_cpus_split_reserved_and_compile_cores(monkeypatch):
     monkeypatch.delenv(timing.RESERVE_ENV, raising=False)
+    assert timing.worker_cpus("eval", "cuda:0", ["cuda:0", "cuda:1"], list(range(16)), SMT_16) == set()  # off by default
+    monkeypatch.setenv(timing.RESERVE_ENV, "1")
     devices = ["cuda:0", "cuda:1"]
     cpus = list(range(16))
     assert timing.worker_cpus("eval", "cuda:1", devices, cpus, SMT_16) == {7, 15, 6, 14}
