@@ -402,7 +402,10 @@ class Slot:
 
             extra.update(runner_environment(self.triton_shared_dir))
             read_only.append(self.triton_shared_dir)
+        # The build cache read-only: runners load the CUDA extensions the trusted side published there (without it
+        # every CUDA candidate rebuilt privately inside its run time limit; H100).
         spec = sandboxes.worker_spec(self.private_dir, os.environ, extra_env=extra,
+                                     cache_dir=os.environ.get("KRL_WORKER_CACHE_DIR", ""),
                                      gpu=self.device.startswith("cuda"), read_only=read_only,
                                      writable=[self.outputs_dir])
         if self.sandbox.kind == "none":

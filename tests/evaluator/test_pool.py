@@ -265,3 +265,25 @@ def test_inputs_and_outputs_larger_than_the_candidates_file_cap_are_judged(cache
         result = ev.submit(request(GOOD, size_overrides={"N": large}, correctness_trials=1, measure_timing=False,
                                    run_timeout_s=120.0)).result(timeout=300)
     assert result.verdict == Verdict.CORRECT, result.error_message
+
+
+def test_runners_read_the_build_cache_but_cannot_write_it(cache_dir):
+    """Runners load the CUDA extensions the trusted side published in the build cache; without the cache in their
+    mount view every CUDA candidate rebuilt privately and timed out (H100). They must still be unable to write it."""
+    os.makedirs(cache_dir, exist_ok=True)
+    marker = os.path.join(cache_dir, "published-marker")
+    with open(marker, "w") as handle:
+        handle.write("trusted")
+    probe = candidate(f'''
+try:
+    open({os.path.join(cache_dir, "planted")!r}, "w").write("x")
+    return x.abs()  # wrote the cache: wrong on purpose
+except OSError:
+    pass
+with open({marker!r}) as handle:
+    return x.clamp_min(0) if handle.read() == "trusted" else x.abs()
+''')
+    with make_evaluator(cache_dir) as ev:
+        result = ev.submit(request(probe, measure_timing=False)).result(timeout=120)
+    assert result.verdict == Verdict.CORRECT, result.error_message
+    assert not os.path.exists(os.path.join(cache_dir, "planted"))
