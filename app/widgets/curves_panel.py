@@ -136,6 +136,11 @@ class CurvesPanel(Horizontal):
             box.value = self.filter_text
 
     def set_keys(self, keys: Sequence[str], selected: Sequence[str]) -> None:
+        if not self.query("#metric-list"):
+            # Keys can come before this panel's children are mounted (a tab set up on idle, seen in a clean-clone
+            # test run as NoMatches on #metric-filter): set them once the children are there.
+            self.call_after_refresh(self.set_keys, list(keys), list(selected))
+            return
         keys = [k for k in keys if self.only is None or self.only.search(k)]
         if keys == self.all_keys and (self.selected or self._user_chose):
             return
