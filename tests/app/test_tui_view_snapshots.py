@@ -46,6 +46,7 @@ def settled(*keys: str, then=None):
         for key in keys:
             await pilot.press(key)
             await settle(pilot)
+        await settle(pilot)  # a panel that got its keys before mounting sets them after a refresh (curves_panel)
     return run_before
 
 
