@@ -10,11 +10,9 @@ import json
 import logging
 import math
 import platform
-import signal
 import sys
 import threading
 import time
-import traceback
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Optional, Sequence
 
@@ -573,48 +571,26 @@ def execute(registry: Registry, run_id: int, install_signals: bool = True,
             stop_after_samples: Optional[int] = None) -> int:
     """Run a registered eval run to its end here; 0 finished/stopped, 1 failed. SIGTERM/SIGINT stop it (finished
     samples kept, resumable). stop_after_samples: stop like on SIGTERM once that many samples are written (tests)."""
-    from core.train import _finish
+    from core.train import StopSignals, _finish, record_failure
 
+    signals = StopSignals(install_signals)
     job: Optional[EvaluationJob] = None
-    previous: dict[int, Any] = {}
-    pending_signal: list[str] = []
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        name = signal.Signals(signum).name
-        if job is not None:
-            job.request_stop(name)
-        else:
-            pending_signal.append(name)
-
-    if install_signals and threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            previous[sig] = signal.signal(sig, on_signal)
     try:
         try:
-            job = EvaluationJob(registry, run_id, stop_after_samples)
-            if pending_signal:
-                job.request_stop(pending_signal[0])
+            job = signals.attach(EvaluationJob(registry, run_id, stop_after_samples))
             job.run()
         except StopRequested as stop:
             written = job.samples_written if job else 0
             _finish(registry, run_id, "stopped", f"{stop} — {written} sample(s) written this segment", 0)
             return 0
-        except KrlError as exc:
-            _finish(registry, run_id, "failed", str(exc), 1, error=str(exc))
-            log.error("failed: %s", exc)
-            return 1
         except BaseException as exc:  # noqa: BLE001 - every failure must reach the registry
-            text = "".join(traceback.format_exception(exc))
-            _finish(registry, run_id, "failed", f"{type(exc).__name__}: {exc}", 1, error=text[-4000:])
-            log.error("failed:\n%s", text)
-            return 1
+            return record_failure(registry, run_id, exc)
         _finish(registry, run_id, "finished", f"{len(job.problems)} problems x {job.samples} samples", 0)
         return 0
     finally:
         if job is not None:
             job.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        signals.restore()
 
 
 def create_eval_run(registry: Registry, config: RunConfig, name: Optional[str] = None,

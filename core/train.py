@@ -537,30 +537,58 @@ def _finish(registry: Registry, run_id: int, status: str, message: str, exit_cod
     registry.set_status(run_id, status, message, **fields)
 
 
+class StopSignals:
+    """SIGTERM/SIGINT ask the attached job to stop; a signal that comes before the job exists is handed to it on
+    attach. Shared by training and evaluation jobs (core/evaluation.py)."""
+
+    def __init__(self, install: bool):
+        self.job: Any = None
+        self.pending: list[str] = []
+        self.previous: dict[int, Any] = {}
+        if install and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self.previous[sig] = signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self.job is not None:
+            self.job.request_stop(name)
+        else:
+            self.pending.append(name)
+
+    def attach(self, job: Any) -> Any:
+        self.job = job
+        if self.pending:
+            job.request_stop(self.pending[0])
+        return job
+
+    def restore(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+def record_failure(registry: Registry, run_id: int, exc: BaseException) -> int:
+    """Mark the run failed with what went wrong (a user error's message, or the traceback of anything else)."""
+    if isinstance(exc, KrlError):
+        _finish(registry, run_id, "failed", str(exc), 1, error=str(exc))
+        log.error("failed: %s", exc)
+    else:
+        text = "".join(traceback.format_exception(exc))
+        _finish(registry, run_id, "failed", f"{type(exc).__name__}: {exc}", 1, error=text[-4000:])
+        log.error("failed:\n%s", text)
+    return 1
+
+
 def execute(registry: Registry, run_id: int, install_signals: bool = True,
             stop_after_step: Optional[int] = None) -> int:
     """Run a registered run to its end in this process; returns the exit code (0 finished/stopped, 1 failed).
     Signals: SIGTERM (and SIGINT) → checkpoint → `stopped`. stop_after_step: stop (as on SIGTERM) once that step is
     done — a pause at a known point, e.g. to test resume."""
+    signals = StopSignals(install_signals)
     trainer: Optional[Trainer] = None
-    previous: dict[int, Any] = {}
-    pending_signal: list[str] = []
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        name = signal.Signals(signum).name
-        if trainer is not None:
-            trainer.request_stop(name)
-        else:
-            pending_signal.append(name)
-
-    if install_signals and threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            previous[sig] = signal.signal(sig, on_signal)
     try:
         try:
-            trainer = Trainer(registry, run_id, stop_after_step=stop_after_step)
-            if pending_signal:
-                trainer.request_stop(pending_signal[0])
+            trainer = signals.attach(Trainer(registry, run_id, stop_after_step=stop_after_step))
             trainer.run()
         except MarkedEnded as ended:
             # Another process decided this run's end (stale heartbeat) and may have given its GPUs away: leave
@@ -573,23 +601,15 @@ def execute(registry: Registry, run_id: int, install_signals: bool = True,
             _finish(registry, run_id, "stopped", f"{stop} — checkpoint at step {last}", 0)
             log.info("stopped (%s); last checkpoint at step %s", stop, last)
             return 0
-        except KrlError as exc:
-            _finish(registry, run_id, "failed", str(exc), 1, error=str(exc))
-            log.error("failed: %s", exc)
-            return 1
         except BaseException as exc:  # noqa: BLE001 - every failure must reach the registry
-            text = "".join(traceback.format_exception(exc))
-            _finish(registry, run_id, "failed", f"{type(exc).__name__}: {exc}", 1, error=text[-4000:])
-            log.error("failed:\n%s", text)
-            return 1
+            return record_failure(registry, run_id, exc)
         _finish(registry, run_id, "finished", f"{trainer.config.max_steps} steps", 0)
         log.info("finished %s", trainer.name)
         return 0
     finally:
         if trainer is not None:
             trainer.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        signals.restore()
 
 
 def _configure_logging(log_file: Path | None = None) -> list[logging.Handler]:
