@@ -167,6 +167,14 @@ def _detect_gpus() -> tuple[int, Optional[str]]:
         return 0, None
 
 
+def check_request(request: EvalRequest) -> None:
+    """The caller's mistakes every evaluator (local, Ray, HTTP) refuses before queueing: EvaluatorError says which."""
+    if request.backend not in BACKENDS:
+        raise EvaluatorError(f"unknown backend {request.backend!r}; use one of {', '.join(BACKENDS)}.")
+    if request.precision not in PRECISIONS:
+        raise EvaluatorError(f"unknown precision {request.precision!r}; use one of {', '.join(PRECISIONS)}.")
+
+
 class Evaluator:
     """A pool of isolated worker processes that turns EvalRequests into EvalResults.
 
@@ -243,10 +251,7 @@ class Evaluator:
 
     def submit(self, request: EvalRequest):
         """A concurrent.futures.Future that resolves to exactly one EvalResult."""
-        if request.backend not in BACKENDS:
-            raise EvaluatorError(f"unknown backend {request.backend!r}; use one of {', '.join(BACKENDS)}.")
-        if request.precision not in PRECISIONS:
-            raise EvaluatorError(f"unknown precision {request.precision!r}; use one of {', '.join(PRECISIONS)}.")
+        check_request(request)
         return self._pool.submit(request)
 
     def evaluate(self, request: EvalRequest) -> EvalResult:

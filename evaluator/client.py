@@ -11,7 +11,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 import httpx
 
-from evaluator.api import BACKENDS, PRECISIONS, EvalRequest, EvalResult, EvaluatorError
+from evaluator.api import EvalRequest, EvalResult, EvaluatorError, check_request
 from evaluator.factory import evaluate_with_backpressure
 
 DEFAULT_TOKEN_ENV = "KRL_EVAL_TOKEN"
@@ -48,10 +48,7 @@ class HttpEvaluator:
     # ---------------------------------------------------------------- EvaluatorLike
 
     def submit(self, request: EvalRequest) -> "Future[EvalResult]":
-        if request.backend not in BACKENDS:
-            raise EvaluatorError(f"unknown backend {request.backend!r}; use one of {', '.join(BACKENDS)}.")
-        if request.precision not in PRECISIONS:
-            raise EvaluatorError(f"unknown precision {request.precision!r}; use one of {', '.join(PRECISIONS)}.")
+        check_request(request)
         future: Future = Future()
         future.set_running_or_notify_cancel()
         with self._lock:

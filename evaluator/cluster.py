@@ -17,7 +17,7 @@ from typing import Any, Iterable, Iterator, Optional
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from evaluator.api import BACKENDS, PRECISIONS, EvalRequest, EvalResult, Evaluator, EvaluatorError, Verdict
+from evaluator.api import EvalRequest, EvalResult, Evaluator, EvaluatorError, Verdict, check_request
 from evaluator.factory import EvaluatorBusy, evaluate_with_backpressure
 
 MAINTAIN_EVERY_S = 2.0  # how often nodes are re-read, missing actors started and actor stats refreshed
@@ -185,10 +185,7 @@ class ClusterEvaluator:
     # ---------------------------------------------------------------- EvaluatorLike
 
     def submit(self, request: EvalRequest) -> "Future[EvalResult]":
-        if request.backend not in BACKENDS:
-            raise EvaluatorError(f"unknown backend {request.backend!r}; use one of {', '.join(BACKENDS)}.")
-        if request.precision not in PRECISIONS:
-            raise EvaluatorError(f"unknown precision {request.precision!r}; use one of {', '.join(PRECISIONS)}.")
+        check_request(request)
         future: Future = Future()
         future.set_running_or_notify_cancel()
         with self._lock:
