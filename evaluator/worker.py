@@ -668,9 +668,10 @@ class _RunState:
             return unknown
 
     def _check_output_uses_kernels(self, reference, new_model, watch) -> None:
-        """Decoy and token kernels: run once with the results of the candidate's own kernels overwritten (NaN, then a
-        large finite value) and once normally, on fresh inputs; the output must move where the kernels' work went.
-        The poisoned run comes first, so a reused output buffer holds older values and every write is seen."""
+        """Decoy and token kernels: run with the results of the candidate's own kernels overwritten (per-element noise,
+        then NaN) and once normally, on fresh inputs; the output must move where the kernels' work went. Fresh
+        buffers start as NaN in all three runs (filled_fresh_memory), so a buffer that already held the result
+        cannot hide a write."""
         inputs = self._inputs_named("poison", reference)
         holders = [self.candidate_module] + list(new_model.modules())
         launches = 0
