@@ -35,6 +35,10 @@ def test_a_detached_grandchild_stays_in_a_subreapers_tree_and_dies_with_it(tmp_p
         assert grandchild in descendants(worker.pid)  # its parent exited: re-parented to the subreaper, not init
         assert has_children(worker.pid)
         table = process_table()
+        deadline = time.monotonic() + 10
+        while table.get(grandchild, (0, 0))[1] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)  # `sleep` may still be exec'ing (no resident pages yet) on a loaded machine
+            table = process_table()
         assert tree_resident_bytes(worker.pid, table) > table[worker.pid][1] > 0
         assert grandchild in kill_tree(worker.pid)
         worker.wait(10)
