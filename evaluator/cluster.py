@@ -73,10 +73,26 @@ class EvalActor:
         return json.dumps(data)
 
     def stats(self) -> str:
-        return json.dumps(self.evaluator.stats())
+        data = self.evaluator.stats()
+        data["gpu_util_percent"] = _gpu_util_percent(self.gpu_ids)  # for the TUI's cluster view
+        return json.dumps(data)
 
     def close(self) -> None:
         self.evaluator.close()
+
+
+def _gpu_util_percent(gpu_ids: list[str]) -> Optional[float]:
+    """The actor's GPU's utilisation now, through NVML (physical index); None without a GPU, driver or nvidia-ml-py."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return float(pynvml.nvmlDeviceGetUtilizationRates(pynvml.nvmlDeviceGetHandleByIndex(int(gpu_ids[0]))).gpu)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no GPU (CPU actor: gpu_ids is empty), no driver, no package
+        return None
 
 
 def _gpu_name(physical_index: str) -> str:
@@ -533,6 +549,7 @@ class ClusterEvaluator:
                 "state": "broken" if slot.key in self._broken else slot.state.value,
                 "in_flight": len(slot.in_flight), "done": slot.done, "failures": slot.failures,
                 "evals_per_min": round(len(slot.finished_at) * 60.0 / window, 2), "why": slot.why,
+                "gpu_util_percent": slot.pool.get("gpu_util_percent"),
                 "pool": slot.pool}
 
 
