@@ -335,6 +335,7 @@ class EvaluationJob:
         self._heartbeat_stop = threading.Event()
         self._heartbeat: Optional[threading.Thread] = None
         self._baselines: dict[str, Future] = {}
+        self._cluster: Any = None  # cluster.json for the TUI's Cluster tab (eval.cluster / eval.endpoint only)
 
     def request_stop(self, reason: str) -> None:
         if not self.stop_event.is_set():
@@ -374,9 +375,12 @@ class EvaluationJob:
         # evaluation.state_path: a training checkpoint's weights (krl eval --run NAME --checkpoint STEP).
         self.backend = open_backend(self.config, state_path=self.config.evaluation.state_path or None)
         self._load_problems()
-        from core.run_evaluator import open_run_evaluator
+        from core.cluster_snapshot import start_recording
+        from core.run_evaluator import open_run_evaluator, remote_address
 
         self.evaluator = open_run_evaluator(self.config.eval)  # local pool, eval.cluster or eval.endpoint
+        self._cluster = start_recording(self.evaluator, remote_address(self.config.eval),
+                                        self.registry.run_dir(self.name))
         env_config = self.config
         if self.evaluator.cpu_mode and self.config.eval.size == "gpu":
             env_config = self.config.model_copy(update={"eval": self.config.eval.model_copy(
@@ -552,6 +556,8 @@ class EvaluationJob:
         self._heartbeat_stop.set()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._cluster is not None:
+            self._cluster.stop()  # its last snapshot, while the evaluator still answers
         if self.evaluator is not None:
             closer = threading.Thread(target=self.evaluator.close, daemon=True)
             closer.start()

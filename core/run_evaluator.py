@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from core.errors import KrlError
 
@@ -22,3 +22,11 @@ def open_run_evaluator(eval_config: Any) -> Any:
         return open_evaluator("local", devices=eval_config.devices, **pool)
     except EvaluatorError as exc:
         raise KrlError(f"cannot start the evaluator: {exc}") from None
+
+
+def remote_address(eval_config: Any) -> str:
+    """Where a run evaluates when not on this machine's pool: eval.endpoint or eval.cluster, '' for the local pool.
+    Takes the config's eval section or its stored JSON form (the registry's runs.config["eval"])."""
+    if isinstance(eval_config, Mapping):
+        return eval_config.get("endpoint") or eval_config.get("cluster") or ""
+    return eval_config.endpoint or eval_config.cluster or ""

@@ -144,6 +144,7 @@ class Trainer:
         self._pool: Optional[ThreadPoolExecutor] = None
         self._tb: Any = None
         self._system: Optional[StepSampler] = None  # system/* metrics (GPU, CPU, RAM), a mean per step
+        self._cluster: Any = None  # cluster.json for the TUI's Cluster tab (eval.cluster / eval.endpoint only)
 
     # ------------------------------------------------------------ control
 
@@ -265,9 +266,11 @@ class Trainer:
             log.info("backend %s cannot train; checkpoint weights not loaded", self.config.backend)
         self._load_problems(state.get("problem_ids") if same_run else None)
         self.retriever = make_retriever(self.config)
-        from core.run_evaluator import open_run_evaluator
+        from core.cluster_snapshot import start_recording
+        from core.run_evaluator import open_run_evaluator, remote_address
 
         self.evaluator = open_run_evaluator(self.config.eval)  # local pool, eval.cluster or eval.endpoint
+        self._cluster = start_recording(self.evaluator, remote_address(self.config.eval), self.run_dir)
         self.env_config = self.config
         if getattr(self.evaluator, "cpu_mode", False) and self.config.eval.size == "gpu":
             # gpu_sizes make each reference run for seconds on a CPU: keep the files' own sizes there.
@@ -462,6 +465,8 @@ class Trainer:
         for step in range(self.start_step, cfg.max_steps):
             try:
                 self.run_step(step)
+                if self._cluster is not None:
+                    self._cluster.record_soon()
                 if cfg.eval_every and (step + 1) % cfg.eval_every == 0:
                     self._evaluate_heldout(step)
             except StopRequested:
@@ -486,6 +491,8 @@ class Trainer:
         self._heartbeat_stop.set()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._cluster is not None:
+            self._cluster.stop()  # its last snapshot, while the evaluator still answers
         if self.evaluator is not None:
             # A stuck worker must not keep a stopping job alive past procman's grace period.
             closer = threading.Thread(target=self.evaluator.close, daemon=True)
