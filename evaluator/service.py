@@ -18,12 +18,14 @@ from concurrent.futures import Future
 from typing import Any, Awaitable, Callable, Optional
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from evaluator.api import BACKENDS, PRECISIONS, EvalRequest, EvalResult, EvaluatorError
+from evaluator.api import BACKENDS, PRECISIONS, EvalRequest, EvalResult, EvaluatorError, Verdict
 from evaluator.factory import EvaluatorBusy, EvaluatorLike, worker_rows
+from evaluator.result_store import ResultStore, StoredRequest, result_row
 
 log = logging.getLogger(__name__)
 
@@ -45,30 +47,63 @@ class TooLarge(BadRequest):
 
 # ---------------------------------------------------------------- the service (no HTTP in here)
 
+MAX_SUBMISSIONS = 3  # a request in progress at this many unclean service deaths is given up as `crashed`
+
+
 @dataclasses.dataclass(eq=False)
-class _Entry:
+class _Live:
     fingerprint: str
-    future: Future
-    submitted_at: float
+    future: Future  # the service's own future: set only once the result is in the store
 
 
 class EvaluationService:
-    """Requests by id, exactly once: a request id seen again returns the first submission's result (a client that
-    retries, or a trainer that restarted, never causes a second evaluation). At most `max_pending` unfinished
-    requests (then EvaluatorBusy); the last `max_results` finished results are kept for GET /v1/results/{id}."""
+    """Requests by id, exactly once, also across service restarts: every accepted request is in `store` before it is
+    answered, and its result is stored before anyone sees it. A request id seen again returns the first submission's
+    result (no second evaluation); `recover()` hands the store's unfinished requests to the evaluator once, at start.
+    At most `max_pending` unfinished requests (then EvaluatorBusy). Without a store, one in memory (one life)."""
 
-    def __init__(self, evaluator: EvaluatorLike, *, max_pending: int = 2000, max_results: int = 50_000):
+    def __init__(self, evaluator: EvaluatorLike, *, store: Optional[ResultStore] = None, max_pending: int = 2000,
+                 max_results: int = 50_000):
         self.evaluator = evaluator
+        self.store = store if store is not None else ResultStore(keep_results=max_results)
         self.max_pending = max_pending
-        self.max_results = max_results
-        self._entries: "collections.OrderedDict[str, _Entry]" = collections.OrderedDict()
-        self._pending = 0
+        self.max_results = self.store.keep_results
+        self._live: dict[str, _Live] = {}
+        self._closed = False
         # Reentrant: a future that is already done runs its done-callback (which takes the lock) at once.
         self._lock = threading.RLock()
         self.counters: collections.Counter = collections.Counter()
         self.verdicts: collections.Counter = collections.Counter()
         self.seconds_sum = 0.0
         self.started_at = time.time()
+
+    @property
+    def pending(self) -> int:
+        return len(self._live)
+
+    def recover(self) -> int:
+        """Hand every request the store holds unfinished (accepted by an earlier life of the service that died or
+        stopped before its result) to the evaluator, once; returns how many. One that was in progress at
+        MAX_SUBMISSIONS unclean deaths gets a stored `crashed` result instead (it may be what kills the service)."""
+        unfinished = []
+        for row in self.store.unfinished():
+            request = EvalRequest.from_dict(json.loads(row.request_json))
+            if row.submissions >= MAX_SUBMISSIONS:
+                self.store.finish(row.request_id, result_row(result_json(_given_up(request, row.submissions))))
+                self.counters["given_up"] += 1
+            else:
+                unfinished.append((request, row.fingerprint))
+        self.store.resubmitted([request.request_id for request, _ in unfinished])
+        for request, fingerprint in unfinished:
+            while True:
+                try:
+                    with self._lock:
+                        self._hand_over_locked(request, fingerprint)
+                    break
+                except EvaluatorBusy as exc:  # the evaluator's own queue is full: wait, outside the lock
+                    time.sleep(exc.retry_after_s)
+        self.counters["recovered"] += len(unfinished)
+        return len(unfinished)
 
     def submit_many(self, payloads: list[Any]) -> list[tuple[str, Future]]:
         """Validate every payload first (BadRequest names the first bad one), then submit all or none."""
@@ -79,39 +114,81 @@ class EvaluationService:
             except BadRequest as exc:
                 raise BadRequest(f"request {index}: {exc}" if len(payloads) > 1 else str(exc)) from None
         with self._lock:
-            fresh = [r for r in requests if self._reusable(r) is None]
-            if self._pending + len(fresh) > self.max_pending:
+            if self._closed:
+                raise EvaluatorError("the service is shutting down; retry in a moment.")
+            known: dict[str, Future] = {}
+            fresh: dict[str, tuple[EvalRequest, str, bool]] = {}  # id -> (request, fingerprint, stored already)
+            for request in requests:
+                request_id, fingerprint = request.request_id, _fingerprint(request)
+                if request_id in fresh:  # the same id twice in one batch
+                    if fresh[request_id][1] != fingerprint:
+                        raise _reused(request_id)
+                    continue
+                future, stored = self._known_locked(request_id, fingerprint)
+                if future is None:
+                    fresh[request_id] = (request, fingerprint, stored)
+                else:
+                    known[request_id] = future
+            if self.pending + len(fresh) > self.max_pending:
                 self.counters["rejected_busy"] += 1
-                raise EvaluatorBusy(f"the service has {self._pending} requests in progress (limit "
-                                    f"{self.max_pending}); retry later.", self._pending)
-            return [(r.request_id, self._submit_locked(r)) for r in requests]
+                raise EvaluatorBusy(f"the service has {self.pending} requests in progress (limit "
+                                    f"{self.max_pending}); retry later.", self.pending)
+            known.update(self._accept_locked(list(fresh.values())))
+            self.counters["deduplicated"] += len(requests) - len(fresh)
+            return [(r.request_id, known[r.request_id]) for r in requests]
 
     def lookup(self, request_id: str) -> Optional[Future]:
+        """The future of a request's result, or None when there is none to wait for here (never sent, forgotten,
+        or its evaluation failed on our side): the caller sends it again under the same id."""
         with self._lock:
-            entry = self._entries.get(request_id)
-            return entry.future if entry else None
+            live = self._live.get(request_id)
+            if live is not None:
+                return live.future
+            row = self.store.get(request_id)
+        return _stored_future(row) if row is not None and row.finished else None
+
+    def close(self) -> None:
+        """Stop cleanly: requests still in progress are not held against MAX_SUBMISSIONS (they are handed over again
+        at the next start), and the store is closed. Close the evaluator after this."""
+        with self._lock:
+            self._closed = True
+            live = list(self._live)
+        try:
+            self.store.resubmitted(live, delta=-1)
+        except EvaluatorError as exc:
+            log.warning("could not record the clean stop in the results store: %s", exc)
+        self.store.close()
+
+    def _take_back(self, request_id: str) -> None:
+        """A hand-over that ended without a result (our failure) is not held against the request's MAX_SUBMISSIONS:
+        only service deaths during its evaluation are."""
+        try:
+            self.store.resubmitted([request_id], delta=-1)
+        except EvaluatorError as exc:
+            log.warning("request %s: could not record the failed hand-over: %s", request_id, exc)
 
     def health(self) -> dict[str, Any]:
         stats = self.evaluator.stats()
         rows = worker_rows(stats)
         ready = sum(r["state"] == "ready" for r in rows)
         status = "ok" if ready else ("starting" if any(r["state"] == "starting" for r in rows) else "unavailable")
-        return {"status": status, "workers_ready": ready, "workers": len(rows), "pending": self._pending,
-                "queue_depth": stats.get("queue_depth", self._pending), "cpu_mode": bool(getattr(
+        return {"status": status, "workers_ready": ready, "workers": len(rows), "pending": self.pending,
+                "queue_depth": stats.get("queue_depth", self.pending), "cpu_mode": bool(getattr(
                     self.evaluator, "cpu_mode", all(r["device"] == "cpu" for r in rows)))}
 
     def workers(self) -> dict[str, Any]:
         stats = self.evaluator.stats()
         rows = [{k: v for k, v in row.items() if k != "pool"} for row in worker_rows(stats)]
-        return {"workers": rows, "queue_depth": stats.get("queue_depth", self._pending), "pending": self._pending,
+        return {"workers": rows, "queue_depth": stats.get("queue_depth", self.pending), "pending": self.pending,
                 "counters": dict(stats.get("stats", {}))}
 
     def metrics_text(self) -> str:
         """Prometheus text exposition (version 0.0.4)."""
         rows = worker_rows(self.evaluator.stats())
+        stored = self.store.counts()
         with self._lock:
             counters, verdicts, seconds = dict(self.counters), dict(self.verdicts), self.seconds_sum
-            pending = self._pending
+            pending = self.pending
         lines = ["# TYPE krl_requests_total counter"]
         lines += [f'krl_requests_total{{outcome="{k}"}} {v}' for k, v in sorted(counters.items())]
         lines += ["# TYPE krl_results_total counter"]
@@ -119,6 +196,9 @@ class EvaluationService:
         lines += ["# TYPE krl_evaluation_seconds summary", f"krl_evaluation_seconds_sum {seconds:.6f}",
                   f"krl_evaluation_seconds_count {sum(verdicts.values())}",
                   "# TYPE krl_pending_requests gauge", f"krl_pending_requests {pending}",
+                  "# TYPE krl_stored_requests gauge",
+                  f'krl_stored_requests{{state="unfinished"}} {stored["unfinished"]}',
+                  f'krl_stored_requests{{state="finished"}} {stored["finished"]}',
                   "# TYPE krl_workers gauge"]
         for state in ("ready", "starting", "broken", "dead"):
             lines.append(f'krl_workers{{state="{state}"}} {sum(r["state"] == state for r in rows)}')
@@ -130,48 +210,74 @@ class EvaluationService:
 
     # ---- inside the lock
 
-    def _reusable(self, request: EvalRequest) -> Optional[_Entry]:
-        entry = self._entries.get(request.request_id)
-        if entry is None:
-            return None
-        if entry.fingerprint != _fingerprint(request):
-            raise BadRequest(f"request_id {request.request_id!r} was already used for a different request; "
-                             "use a new id for new work.")
-        failed = entry.future.done() and entry.future.exception() is not None
-        return None if failed else entry  # our own failure is not a result: a retry evaluates it again
+    def _known_locked(self, request_id: str, fingerprint: str) -> tuple[Optional[Future], bool]:
+        """(future of the result to reuse or None, whether the store has the id). A reused id with another
+        payload is a BadRequest; an id whose earlier evaluation failed on our side is evaluated again."""
+        live = self._live.get(request_id)
+        if live is not None:
+            if live.fingerprint != fingerprint:
+                raise _reused(request_id)
+            return live.future, True
+        row = self.store.get(request_id)
+        if row is None:
+            return None, False
+        if row.fingerprint != fingerprint:
+            raise _reused(request_id)
+        return (_stored_future(row) if row.finished else None), True
 
-    def _submit_locked(self, request: EvalRequest) -> Future:
-        entry = self._reusable(request)
-        if entry is not None:
-            self.counters["deduplicated"] += 1
-            return entry.future
-        future = self.evaluator.submit(request)  # EvaluatorError (closed, busy) goes to the caller as 503
-        self.counters["accepted"] += 1
-        self._pending += 1
-        self._entries[request.request_id] = _Entry(_fingerprint(request), future, time.monotonic())
-        self._entries.move_to_end(request.request_id)
+    def _accept_locked(self, fresh: list[tuple[EvalRequest, str, bool]]) -> dict[str, Future]:
+        """Store the requests (one transaction), then hand them to the evaluator; those it refuses are taken back
+        out of the store before the caller hears the refusal."""
+        self.store.accept([(r.request_id, fp, json.dumps(r.to_dict())) for r, fp, _ in fresh])
+        futures = {}
+        for index, (request, fingerprint, _) in enumerate(fresh):
+            try:
+                futures[request.request_id] = self._hand_over_locked(request, fingerprint)
+            except EvaluatorError:
+                refused = fresh[index:]
+                self.store.release([r.request_id for r, _, stored in refused if not stored],
+                                   [r.request_id for r, _, stored in refused if stored])
+                raise
+            self.counters["accepted"] += 1
+        return futures
+
+    def _hand_over_locked(self, request: EvalRequest, fingerprint: str) -> Future:
+        inner = self.evaluator.submit(request)  # EvaluatorError (closed, busy) goes to the caller as 503
+        outer: Future = Future()
+        self._live[request.request_id] = _Live(fingerprint, outer)
         started = time.monotonic()
-        future.add_done_callback(lambda f: self._on_done(f, started))
-        self._evict_locked()
-        return future
+        # An inner future already done runs this at once, in this thread (the lock is reentrant).
+        inner.add_done_callback(lambda done: self._on_evaluated(request.request_id, done, started))
+        return outer
 
-    def _on_done(self, future: Future, started: float) -> None:
+    def _on_evaluated(self, request_id: str, inner: Future, started: float) -> None:
+        """Store the result, then publish it: nobody sees a result that a restart could lose."""
         with self._lock:
-            self._pending -= 1
-            if future.exception() is None:
-                self.verdicts[future.result().verdict.value] += 1
+            outer = self._live[request_id].future
+        error: Optional[BaseException] = None
+        try:
+            result = inner.result()
+            self.store.finish(request_id, result_row(result_json(result)))
+        except EvaluatorError as exc:  # the evaluator or the store failed: a retry (or the next start) redoes it
+            error = exc
+        except BaseException as exc:  # noqa: BLE001 - cancelled, or a bug of ours: still exactly one outcome
+            error = EvaluatorError(f"the evaluation failed on our side ({type(exc).__name__}: {exc}); send the "
+                                   "request again.")
+        if error is not None and not self._closed:
+            self._take_back(request_id)
+        with self._lock:
+            del self._live[request_id]  # after the store write: a re-sent id finds the stored result, never a gap
+            if error is None:
+                self.verdicts[result.verdict.value] += 1
                 self.seconds_sum += time.monotonic() - started
             else:
                 self.counters["evaluator_errors"] += 1
-
-    def _evict_locked(self) -> None:
-        excess = len(self._entries) - self.max_results
-        for key in list(self._entries)[: max(0, excess) * 2]:
-            if excess <= 0:
-                break
-            if self._entries[key].future.done():
-                del self._entries[key]
-                excess -= 1
+        if error is None:
+            outer.set_result(result)
+        else:
+            if not self._closed:
+                log.warning("request %s: %s", request_id, error)
+            outer.set_exception(error)
 
 
 def parse_request(payload: Any) -> EvalRequest:
@@ -207,18 +313,41 @@ def _fingerprint(request: EvalRequest) -> str:
     return hashlib.sha256(json.dumps(request.to_dict(), sort_keys=True).encode()).hexdigest()
 
 
+def _reused(request_id: str) -> BadRequest:
+    return BadRequest(f"request_id {request_id!r} was already used for a different request; use a new id for new "
+                      "work.")
+
+
+def _stored_future(row: StoredRequest) -> Future:
+    future: Future = Future()
+    future.set_result(EvalResult.from_dict(json.loads(row.result_json)))
+    return future
+
+
+def _given_up(request: EvalRequest, submissions: int) -> EvalResult:
+    return EvalResult(request_id=request.request_id, problem_id=request.problem_id, verdict=Verdict.CRASHED,
+                      attempts=submissions,
+                      error_message=f"The evaluation service stopped {submissions} times while this request was in "
+                                    "progress (it may be the cause); it is not tried again.")
+
+
 def _label(value: Any) -> str:
     return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
 
 
 # ---------------------------------------------------------------- HTTP
 
-def create_app(evaluator: EvaluatorLike, token: str, *, max_pending: int = 2000,
+def create_app(evaluator: EvaluatorLike, token: str, *, store: Optional[ResultStore] = None, max_pending: int = 2000,
                max_results: int = 50_000) -> Starlette:
-    """The ASGI app over `evaluator`. Every route needs `Authorization: Bearer <token>`."""
+    """The ASGI app over `evaluator`. Every route needs `Authorization: Bearer <token>`. With a `store` (a
+    ResultStore on a file) accepted requests and results outlive the process: its unfinished requests are handed to
+    the evaluator here, before the app serves. `app.state.service.close()` before closing the evaluator."""
     if not token:
         raise EvaluatorError("the service needs a non-empty token.")
-    service = EvaluationService(evaluator, max_pending=max_pending, max_results=max_results)
+    service = EvaluationService(evaluator, store=store, max_pending=max_pending, max_results=max_results)
+    recovered = service.recover()
+    if recovered:
+        log.warning("handed %d unfinished request(s) from the results store to the evaluator again", recovered)
     expected = f"Bearer {token}".encode()
 
     def guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
@@ -263,11 +392,11 @@ def create_app(evaluator: EvaluatorLike, token: str, *, max_pending: int = 2000,
             raise BadRequest("the body is not valid JSON.") from None
 
     async def evaluate(request: Request) -> Response:
-        ((request_id, future),) = service.submit_many([await body(request)])
+        ((request_id, future),) = await run_in_threadpool(service.submit_many, [await body(request)])
         if _flag(request, "wait", True):
             return _result_response(await _wait(future))
         return JSONResponse({"request_id": request_id, "status": "done" if future.done() else "pending",
-                             "pending": service._pending}, status_code=202)
+                             "pending": service.pending}, status_code=202)
 
     async def evaluate_batch(request: Request) -> Response:
         data = await body(request)
@@ -275,19 +404,21 @@ def create_app(evaluator: EvaluatorLike, token: str, *, max_pending: int = 2000,
             raise BadRequest('the body must be {"requests": [EvalRequest, ...], "wait": true|false}.')
         if len(data["requests"]) > MAX_BATCH:
             raise BadRequest(f"at most {MAX_BATCH} requests per batch; split it.")
-        submitted = service.submit_many(data["requests"])
+        submitted = await run_in_threadpool(service.submit_many, data["requests"])
         if data.get("wait", True):
             results = [await _wait(future) for _, future in submitted]
             return JSONResponse({"results": [result_json(r) for r in results]})
-        return JSONResponse({"request_ids": [rid for rid, _ in submitted], "pending": service._pending},
+        return JSONResponse({"request_ids": [rid for rid, _ in submitted], "pending": service.pending},
                             status_code=202)
 
     async def result(request: Request) -> Response:
         request_id = request.path_params["request_id"]
-        future = service.lookup(request_id)
+        future = await run_in_threadpool(service.lookup, request_id)
         if future is None:
-            return JSONResponse({"error": f"no request {request_id!r} here (never sent, or forgotten after "
-                                          f"{service.max_results} newer results); send it again."}, status_code=404)
+            return JSONResponse({"error": f"no result to wait for under {request_id!r} here (never sent, its "
+                                          "evaluation failed on our side, or forgotten after "
+                                          f"{service.max_results} newer results); send it again with the same id."},
+                                status_code=404)
         try:
             wait_s = min(MAX_WAIT_S, max(0.0, float(request.query_params.get("wait_s", 0))))
         except ValueError:

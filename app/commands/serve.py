@@ -39,9 +39,17 @@ def serve(
     devices: str = typer.Option("auto", "--devices", help="Local pool: auto | cpu | comma-separated GPU indices."),
     cpu_workers: int = typer.Option(2, "--cpu-workers", help="Worker processes in CPU mode (per Ray actor with --ray)."),
     max_pending: int = typer.Option(2000, "--max-pending", help="Requests in progress before answering 503."),
+    results_db: Optional[str] = typer.Option(
+        None, "--results-db", metavar="PATH",
+        help="SQLite file that keeps accepted requests and their results across restarts (default "
+             "~/.cache/kernelrl/serve/results-PORT.sqlite, created mode 600). Restarted on the same file, the "
+             "service answers finished ids from it and evaluates the unfinished ones again, once each."),
+    keep_results: int = typer.Option(50_000, "--keep-results", help="Finished results kept in --results-db (the "
+                                     "oldest-finished go first; a forgotten id is evaluated again if re-sent)."),
 ) -> None:
     """Serve the evaluator over HTTP: POST /v1/evaluate, /v1/evaluate/batch; GET /v1/results/{id}, /v1/health,
-    /v1/workers, /metrics. Every request needs `Authorization: Bearer <token>`."""
+    /v1/workers, /metrics. Every request needs `Authorization: Bearer <token>`. Accepted requests and results are
+    kept in --results-db, so a restart (even after a kill) loses none and evaluates none twice."""
     from core.errors import KrlError
 
     token = read_token(token_file)
@@ -50,9 +58,15 @@ def serve(
 
         from evaluator.api import EvaluatorError
         from evaluator.factory import open_evaluator
+        from evaluator.result_store import ResultStore
         from evaluator.service import create_app
     except ImportError as exc:
         raise KrlError(f"krl serve needs {exc.name}: pip install 'kernelrl[serve]'.") from None
+    store_path = os.path.expanduser(results_db or default_results_db(port))
+    try:  # before the evaluator: a store in use or damaged fails in a second, not after the workers started
+        store = ResultStore(store_path, keep_results=keep_results)
+    except EvaluatorError as exc:
+        raise KrlError(str(exc)) from None
     options: dict = {"cpu_workers": cpu_workers}
     if devices not in ("auto", "cpu"):
         options["devices"] = [d.strip() for d in devices.split(",") if d.strip()]
@@ -68,17 +82,32 @@ def serve(
         else:
             evaluator = open_evaluator("local", **options)
     except EvaluatorError as exc:
+        store.close()
         raise KrlError(f"the evaluator could not start: {exc}") from None
+    try:  # hands the store's unfinished requests to the evaluator before serving
+        app = create_app(evaluator, token, store=store, max_pending=max_pending)
+    except EvaluatorError as exc:
+        store.close()
+        evaluator.close()
+        raise KrlError(f"the service could not start: {exc}") from None
+    service = app.state.service
     if host not in ("127.0.0.1", "localhost", "::1"):
         typer.echo(f"warning: binding {host} makes the service reachable from the network with the token as its only "
                    "guard and no TLS: put it behind a TLS proxy or keep it on a private network.", err=True)
     typer.echo(f"krl serve: http://{host}:{port} over {ray_address and 'Ray ' + ray_address or 'the local pool'} "
-               f"({', '.join(evaluator.devices)})", err=True)
+               f"({', '.join(evaluator.devices)}); results in {store_path}"
+               + (f"; {service.counters['recovered']} unfinished request(s) from it evaluated again"
+                  if service.counters["recovered"] else ""), err=True)
     try:
-        uvicorn.run(create_app(evaluator, token, max_pending=max_pending), host=host, port=port,
-                    log_level="warning", timeout_graceful_shutdown=5)
+        uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
     finally:
+        service.close()  # before the evaluator: what is still in progress is handed over again at the next start
         evaluator.close()
+
+
+def default_results_db(port: int) -> str:
+    """One store per port under the user's kernelrl cache folder: a restart on the same port finds its work."""
+    return os.path.join(os.path.expanduser("~"), ".cache", "kernelrl", "serve", f"results-{port}.sqlite")
 
 
 def register(app: typer.Typer) -> None:

@@ -7,6 +7,7 @@ import importlib.util
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -50,7 +51,7 @@ def test_serve_answers_the_client_on_loopback(tmp_path, extra):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = dict(os.environ, KRL_CACHE_DIR=str(tmp_path / "cache"))
+    env = dict(os.environ, KRL_CACHE_DIR=str(tmp_path / "cache"), HOME=str(tmp_path / "home"))
     process = subprocess.Popen(KRL + ["serve", "--port", str(port), "--token-file", str(token_path),
                                       "--devices", "cpu", "--cpu-workers", "1", *extra],
                                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -79,3 +80,6 @@ def test_serve_answers_the_client_on_loopback(tmp_path, extra):
     stderr = process.stderr.read()
     assert f"krl serve: http://127.0.0.1:{port}" in stderr
     assert "warning: binding" not in stderr  # loopback: no network-exposure warning
+    default_store = tmp_path / "home" / ".cache" / "kernelrl" / "serve" / f"results-{port}.sqlite"
+    assert f"results in {default_store}" in stderr
+    assert stat.S_IMODE(default_store.stat().st_mode) == 0o600  # it holds candidate source

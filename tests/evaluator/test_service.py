@@ -196,3 +196,90 @@ def test_an_empty_token_is_refused(evaluator):
 
     with pytest.raises(EvaluatorError):
         create_app(evaluator, "")
+
+
+# ---------------------------------------------------------------- across restarts, on a results store file
+
+def _store_app(evaluator, path):
+    from evaluator.result_store import ResultStore
+
+    return create_app(evaluator, TOKEN, store=ResultStore(str(path)))
+
+
+def test_a_restarted_service_answers_finished_ids_from_its_store(evaluator, tmp_path):
+    path = tmp_path / "results.sqlite"
+    payload = _payload(GOOD)
+    first_app = _store_app(evaluator, path)
+    with TestClient(first_app) as client:
+        first = client.post("/v1/evaluate", json=payload, headers=AUTH).json()
+    first_app.state.service.close()
+
+    again_app = _store_app(evaluator, path)
+    try:
+        service = again_app.state.service
+        with TestClient(again_app) as client:
+            assert client.post("/v1/evaluate", json=payload, headers=AUTH).json() == first  # same timings: stored
+            assert client.get(f"/v1/results/{payload['request_id']}", headers=AUTH).json() == first
+            changed = client.post("/v1/evaluate", json=dict(payload, candidate_source=WRONG), headers=AUTH)
+            assert changed.status_code == 400 and "already used" in changed.json()["error"]
+            metrics = client.get("/metrics", headers=AUTH).text
+        assert service.counters["accepted"] == 0 and service.counters["deduplicated"] == 1
+        assert 'krl_stored_requests{state="finished"} 1' in metrics
+    finally:
+        again_app.state.service.close()
+
+
+def test_work_whose_evaluation_failed_on_our_side_is_evaluated_at_the_next_start(evaluator, tmp_path):
+    from evaluator.result_store import ResultStore
+
+    path = tmp_path / "results.sqlite"
+    slow = _payload(candidate("time.sleep(3.0)\nreturn x.clamp_min(0)", prelude="import time"))
+    failing = make_evaluator(str(tmp_path / "cache"))
+    first_app = _store_app(failing, path)
+    with TestClient(first_app) as client:
+        assert client.post("/v1/evaluate?wait=false", json=slow, headers=AUTH).status_code == 202
+        failing.close()  # the evaluator goes away under the request: no result, and none invented
+        end = time.monotonic() + 60
+        while first_app.state.service.pending:
+            assert time.monotonic() < end
+            time.sleep(0.1)
+        fetched = client.get(f"/v1/results/{slow['request_id']}", headers=AUTH)
+        assert fetched.status_code == 404 and "send it again" in fetched.json()["error"]
+        refused = client.post("/v1/evaluate", json=slow, headers=AUTH)
+        assert refused.status_code == 503  # evaluated again, failed again on our side: not counted as a submission
+    first_app.state.service.close()
+
+    second_app = _store_app(evaluator, path)
+    try:
+        assert second_app.state.service.counters["recovered"] == 1
+        with TestClient(second_app) as client:
+            done = client.get(f"/v1/results/{slow['request_id']}?wait_s=60", headers=AUTH)
+            assert done.status_code == 200 and done.json()["verdict"] == "correct"
+    finally:
+        second_app.state.service.close()
+    store = ResultStore(str(path))
+    try:
+        # Submissions count hand-overs that ended in a result or in a service death: the two failed ones do not.
+        assert store.get(slow["request_id"]).submissions == 1 and store.counts()["unfinished"] == 0
+    finally:
+        store.close()
+
+
+def test_a_request_in_progress_at_three_unclean_deaths_is_given_up_as_crashed(evaluator, tmp_path):
+    from evaluator.result_store import ResultStore
+    from evaluator.service import MAX_SUBMISSIONS
+
+    path = str(tmp_path / "results.sqlite")
+    payload = _payload(GOOD)
+    store = ResultStore(path)
+    store.accept([(payload["request_id"], "fp", json.dumps(payload))])
+    store.resubmitted([payload["request_id"]] * (MAX_SUBMISSIONS - 1))  # what two more lives that died leave
+    store.close()
+    app = _store_app(evaluator, path)
+    try:
+        assert app.state.service.counters["given_up"] == 1 and app.state.service.counters["recovered"] == 0
+        with TestClient(app) as client:
+            result = client.get(f"/v1/results/{payload['request_id']}", headers=AUTH).json()
+        assert result["verdict"] == "crashed" and "stopped 3 times" in result["error_message"]
+    finally:
+        app.state.service.close()
