@@ -1,5 +1,6 @@
-"""The evaluator on a Ray cluster: one long-lived actor per GPU (per CPU slot on CPU-only nodes) owns a local pool.
-The driver keeps the exactly-once promise: a dead actor's in-flight requests go elsewhere once, then `crashed`."""
+"""The evaluator on a Ray cluster: one long-lived actor per GPU (per CPU slot on CPU-only nodes) owns a local pool;
+CUDA builds run on compile actors of every node (cluster_compile.py). Exactly once: a dead actor's requests go
+elsewhere once, then `crashed`."""
 
 from __future__ import annotations
 
@@ -17,14 +18,16 @@ from typing import Any, Iterable, Iterator, Optional
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from evaluator.api import EvalRequest, EvalResult, Evaluator, EvaluatorError, Verdict, check_request
+from evaluator.api import EvalRequest, EvalResult, Evaluator, EvaluatorError, check_request
+from evaluator.cluster_compile import (BuildRefused, CompileActor, CompileFleet, first_line, infrastructure_result,
+                                       install_build)
 from evaluator.factory import EvaluatorBusy, evaluate_with_backpressure
 
 MAINTAIN_EVERY_S = 2.0  # how often nodes are re-read, missing actors started and actor stats refreshed
 THROUGHPUT_WINDOW_S = 60.0
 MAX_START_FAILURES = 3  # an actor slot whose actor failed to start this often in a row is marked broken
 # Environment the driver passes on to its actors (where the cache lives, how workers import tests' stand-ins).
-FORWARDED_ENV = ("PYTHONPATH", "KRL_CACHE_DIR", "KRL_CACHE_MAX_GB", "TORCH_CUDA_ARCH_LIST")
+FORWARDED_ENV = ("PYTHONPATH", "KRL_CACHE_DIR", "KRL_CACHE_MAX_GB", "TORCH_CUDA_ARCH_LIST", "KRL_WARM_PCH")
 
 
 class ActorState(str, enum.Enum):
@@ -55,16 +58,33 @@ class EvalActor:
         # Devices by physical GPU index: inside the actor every GPU is cuda:0.
         devices = [f"gpu{g}" for g in self.gpu_ids] or list(self.evaluator.devices)
         return {"node": self.node, "gpu_name": self.gpu_name, "devices": devices,
-                "cpu_mode": self.evaluator.cpu_mode, "parallel": int(self.parallel), "pid": os.getpid()}
+                "cpu_mode": self.evaluator.cpu_mode, "parallel": int(self.parallel), "pid": os.getpid(),
+                "arch": self.evaluator._pool.config.cuda_arch_list or ""}
 
-    async def evaluate(self, request_json: str) -> str:
+    async def evaluate(self, request_json: str, build_manifest: Optional[str] = None,
+                       build_bytes: Optional[bytes] = None) -> str:
+        """One request; with a build made on a compile node (its manifest and bytes, which Ray fetched to this
+        node), which is verified and published into this node's cache first, so the pool does not build it."""
         import asyncio
 
         try:
             request = EvalRequest.from_dict(json.loads(request_json))
-            result = await asyncio.wrap_future(self.evaluator.submit(request))
+            if build_manifest is None:
+                future = self.evaluator.submit(request)
+            else:
+                started = time.monotonic()
+                try:
+                    build = await asyncio.to_thread(install_build, build_manifest, build_bytes,
+                                                    self.evaluator.cache_dir, request.candidate_source)
+                except BuildRefused as exc:
+                    return json.dumps({"refused": str(exc)})
+                install_s = time.monotonic() - started
+                future = self.evaluator._pool.submit(request, build=build)  # checked by the driver already
+            result = await asyncio.wrap_future(future)
         except EvaluatorError as exc:  # this node's pool cannot run it: the driver tries elsewhere
             return json.dumps({"error": str(exc)})
+        if build_manifest is not None:
+            result.phase_times_s["build_install"] = round(install_s, 6)
         data = result.to_dict()
         # The worker names its host and GPU; the Ray node's address stands in where it did not.
         data["node"] = data.get("node") or self.node
@@ -115,6 +135,13 @@ class _Job:
     attempts: int = 0
     tried: set = field(default_factory=set)  # slot keys whose actor failed it
     dispatched_at: float = 0.0
+    # A CUDA request's build on a compile actor (cluster_compile.CompileFleet): tries, where, and what came back.
+    compile_attempts: int = 0
+    compile_tried: set = field(default_factory=set)
+    compile_dispatched_at: float = 0.0
+    compile_slot: str = ""
+    build_manifest: Optional[str] = None
+    build_blob: Any = None  # the ObjectRef of the artefact bytes: fetched by the evaluating node, not the driver
 
     def answer_limit_s(self, grace_s: float) -> float:
         """Longest an actor may take to answer: the pool's own deadlines (a compile, a run, a retry) plus grace."""
@@ -148,12 +175,21 @@ class ClusterEvaluator:
     owns a local Evaluator (its pool, sandbox and compile workers run on that node), so an evaluation's reference and
     candidate are timed on the same GPU. `address`: None starts a Ray instance here; else what ray.init takes
     ("auto", "ray://HOST:10001"). `max_queue` bounds the requests not yet sent to an actor; past it submit raises
-    EvaluatorBusy. `evaluator_options` go to every node's Evaluator (cpu_workers, workers_per_device, ...)."""
+    EvaluatorBusy. `evaluator_options` go to every node's Evaluator (cpu_workers, workers_per_device, ...).
+    Nodes without GPUs get CPU actors only when no node has a GPU.
+
+    CUDA builds: every node with CPUs left beyond its evaluation actors' gets a compile actor with
+    `compile_workers_per_node` sandboxed compile workers (None: one per CPU left; 0: off, each actor's pool builds
+    as on one machine), caching under `compile_cache_dir` (default: the evaluators' cache_dir). A build travels to
+    the evaluating node as bytes through Ray's object store (`compile_transfer="object_store"`), or through the
+    cache folder itself when every node mounts it at the same path ("shared_folder")."""
 
     def __init__(self, address: Optional[str] = None, *, evaluator_options: Optional[dict[str, Any]] = None,
                  cpu_actors_per_node: int = 1, actor_cpus: float = 1.0, max_queue: int = 10_000,
                  in_flight_per_worker: int = 2, start_timeout_s: float = 300.0, actor_env: Optional[dict] = None,
-                 num_cpus: Optional[int] = None, stall_grace_s: float = 120.0):
+                 num_cpus: Optional[int] = None, stall_grace_s: float = 120.0,
+                 compile_workers_per_node: Optional[int] = None, compile_cache_dir: Optional[str] = None,
+                 compile_transfer: str = "object_store"):
         if cpu_actors_per_node < 1 or max_queue < 1 or in_flight_per_worker < 1:
             raise EvaluatorError("cpu_actors_per_node, max_queue and in_flight_per_worker must be at least 1.")
         self.address = address or "local"
@@ -192,6 +228,15 @@ class ClusterEvaluator:
         self._maintained_at = 0.0
         self._no_actor_since: Optional[float] = None
         self._wanted_count = 0
+        eval_cache = (evaluator_options or {}).get("cache_dir") or self._env.get("KRL_CACHE_DIR") or ""
+        if compile_transfer == "shared_folder" and compile_cache_dir not in (None, eval_cache):
+            raise EvaluatorError("compile_transfer='shared_folder' builds into the evaluators' own cache_dir; "
+                                 "leave compile_cache_dir unset (or equal to it).")
+        self._fleet = CompileFleet(
+            ray.remote(CompileActor), self._refs, self._counters, self._env, workers_per_node=compile_workers_per_node,
+            cache_dir=compile_cache_dir or eval_cache, transfer=compile_transfer, start_timeout_s=start_timeout_s,
+            stall_grace_s=lambda: self.stall_grace_s, affinity=lambda node_id: NodeAffinitySchedulingStrategy(
+                node_id, soft=False))
         with self._lock:
             self._maintain(force=True)
         self._thread = threading.Thread(target=self._run, name="krl-ray-driver", daemon=True)
@@ -207,11 +252,15 @@ class ClusterEvaluator:
         with self._lock:
             if self._closing:
                 raise EvaluatorError("the evaluator is closed; open a new one.")
-            depth = len(self._pending) + len(self._retry)
+            depth = self._queue_depth()
             if depth >= self.max_queue:
                 self._counters["rejected_busy"] += 1
                 raise EvaluatorBusy(f"the cluster's queue is full ({depth} requests waiting); retry later.", depth)
-            self._pending.append(_Job(request, json.dumps(request.to_dict()), future, time.monotonic()))
+            job = _Job(request, json.dumps(request.to_dict()), future, time.monotonic())
+            if request.backend == "cuda" and self._fleet.accepting():
+                self._fleet.submit(job)  # built on a compile actor first, then evaluated with that build
+            else:
+                self._pending.append(job)
             self._counters["submitted"] += 1
             self._dispatch()
         return future
@@ -226,9 +275,14 @@ class ClusterEvaluator:
         with self._lock:
             now = time.monotonic()
             rows = [self._row(slot, now) for slot in self._slots.values()] + list(self._graveyard)
-            return {"kind": "ray", "address": self.address, "queue_depth": len(self._pending) + len(self._retry),
+            # queue_depth counts every request not yet with an actor, those waiting for a build included.
+            return {"kind": "ray", "address": self.address, "queue_depth": self._queue_depth(),
                     "in_flight": sum(len(s.in_flight) for s in self._slots.values()), "max_queue": self.max_queue,
-                    "nodes": rows, "stats": dict(self._counters), "broken": dict(self._broken)}
+                    "nodes": rows, "stats": dict(self._counters), "broken": dict(self._broken),
+                    **self._fleet.summary()}
+
+    def _queue_depth(self) -> int:
+        return len(self._pending) + len(self._retry) + self._fleet.depth()
 
     @property
     def devices(self) -> list[str]:
@@ -247,6 +301,11 @@ class ClusterEvaluator:
         with self._lock:
             return {s.key: s.handle for s in self._slots.values() if s.state != ActorState.DEAD}
 
+    def compile_actor_handles(self) -> dict[str, Any]:
+        """Slot key ("<node id>/compile") -> live compile actor handle (for tests and operators)."""
+        with self._lock:
+            return {s.key: s.handle for s in self._fleet.slots.values() if s.state != "dead"}
+
     def close(self) -> None:
         with self._lock:
             if self._closing:
@@ -264,6 +323,10 @@ class ClusterEvaluator:
                     _fail(job, error)
                 slot.in_flight.clear()
             handles = [s.handle for s in self._slots.values() if s.handle is not None and s.state != ActorState.DEAD]
+            compiling, compile_handles = self._fleet.close()
+            for job in compiling:
+                _fail(job, error)
+            handles += compile_handles
         closing = []
         for handle in handles:
             try:
@@ -328,6 +391,8 @@ class ClusterEvaluator:
                     slot.pool = json.loads(value)
                 elif isinstance(error, ray.exceptions.RayActorError):
                     self._actor_died(slot, error)
+            elif kind.startswith("compile"):
+                self._apply(self._fleet.on_ready(kind, slot, ref, job, value, error))
             else:
                 self._on_evaluated(slot, ref, job, value, error)
             self._dispatch()
@@ -344,6 +409,7 @@ class ClusterEvaluator:
         slot.info = value
         slot.capacity = max(1, int(value.get("parallel", 1))) * self._in_flight_per_worker
         slot.state = ActorState.READY
+        self._fleet.arch = self._compile_arch()
 
     def _on_evaluated(self, slot: _Slot, ref: Any, job: _Job, value: Any, error: Optional[BaseException]) -> None:
         if slot.in_flight.pop(ref, None) is None and error is not None:
@@ -352,17 +418,25 @@ class ClusterEvaluator:
             slot.in_flight[ref] = job  # so the death handler retries it with the others
             self._actor_died(slot, error)
             return
+        if isinstance(error, ray.exceptions.ObjectLostError) and job.build_manifest is not None:
+            job.attempts -= 1  # not evaluated: its build's bytes were lost with the compile node
+            self._apply(self._fleet.build_lost(job, first_line(error)))
+            return
         if error is not None:
             slot.failures += 1
             self._retry_or_give_up(job, slot, f"the Ray call failed ({type(error).__name__}: {str(error)[:300]})")
             return
         data = json.loads(value)
+        if "refused" in data:  # the build a compile node sent did not verify here: built again elsewhere
+            job.attempts -= 1
+            self._apply(self._fleet.build_refused(job, data["refused"]))
+            return
         if "error" in data:
             slot.failures += 1
             self._retry_or_give_up(job, slot, data["error"], crash=False)
             return
         result = EvalResult.from_dict(data)
-        result.attempts = job.attempts
+        result.attempts = max(job.attempts, job.compile_attempts)
         result.phase_times_s["end_to_end"] = round(time.monotonic() - job.submitted_at, 6)
         slot.done += 1
         slot.finished_at.append(time.monotonic())
@@ -373,7 +447,7 @@ class ClusterEvaluator:
             return
         started = slot.state == ActorState.READY
         slot.state = ActorState.DEAD
-        slot.why = _first_line(error)
+        slot.why = first_line(error)
         self._counters["actor_deaths" if started else "actor_start_failures"] += 1
         try:
             ray.kill(slot.handle, no_restart=True)
@@ -402,13 +476,21 @@ class ClusterEvaluator:
             self._counters["errors"] += 1
             return
         self._counters["crashed_after_retry"] += 1
-        self._finish(job, EvalResult(
-            request_id=job.request.request_id, problem_id=job.request.problem_id, verdict=Verdict.CRASHED,
-            error_message=("Evaluator infrastructure failure (not the candidate's fault), twice: " + why)[:2000],
-            attempts=job.attempts, phase_times_s={"total": time.monotonic() - job.submitted_at},
-        ))
+        self._finish(job, infrastructure_result(job.request, why, job.attempts, job.submitted_at))
+
+    def _apply(self, outcomes: list) -> None:
+        """What the compile fleet decided: a job built (or left to its evaluating node) waits first in line for an
+        actor; one with a result (compile error, build timeout, our failure twice) is finished."""
+        for job, result in outcomes:
+            if result is None:
+                self._pending.appendleft(job)
+                continue
+            result.attempts = max(job.attempts, job.compile_attempts)
+            result.phase_times_s["end_to_end"] = round(time.monotonic() - job.submitted_at, 6)
+            self._finish(job, result)
 
     def _finish(self, job: _Job, result: EvalResult) -> None:
+        job.build_blob = job.build_manifest = None  # the artefact's bytes may leave the object store
         if job.future.done():
             self._counters["duplicate_results_dropped"] += 1
             return
@@ -419,6 +501,8 @@ class ClusterEvaluator:
 
     def _dispatch(self) -> None:
         ready = [s for s in self._slots.values() if s.state == ActorState.READY]
+        if ready:  # builds wait for a ready evaluating actor: it tells the GPU arch to build for
+            self._apply(self._fleet.dispatch())
         for slot in sorted(ready, key=lambda s: len(s.in_flight) / s.capacity):
             while len(slot.in_flight) < slot.capacity:
                 job = self._next_job_for(slot, ready)
@@ -427,7 +511,10 @@ class ClusterEvaluator:
                 job.attempts += 1
                 job.dispatched_at = time.monotonic()
                 try:
-                    ref = slot.handle.evaluate.remote(job.payload)
+                    if job.build_manifest is None:
+                        ref = slot.handle.evaluate.remote(job.payload)
+                    else:
+                        ref = slot.handle.evaluate.remote(job.payload, job.build_manifest, job.build_blob)
                 except Exception as exc:  # noqa: BLE001 - the handle is unusable: the actor is gone
                     job.attempts -= 1
                     self._retry.appendleft(job)
@@ -469,8 +556,14 @@ class ClusterEvaluator:
         if not force and now - self._maintained_at < MAINTAIN_EVERY_S:
             return
         self._maintained_at = now
-        wanted = self._wanted_slots()
+        nodes = ray.nodes()
+        wanted = self._wanted_slots(nodes)
         self._wanted_count = len(wanted)
+        eval_cpus: collections.Counter = collections.Counter()
+        for node_id, _ in wanted.values():
+            eval_cpus[node_id] += self._actor_cpus
+        self._fleet.arch = self._compile_arch()
+        self._apply(self._fleet.maintain(nodes, eval_cpus))
         for key, (node_id, gpus) in wanted.items():
             if key in self._slots or key in self._broken or self._respawn_at.get(key, 0.0) > now:
                 continue
@@ -489,22 +582,32 @@ class ClusterEvaluator:
             elif slot.state == ActorState.READY and not any(k == "stats" and s is slot for k, s, _ in self._refs.values()):
                 self._refs[slot.handle.stats.remote()] = ("stats", slot, None)
 
-    def _wanted_slots(self) -> dict[str, tuple[str, int]]:
+    def _wanted_slots(self, nodes: list[dict]) -> dict[str, tuple[str, int]]:
         wanted: dict[str, tuple[str, int]] = {}
-        for node in ray.nodes():
-            if not node.get("Alive"):
-                continue
+        alive = [node for node in nodes if node.get("Alive")]
+        # In a cluster with GPUs a node without one evaluates nothing (CPU mode cannot run CUDA): it only compiles.
+        any_gpu = any(node.get("Resources", {}).get("GPU", 0) >= 1 for node in alive)
+        for node in alive:
             resources = node.get("Resources", {})
             node_id = node["NodeID"]
             gpus = int(resources.get("GPU", 0))
             if gpus:
                 for index in range(gpus):
                     wanted[f"{node_id}/gpu{index}"] = (node_id, 1)
-            else:
+            elif not any_gpu:
                 count = min(self._cpu_actors_per_node, int(resources.get("CPU", 0) // max(self._actor_cpus, 1e-9)))
                 for index in range(count):
                     wanted[f"{node_id}/cpu{index}"] = (node_id, 0)
         return wanted
+
+    def _compile_arch(self) -> str:
+        """The GPU arch builds target: TORCH_CUDA_ARCH_LIST if the driver has it (forwarded to every actor), else the
+        evaluating actors' own. Mixed GPU models without TORCH_CUDA_ARCH_LIST get a build for all of them, whose
+        cache key the evaluating nodes do not look up: they build again themselves (slower, still correct)."""
+        if self._env.get("TORCH_CUDA_ARCH_LIST"):
+            return self._env["TORCH_CUDA_ARCH_LIST"]
+        archs = sorted({s.info.get("arch", "") for s in self._slots.values() if s.state == ActorState.READY} - {""})
+        return ";".join(archs)
 
     def _start_actor(self, slot: _Slot) -> None:
         options: dict[str, Any] = {
@@ -556,9 +659,3 @@ class ClusterEvaluator:
 def _fail(job: _Job, error: BaseException) -> None:
     if not job.future.done():
         job.future.set_exception(error)
-
-
-def _first_line(error: BaseException) -> str:
-    text = f"{type(error).__name__}: {error}".strip()
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return " ".join(lines[:3])[:500]

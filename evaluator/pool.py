@@ -298,6 +298,7 @@ class _Task:
     prebuilt: Optional[dict] = None
     build: Optional[dict] = None  # what the compile worker returned
     done: bool = False
+    compile_only: bool = False  # Pool.submit(compile_only=True): the future gets the published build record
 
 
 @dataclass(eq=False)
@@ -370,14 +371,19 @@ class Pool:
 
     # ---------------------------------------------------------------- caller side (any thread)
 
-    def submit(self, request: EvalRequest) -> Future:
+    def submit(self, request: EvalRequest, build: Optional[dict] = None, compile_only: bool = False) -> Future:
+        """A Future of the request's EvalResult. `build`: a CUDA candidate's record already published into this
+        pool's cache by a trusted caller (built elsewhere, evaluator/cluster_compile.py): no compile here.
+        `compile_only`: build it only; the Future gets the published record (a dict), or an EvalResult when the
+        build ended without one (timeout, crash, infrastructure failure)."""
         future: Future = Future()
         future.set_running_or_notify_cancel()
         with self._inbox_lock:
             if not self._accepting:
                 future.set_exception(EvaluatorError("the evaluator is closed; create a new Evaluator."))
                 return future
-            self._inbox.append(_Task(request=request, future=future, submitted_at=time.monotonic()))
+            self._inbox.append(_Task(request=request, future=future, submitted_at=time.monotonic(), build=build,
+                                     compile_only=compile_only))
             self._wake()
         return future
 
@@ -455,7 +461,11 @@ class Pool:
             if self._closing:
                 self._fail(task, EvaluatorError("the evaluator was closed before this request ran."))
                 continue
-            if task.request.backend == "cuda" and self.config.compile_workers > 0 and "compile" not in self._broken:
+            if task.build is not None:
+                self._after_build(task, task.build)
+            elif task.compile_only and (self.config.compile_workers < 1 or "compile" in self._broken):
+                self._fail(task, EvaluatorError("this pool has no compile workers: " + self._broken.get("compile", "")))
+            elif task.request.backend == "cuda" and self.config.compile_workers > 0 and "compile" not in self._broken:
                 task.stage = "compile"
                 self._compile_wanted = True
                 self._compile_queue.append(task)
@@ -700,28 +710,22 @@ class Pool:
         # content-addressed cache and hands the eval side the published record, never the worker's.
         build = publish_compile(build, worker.workdir, self.config.cache_dir or default_cache_dir(),
                                 task.request.candidate_source).to_dict()
+        if task.compile_only:
+            task.done = True
+            self.stats["builds"] += 1
+            task.future.set_result(build)
+            return
+        self._after_build(task, build)
+
+    def _after_build(self, task: _Task, build: dict[str, Any]) -> None:
+        """A published build: a verdict already (it failed; CPU mode cannot run CUDA), or on to an eval worker."""
         task.build = build
-        if not build.get("ok"):
-            result = EvalResult(
-                request_id=task.request.request_id, problem_id=task.request.problem_id, verdict=Verdict.COMPILE_ERROR,
-                compiled=False, error_message=build.get("error_message") or "compilation failed",
-                phase_times_s={"compile": float(build.get("seconds", 0.0))},
-                cache_hits=["compile"] if build.get("cache_hit") else [],
-            )
+        result = build_verdict(task.request, build, cpu_mode=all(d == "cpu" for d in self.config.devices))
+        if result is not None:
             self._finish(task, result)
             return
         task.prebuilt = build
         task.stage = "eval"
-        if all(d == "cpu" for d in self.config.devices) and build.get("artifacts"):
-            # Built fine, but a CUDA kernel cannot run without a GPU.
-            result = EvalResult(
-                request_id=task.request.request_id, problem_id=task.request.problem_id, verdict=Verdict.RUNTIME_ERROR,
-                compiled=True, error_message="compiled, but CUDA kernels cannot run in CPU mode (no GPU).",
-                phase_times_s={"compile": float(build.get("seconds", 0.0))},
-                cache_hits=["compile"] if build.get("cache_hit") else [],
-            )
-            self._finish(task, result)
-            return
         self._eval_queue.appendleft(task)  # it already waited for its compile
 
     def _on_result(self, task: _Task, worker: _Worker, data: dict[str, Any]) -> None:
@@ -1010,6 +1014,21 @@ class Pool:
 
 
 # ---------------------------------------------------------------- helpers
+
+def build_verdict(request: EvalRequest, build: dict[str, Any], cpu_mode: bool) -> Optional[EvalResult]:
+    """The result a published build decides on its own: it failed (compile_error), or it built but CPU mode cannot
+    run CUDA kernels (runtime_error). None: it goes on to be evaluated."""
+    common = {"request_id": request.request_id, "problem_id": request.problem_id,
+              "phase_times_s": {"compile": float(build.get("seconds", 0.0))},
+              "cache_hits": ["compile"] if build.get("cache_hit") else []}
+    if not build.get("ok"):
+        return EvalResult(verdict=Verdict.COMPILE_ERROR, compiled=False,
+                          error_message=build.get("error_message") or "compilation failed", **common)
+    if cpu_mode and build.get("artifacts"):
+        return EvalResult(verdict=Verdict.RUNTIME_ERROR, compiled=True,
+                          error_message="compiled, but CUDA kernels cannot run in CPU mode (no GPU).", **common)
+    return None
+
 
 _REPORTED_SANDBOX: list[str] = []
 

@@ -1,6 +1,7 @@
 """Evaluator scale-out benchmark: throughput and per-request overhead of the same batch through the local pool, a
-Ray cluster and the HTTP service; build-artefact transfer through Ray's object store versus a shared folder; with
---gpu, evaluations per minute on 1 and on every GPU through Ray (scaling efficiency). Prints figures, no asserts."""
+Ray cluster and the HTTP service; builds on compile actors of one node vs two (throughput), and a real build's trip
+to the evaluating node through Ray's object store vs a shared folder; with --gpu, evaluations per minute on 1 and on
+every GPU through Ray (scaling efficiency). Prints figures, no asserts."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -180,6 +182,116 @@ def artefact_transfer(size_mb: int, rounds: int) -> None:
         nodes.shutdown()
 
 
+def sized_cpp_candidate(answer: int, size_mib: float = 0.0) -> str:
+    """A real load_inline build that CPU-only torch can link: a C++ library without torch headers, padded with
+    `size_mib` MiB of initialised data so its .so is as large as a torch extension's (a few MiB)."""
+    pad = f"__attribute__((used)) char krl_pad[{int(size_mib * 2**20)}] = {{1}};" if size_mib else ""
+    return (f"import torch\nfrom torch.utils.cpp_extension import load_inline\n"
+            f"lib = load_inline(name='bench_ext', cpp_sources='extern \"C\" int krl_answer() {{ return {answer}; }} "
+            f"{pad}', is_python_module=False, no_implicit_headers=True)\n")
+
+
+def build_cluster(second_node: bool, head_cpus: int):
+    """Head: a logical GPU (so a GPU-less node only compiles; its actor's pool is CPU mode) and head_cpus CPUs (one
+    for its evaluation actor, the rest for its compile actor); optionally a second raylet with 1 CPU that only
+    compiles. Both raylets run on this machine: the 'second node' shares its cores."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus, "num_gpus": 1,
+                                                          "include_dashboard": False})
+    if second_node:
+        nodes.add_node(num_cpus=1)
+    ray.init(address=nodes.address, log_to_driver=False)
+    nodes.wait_for_nodes()
+    return nodes
+
+
+def open_compiling_cluster(cache: str, compile_cache: Optional[str] = None, transfer: str = "object_store"):
+    from evaluator.cluster import ClusterEvaluator
+
+    options = {"cpu_workers": 1, "spare_per_device": 0, "compile_workers": 0, "cache_dir": cache}
+    cluster = ClusterEvaluator(evaluator_options=options, compile_cache_dir=compile_cache, compile_transfer=transfer,
+                               actor_env={"PYTHONPATH": str(ROOT), "KRL_WARM_PCH": "0"})
+    end = time.monotonic() + 120
+    while time.monotonic() < end and any(r["state"] != "ready" for r in cluster.stats()["compile_nodes"]):
+        time.sleep(0.2)
+    return cluster
+
+
+def compile_request(source: str) -> EvalRequest:
+    return EvalRequest(problem_id="bench/relu", reference_source=REFERENCE, candidate_source=source, backend="cuda",
+                       compile_timeout_s=300)
+
+
+def compile_throughput(n: int) -> None:
+    """Distinct builds through compile actors on one node (1 compile worker) and on two (1 + 1). On this machine
+    the second node is a second raylet on the same cores: the figure shows the builds spreading, not more silicon."""
+    import ray
+
+    say(f"== compile throughput: {n} distinct C++ builds (load_inline, no torch headers) on compile actors")
+    figures = {}
+    for second in (False, True):
+        nodes = build_cluster(second, head_cpus=2)
+        try:
+            with tempfile.TemporaryDirectory() as cache:
+                cluster = open_compiling_cluster(cache, os.path.join(cache, "compile"))
+                try:
+                    workers = sum(r["workers"] for r in cluster.stats()["compile_nodes"])
+                    warm = [compile_request(sized_cpp_candidate(10_000 + k + 100 * second)) for k in range(2 * workers)]
+                    list(cluster.evaluate_many(warm))  # each compile worker started, torch imported
+                    requests = [compile_request(sized_cpp_candidate(k + 1000 * second)) for k in range(n)]
+                    started = time.perf_counter()
+                    results = list(cluster.evaluate_many(requests))
+                    seconds = time.perf_counter() - started
+                    by_node = {r["node"] + ("(gpu node)" if r["gpu_node"] else ""): r["done"]
+                               for r in cluster.stats()["compile_nodes"] if r["state"] == "ready"}
+                    built = sum(r.compiled for r in results)
+                finally:
+                    cluster.close()
+        finally:
+            ray.shutdown()
+            nodes.shutdown()
+        label = "two nodes (1+1 workers)" if second else "one node (1 worker)"
+        figures[second] = 60 * n / seconds
+        say(f"{label:26s} {built}/{n} built in {seconds:6.1f} s = {figures[second]:6.1f} builds/min   "
+            f"builds per compile node (incl. warm-up): {by_node}")
+    say(f"   two nodes / one node: {figures[True] / figures[False]:.2f}x")
+
+
+def build_transfer(sizes_mib: list[float], rounds: int) -> None:
+    """A real build made on the compile-only node and evaluated on the head, its .so padded to a realistic size:
+    through the object store (bytes verified and published into the head's own cache) vs a shared folder (one cache
+    both nodes read; the head only verifies). Overhead = end to end - the build itself (packing, moving, verifying,
+    publishing, queueing)."""
+    import ray
+
+    say(f"== a real build's trip to the evaluating node ({rounds} builds per size and mode; median ms)")
+    nodes = build_cluster(True, head_cpus=1)  # the head only evaluates; the second node only compiles
+    try:
+        for transfer in ("object_store", "shared_folder"):
+            with tempfile.TemporaryDirectory() as cache:
+                compile_cache = os.path.join(cache, "compile") if transfer == "object_store" else None
+                cluster = open_compiling_cluster(cache, compile_cache, transfer)
+                try:
+                    list(cluster.evaluate_many([compile_request(sized_cpp_candidate(-1 - len(transfer)))]))  # warm
+                    for size in sizes_mib:
+                        overhead, install = [], []
+                        for k in range(rounds):
+                            result = cluster.evaluate(compile_request(sized_cpp_candidate(k, size)))
+                            times = result.phase_times_s
+                            overhead.append(times["end_to_end"] - times.get("compile", 0.0))
+                            install.append(times.get("build_install", 0.0))
+                        say(f"{transfer:13s} {size:5.1f} MiB .so: overhead {1000 * statistics.median(overhead):7.1f}"
+                            f"   of which verify+publish on the evaluating node {1000 * statistics.median(install):6.1f}"
+                            f"   ({result.verdict.value})")
+                finally:
+                    cluster.close()
+    finally:
+        ray.shutdown()
+        nodes.shutdown()
+
+
 def gpu_scaling(n: int) -> None:
     """Evaluations per minute of one batch on 1 GPU and on every GPU, each GPU one Ray actor."""
     import ray
@@ -207,7 +319,9 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=48, help="requests in the batch")
     parser.add_argument("--workers", type=int, default=2, help="evaluation workers in each CPU setup")
     parser.add_argument("--gpu", action="store_true", help="GPU scaling through Ray (needs CUDA GPUs)")
-    parser.add_argument("--skip", default="", help="comma list of parts to skip: batch,latency,transfer")
+    parser.add_argument("--skip", default="", help="comma list of parts to skip: "
+                                                   "batch,latency,transfer,compile,build_transfer")
+    parser.add_argument("--builds", type=int, default=12, help="distinct builds in the compile-throughput part")
     args = parser.parse_args()
     import platform
 
@@ -223,6 +337,10 @@ def main() -> None:
     if "transfer" not in skip:
         for size_mb in (8, 64):
             artefact_transfer(size_mb, rounds=5)
+    if "compile" not in skip:
+        compile_throughput(args.builds)
+    if "build_transfer" not in skip:
+        build_transfer([1.0, 8.0, 32.0], rounds=3)
 
 
 if __name__ == "__main__":

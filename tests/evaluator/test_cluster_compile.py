@@ -1,0 +1,200 @@
+"""CUDA builds on Ray compile actors of a real two-node cluster on this machine: the head (one logical GPU, CPU-mode
+pool) evaluates, both nodes compile; builds cross the object store and are verified where they are evaluated."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import textwrap
+import time
+
+import pytest
+
+ray = pytest.importorskip("ray")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from evaluator.api import Verdict  # noqa: E402
+from evaluator.cluster import ClusterEvaluator  # noqa: E402
+from evaluator.cluster_compile import BuildRefused, install_build, pack_build  # noqa: E402
+from evaluator.compile import entry_key, lookup  # noqa: E402
+from tests.evaluator.pool_support import ROOT, request  # noqa: E402
+
+
+def cpp_candidate(answer: int, prelude: str = "") -> str:
+    """A real build with CPU-only torch: a C++ library without torch headers (links in seconds), as test_compile's."""
+    return textwrap.dedent(f'''
+        import torch
+        from torch.utils.cpp_extension import load_inline
+        {prelude}
+        lib_path = load_inline(name="answer_ext", cpp_sources='extern "C" int krl_answer() {{ return {answer}; }}',
+                               is_python_module=False, no_implicit_headers=True)
+    ''')
+
+
+def slow_candidate(answer: int) -> str:
+    """Its module sleeps in the compile worker before asking for the build: a build long enough to kill mid-way."""
+    return cpp_candidate(answer, prelude="import time; time.sleep(8)")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Head: 2 CPUs and one logical GPU (its actor's pool is in CPU mode: there is no real GPU), so it evaluates
+    and compiles with its CPU left; node 2: 1 CPU and no GPU, so in a cluster with GPUs it only compiles."""
+    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 1, "include_dashboard": False})
+    second = nodes.add_node(num_cpus=1)
+    ray.init(address=nodes.address, log_to_driver=False)
+    nodes.wait_for_nodes()
+    yield nodes, second
+    ray.shutdown()
+    nodes.shutdown()
+
+
+@pytest.fixture(scope="module")
+def caches(tmp_path_factory):
+    """The evaluating node's cache and the compile actors' cache: apart, so a build there arrives only by transfer."""
+    return str(tmp_path_factory.mktemp("eval-cache")), str(tmp_path_factory.mktemp("compile-cache"))
+
+
+@pytest.fixture(scope="module")
+def evaluator(cluster, caches):
+    eval_cache, compile_cache = caches
+    options = {"cpu_workers": 1, "spare_per_device": 0, "compile_workers": 0, "cache_dir": eval_cache}
+    ev = ClusterEvaluator(evaluator_options=options, start_timeout_s=120, compile_cache_dir=compile_cache,
+                          actor_env={"PYTHONPATH": ROOT, "KRL_WARM_PCH": "0"})
+    _wait_for(lambda: [r["state"] for r in ev.stats()["compile_nodes"]] == ["ready", "ready"])
+    yield ev
+    ev.close()
+
+
+def _wait_for(predicate, timeout_s=120.0):
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError("condition not reached")
+
+
+def _entries(cache: str) -> list[str]:
+    folder = os.path.join(cache, "cuda")
+    return sorted(e for e in os.listdir(folder) if "." not in e) if os.path.isdir(folder) else []
+
+
+def _sha256(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+def _published(cache: str, source: str):
+    wanted = _sha256(source)
+    for entry in _entries(cache):
+        manifest = json.load(open(os.path.join(cache, "cuda", entry, "manifest.json")))
+        if manifest["source_sha256"] == wanted:
+            return lookup(cache, entry)
+    return None
+
+
+def _compile_row(ev, gpu_node: bool):
+    return next(r for r in ev.stats()["compile_nodes"] if r["gpu_node"] == gpu_node and r["state"] == "ready")
+
+
+def test_the_cpu_node_builds_and_the_evaluating_node_verifies_and_publishes(evaluator, caches):
+    eval_cache, compile_cache = caches
+    rows = evaluator.stats()["nodes"]
+    assert len(rows) == 1 and rows[0]["device"] == "gpu0"  # the GPU-less node evaluates nothing
+    source = cpp_candidate(42)
+    result = evaluator.evaluate(request(source, backend="cuda"))
+    # Built on a compile actor, installed here; CPU mode then says it cannot run CUDA kernels.
+    assert result.verdict == Verdict.RUNTIME_ERROR and result.compiled and "CPU mode" in result.error_message
+    assert result.phase_times_s["build_install"] > 0 and result.phase_times_s["compile"] > 0
+    stats = evaluator.stats()
+    assert _compile_row(evaluator, gpu_node=False)["done"] == 1  # ties go to the node without GPUs
+    assert _compile_row(evaluator, gpu_node=True)["done"] == 0
+    assert stats["compiles_per_min"] > 0 and stats["compile_queue_depth"] == 0 and stats["compiles_in_flight"] == 0
+    assert stats["stats"]["compile_bytes_sent"] > 0
+    built, received = _published(compile_cache, source), _published(eval_cache, source)
+    assert built is not None and received is not None  # verified entries in both nodes' caches
+    assert received.so_path.startswith(eval_cache) and received.artefact_sha256 == built.artefact_sha256
+    assert ctypes.CDLL(received.so_path).krl_answer() == 42
+    again = evaluator.evaluate(request(source, backend="cuda"))
+    assert "compile" in again.cache_hits and _entries(eval_cache) == [entry_key(_sha256(source), built.key)]
+
+
+def test_a_forged_or_malformed_build_is_refused_and_never_published(evaluator, caches, tmp_path):
+    eval_cache, compile_cache = caches
+    source = cpp_candidate(7)
+    handle = evaluator.compile_actor_handles()[_compile_row(evaluator, gpu_node=False)["slot"]]
+    payload = json.dumps(request(source, backend="cuda").to_dict())
+    reply_ref, blob_ref = handle.compile.options(num_returns=2).remote(payload, "")
+    reply, blob = json.loads(ray.get(reply_ref, timeout=120)), ray.get(blob_ref, timeout=60)
+    manifest = json.loads(reply["manifest"])
+    assert len(blob) == manifest["artefacts"][0]["length"] > 1000  # a real library's bytes
+
+    def forged(change):
+        copy = json.loads(reply["manifest"])
+        change(copy)
+        return json.dumps(copy)
+
+    flipped = bytearray(blob)
+    flipped[len(blob) // 2] ^= 0xFF
+    evil = cpp_candidate(666)
+
+    def claim_hash(m):  # the manifest claims the flipped bytes' hash for the artefact, the record does not
+        m["artefacts"][0]["sha256"] = hashlib.sha256(bytes(flipped)).hexdigest()
+
+    cases = [
+        (reply["manifest"], bytes(flipped), source, "do not hash"),
+        (forged(claim_hash), bytes(flipped), source, "without its artefact, or with another"),
+        (reply["manifest"], blob, evil, "another candidate source"),
+        (forged(lambda m: m["artefacts"][0].update(length=len(blob) + 1)), blob, source, "outside the bytes"),
+        (forged(lambda m: m["artefacts"].clear()), blob, source, "without its artefact"),
+        (forged(lambda m: m["record"]["artifacts"]["builds"][0].update(module_name="os; import sys")), blob, source,
+         "not a Python identifier"),
+        (forged(lambda m: m.update(transfer="carrier pigeon")), blob, source, "no known way"),
+        ("{not json", blob, source, "unreadable"),
+    ]
+    fresh = str(tmp_path / "fresh")
+    for manifest_json, data, candidate_source, why in cases:
+        with pytest.raises(BuildRefused, match=why):
+            install_build(manifest_json, data, fresh, candidate_source)
+        assert _entries(fresh) == []  # nothing published, nothing left behind
+    assert not [e for e in os.listdir(os.path.join(fresh, "cuda")) if e.startswith(".build-")]
+    # Through the evaluating actor itself: the forged bytes are refused there too, and its cache keeps nothing.
+    eval_handle = next(iter(evaluator.actor_handles().values()))
+    answer = json.loads(ray.get(eval_handle.evaluate.remote(payload, reply["manifest"], bytes(flipped)), timeout=60))
+    assert "do not hash" in answer["refused"] and _published(eval_cache, source) is None
+    # The same build, untouched, installs; a shared-folder manifest verifies only against the cache that holds it.
+    record = install_build(reply["manifest"], blob, fresh, source)
+    assert record["ok"] and ctypes.CDLL(record["artifacts"]["builds"][0]["so_path"]).krl_answer() == 7
+    shared, nothing = pack_build(manifest["record"], compile_cache, "shared_folder")
+    assert nothing == b"" and install_build(shared, b"", compile_cache, source)["ok"]
+    with pytest.raises(BuildRefused, match="missing or failed verification"):
+        install_build(shared, b"", str(tmp_path / "elsewhere"), source)
+
+
+def test_a_compile_actor_killed_mid_build_is_retried_once_elsewhere_then_crashed(evaluator):
+    def kill_the_one_building() -> str:
+        _wait_for(lambda: any(r["in_flight"] and r["state"] == "ready" for r in evaluator.stats()["compile_nodes"]))
+        row = next(r for r in evaluator.stats()["compile_nodes"] if r["in_flight"] and r["state"] == "ready")
+        ray.kill(evaluator.compile_actor_handles()[row["slot"]], no_restart=True)
+        return row["slot"]
+
+    deaths = evaluator.stats()["stats"].get("compile_actor_deaths", 0)
+    future = evaluator.submit(request(slow_candidate(1), backend="cuda", compile_timeout_s=120))
+    first_victim = kill_the_one_building()
+    result = future.result(timeout=240)
+    assert result.verdict == Verdict.RUNTIME_ERROR and result.compiled, result.error_message  # built elsewhere
+    assert result.attempts == 2
+    stats = evaluator.stats()
+    assert stats["stats"]["compile_actor_deaths"] == deaths + 1 and stats["stats"]["compile_retries"] >= 1
+    assert any(r["slot"] != first_victim and r["done"] >= 1 for r in stats["compile_nodes"] if r["state"] == "ready")
+    # Killed on its second try as well: one result, `crashed`, saying it is our fault.
+    _wait_for(lambda: [r["state"] for r in evaluator.stats()["compile_nodes"]].count("ready") == 2)
+    future = evaluator.submit(request(slow_candidate(2), backend="cuda", compile_timeout_s=120))
+    kill_the_one_building()
+    time.sleep(0.5)
+    kill_the_one_building()
+    result = future.result(timeout=240)
+    assert result.verdict == Verdict.CRASHED and result.attempts == 2
+    assert "infrastructure failure" in result.error_message and "compile actor" in result.error_message
