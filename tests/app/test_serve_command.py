@@ -83,3 +83,26 @@ def test_serve_answers_the_client_on_loopback(tmp_path, extra):
     default_store = tmp_path / "home" / ".cache" / "kernelrl" / "serve" / f"results-{port}.sqlite"
     assert f"results in {default_store}" in stderr
     assert stat.S_IMODE(default_store.stat().st_mode) == 0o600  # it holds candidate source
+
+
+def test_results_store_mistakes_exit_2_before_any_worker_starts(tmp_path):
+    from evaluator.result_store import ResultStore
+
+    token_path = tmp_path / "token"
+    token_path.write_text("serve-test-token\n")
+    token_path.chmod(0o600)
+    damaged = tmp_path / "damaged.sqlite"
+    damaged.write_bytes(b"not a database " * 300)
+    damaged.chmod(0o600)
+    readable = tmp_path / "readable.sqlite"
+    readable.touch()
+    readable.chmod(0o644)
+    held = str(tmp_path / "held.sqlite")
+    holder = ResultStore(held)  # as another krl serve on the same file would
+    try:
+        for path, needle in ((damaged, "move it aside"), (readable, "chmod 600"), (held, "in use by another")):
+            done = _krl("serve", "--token-file", str(token_path), "--devices", "cpu", "--results-db", str(path))
+            assert done.returncode == 2, done.stderr
+            assert needle in done.stderr and "Traceback" not in done.stderr
+    finally:
+        holder.close()

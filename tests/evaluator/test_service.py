@@ -283,3 +283,25 @@ def test_a_request_in_progress_at_three_unclean_deaths_is_given_up_as_crashed(ev
         assert result["verdict"] == "crashed" and "stopped 3 times" in result["error_message"]
     finally:
         app.state.service.close()
+
+
+def test_a_clean_stop_hands_unfinished_work_to_the_next_start_without_counting_it(evaluator, tmp_path):
+    from evaluator.result_store import ResultStore
+
+    path = str(tmp_path / "results.sqlite")
+    slow = _payload(candidate("time.sleep(2.0)\nreturn x.clamp_min(0)", prelude="import time"))
+    first_app = _store_app(evaluator, path)
+    with TestClient(first_app) as client:
+        assert client.post("/v1/evaluate?wait=false", json=slow, headers=AUTH).status_code == 202
+    first_app.state.service.close()  # still in progress: handed over again at the next start, not held against it
+    store = ResultStore(path)
+    assert store.get(slow["request_id"]).submissions == 0 and not store.get(slow["request_id"]).finished
+    store.close()
+
+    second_app = _store_app(evaluator, path)
+    try:
+        with TestClient(second_app) as client:
+            done = client.get(f"/v1/results/{slow['request_id']}?wait_s=60", headers=AUTH)
+        assert done.status_code == 200 and done.json()["verdict"] == "correct"
+    finally:
+        second_app.state.service.close()
