@@ -350,14 +350,17 @@ def test_honest_fusion_reports_its_own_kernel_share_without_judging_it(runtime_r
     assert res["speedup"] is not None and res["kernel_runtime"]["n"] > 0
 
 
-@pytest.mark.xfail(strict=False, reason="open defect (issue 12): in CPU mode this cache measured 3-7x in the final "
-                   "runs of this session (0.999x on the H100 earlier); cause not found yet")
 def test_cache_keyed_on_pointer_and_version_buys_no_speed(runtime_results):
-    # Timed calls get fresh values in rotating buffers: the memo misses every time, so the candidate computes (and is
-    # correct) at the reference's speed; a hit would return in microseconds, ~100x faster than this ReLU on the CPU.
+    # Timed calls get fresh values in rotating buffers: the memo misses every time, so the candidate computes at the
+    # reference's speed; a hit would return in microseconds, ~100x faster than this ReLU on the CPU. Where an input's
+    # (pointer, version) comes round again with other values (a correctness clone freed and reallocated in place), the
+    # memo hands back a stale tensor and is caught instead. It measured 3-7x on the shared CPU until the host clock
+    # left out time spent waiting for a core and the reference stopped paying the page faults of the memo's hoard.
     res = runtime_results["cache_by_version"]
-    assert res["verdict"] == "correct", res["error_message"]
-    assert res["speedup"] < 3, res["speedup"]
+    if res["verdict"] == "correct":
+        assert res["speedup"] < 3, res["speedup"]
+    else:
+        assert res["hack_rule"] == "cached_output" or res["verdict"] == "wrong_output", res["error_message"]
 
 
 @pytest.mark.parametrize("rid, words", [("approx_when_timed", "timing inputs"), ("approx_gelu_tanh", "Passed 0/3")])
