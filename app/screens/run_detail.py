@@ -1,5 +1,5 @@
-"""One run in depth, as tabs: Curves, Trajectories, Problems, Config, Checkpoints, Logs, System, Distributions.
-Each tab loads on first view in a thread worker; a 1 s tick re-reads the run and refreshes what is on screen."""
+"""One run in depth, as tabs: Curves, Trajectories, Problems, Config, Checkpoints, Logs, System, Distributions (and
+Cluster, on a Ray cluster or service). Each tab loads on first view in a thread; a 1 s tick refreshes what is shown."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from app.widgets.curves_panel import SMOOTHING_STEP, CurvesPanel, ZoomSeriesLoad
 from app.widgets.distributions import HistogramView
 from app.widgets.sparkline import sparkline_text
 from app.widgets.system_panel import HostPanel
+from app.widgets.cluster_panel import ClusterPanel
 from app.widgets.format import STATUS_COLOUR, fmt_float, fmt_speedup, status_glyph, theme_colour
 from app.widgets.log_tail import LogTail
 
@@ -40,7 +41,7 @@ LOG_TAIL_BYTES = 256 * 1024
 # The widget that takes focus when a tab opens (so its keys work at once) and when esc leaves a text box.
 TAB_HOME = {"curves": "#metric-list", "trajectories": "#traj-table", "problems": "#problems-table",
             "config": "#config-scroll", "checkpoints": "#checkpoints-table", "logs": "#log-tail",
-            "system": "#system-curves #metric-list", "distributions": "#best-table"}
+            "system": "#system-curves #metric-list", "distributions": "#best-table", "cluster": "#cluster-table"}
 PLOT_TABS = ("curves", "system")
 # Bindings that only mean something on some tabs: the key bar shows them there alone.
 TAB_ONLY_KEYS = {"run.x_axis": PLOT_TABS, "run.smooth_more": PLOT_TABS, "run.smooth_less": PLOT_TABS,
@@ -53,6 +54,12 @@ HOST_SAMPLE_S = 2.0
 @dataclass
 class HostSampled(Message):
     sample: Any  # core.system_metrics.HostSample
+
+
+@dataclass
+class ClusterSnapshotLoaded(Message):
+    snapshot: Optional[dict[str, Any]]  # core.cluster_snapshot's cluster.json; None before the job wrote one
+    where: str
 
 
 @dataclass
@@ -83,6 +90,7 @@ class RunDetailScreen(KrlScreen):
         Binding("6", "tab('logs')", "Logs", show=False, id="run.tab_logs"),
         Binding("7", "tab('system')", "System", show=False, id="run.tab_system"),
         Binding("8", "tab('distributions')", "Distributions", show=False, id="run.tab_distributions"),
+        Binding("9", "tab('cluster')", "Cluster", show=False, id="run.tab_cluster"),
         Binding("x", "toggle_x", "x: step/time", id="run.x_axis"),
         Binding("right_square_bracket", "smoothing(1)", "Smoother", id="run.smooth_more"),
         Binding("left_square_bracket", "smoothing(-1)", "Rougher", show=False, id="run.smooth_less"),
@@ -209,6 +217,7 @@ class RunDetailScreen(KrlScreen):
             self.set_interval(self.app.refresh_s, self._tick)
             self.set_interval(self.app.refresh_s, self._tick_logs)
             self.set_interval(HOST_SAMPLE_S, self._tick_host)
+            self.set_interval(self.app.refresh_s, self._tick_cluster)
 
     def _tick(self) -> None:
         if self.app.screen is self:  # a trajectory screen on top: nothing here is visible
@@ -221,6 +230,10 @@ class RunDetailScreen(KrlScreen):
     def _tick_host(self) -> None:
         if self.app.screen is self and "system" in self._tab_ready and self.query_one(TabbedContent).active == "system":
             self.sample_host()
+
+    def _tick_cluster(self) -> None:
+        if self.app.screen is self and "cluster" in self._tab_ready and self.query_one(TabbedContent).active == "cluster":
+            self.load_cluster()
 
     def on_unmount(self) -> None:
         if self._host_sampler is not None:
@@ -297,6 +310,13 @@ class RunDetailScreen(KrlScreen):
         self.post_message(DistributionsLoaded(distributions(
             self.app.registry("detail").trajectory_outcomes(self.run_id), columns=max(10, (self.size.width - 20) // 2))))
 
+    @work(thread=True, exclusive=True, group="detail-cluster", exit_on_error=False)
+    def load_cluster(self) -> None:
+        from core.cluster_snapshot import read_snapshot
+
+        run_dir = self.app.registry("detail").run_dir(self.run["name"])
+        self.post_message(ClusterSnapshotLoaded(read_snapshot(run_dir), str(run_dir)))
+
     @work(thread=True, exclusive=True, group="detail-logs", exit_on_error=False)
     def tail_logs(self) -> None:
         """Read what the log gained since last time (the last LOG_TAIL_BYTES on first read)."""
@@ -349,6 +369,7 @@ class RunDetailScreen(KrlScreen):
         self._last_step = message.run.get("last_step")
         panels = self.query(CurvesPanel)
         if first:
+            self._add_cluster_tab()
             for panel in panels:
                 panel.remember(self._remember_as(panel))
                 panel.set_keys(self.metric_keys, default_curve_keys(self.metric_keys))
@@ -361,6 +382,14 @@ class RunDetailScreen(KrlScreen):
             active = self.query_one(TabbedContent).active
             if active in ("trajectories", "problems", "checkpoints", "distributions"):
                 self._load_tab(active, force=True)
+
+    def _add_cluster_tab(self) -> None:
+        """A Cluster tab for a run that evaluates on a Ray cluster or a service; a local run has none (its
+        evaluator's machine is the System tab's)."""
+        from core.run_evaluator import remote_address
+
+        if remote_address((self.run.get("config") or {}).get("eval") or {}) and not self.query("#cluster"):
+            self.query_one(TabbedContent).add_pane(TabPane("9 Cluster", ClusterPanel(id="cluster-panel"), id="cluster"))
 
     def _remember_as(self, panel: CurvesPanel) -> str:
         """Where a panel's choices are remembered: per workspace, run id and panel."""
@@ -458,6 +487,10 @@ class RunDetailScreen(KrlScreen):
         for panel in self.query(HostPanel):
             panel.show(message.sample, socket.gethostname())
 
+    def on_cluster_snapshot_loaded(self, message: ClusterSnapshotLoaded) -> None:
+        for panel in self.query(ClusterPanel):
+            panel.show(message.snapshot, self.app.clock(), message.where)
+
     def on_distributions_loaded(self, message: DistributionsLoaded) -> None:
         if "distributions" not in self._tab_ready:
             return
@@ -523,7 +556,7 @@ class RunDetailScreen(KrlScreen):
         if tab not in self._tab_ready:
             self._build_tab(tab)  # loads once its widgets exist
             return
-        if tab in self._loaded_tabs and not force and tab not in ("logs",):
+        if tab in self._loaded_tabs and not force and tab not in ("logs", "cluster"):
             return
         self._loaded_tabs.add(tab)
         if tab == "trajectories":
@@ -540,6 +573,8 @@ class RunDetailScreen(KrlScreen):
             self.sample_host()
         elif tab == "distributions":
             self.load_distributions()
+        elif tab == "cluster":
+            self.load_cluster()
 
     def _panel_ready(self, tab: str) -> None:
         panel = self.query_one("#curves-panel" if tab == "curves" else "#system-curves", CurvesPanel)
@@ -603,6 +638,8 @@ class RunDetailScreen(KrlScreen):
             self.app.pop_screen()
 
     def action_tab(self, tab: str) -> None:
+        if not self.query(f"#{tab}"):
+            return  # the Cluster tab of a run that has none
         # Drop focus first: a focused widget left in the hidden pane would be focused again, and TabbedContent
         # switches to the pane of whatever gets focus.
         self.set_focus(None)
