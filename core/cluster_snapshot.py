@@ -19,8 +19,9 @@ RECORD_EVERY_S = float(os.environ.get("KRL_CLUSTER_EVERY_S", "5"))
 # stopped recording (killed, frozen) or its evaluator's stats call hangs.
 STALE_PERIODS = 3
 MIN_STALE_S = 15.0
-# What a row may carry; a key the evaluator does not report stays None (shown as "—").
-ROW_KEYS = ("node", "device", "gpu_name", "gpu_util_percent", "state", "in_flight", "done", "failures",
+# What a row may carry; a key the evaluator does not report stays None (shown as "–"). `role` is "eval" for an
+# evaluation actor (a node's GPU or CPU share) and "compile" for a Ray cluster's compile actor (stats "compile_nodes").
+ROW_KEYS = ("role", "node", "device", "gpu_name", "gpu_util_percent", "state", "in_flight", "done", "failures",
             "evals_per_min", "compile_queue_depth", "compiles_in_flight", "compiles_per_min", "why")
 COMPILE_KEYS = ("compile_queue_depth", "compiles_in_flight", "compiles_per_min")
 
@@ -35,11 +36,13 @@ def take_snapshot(stats: dict[str, Any], address: str, every_s: float = RECORD_E
     """A JSON-ready snapshot of an evaluator's stats(): one row per node/device and the cluster's totals."""
     from evaluator.factory import worker_rows
 
-    rows = [{key: row.get(key) for key in ROW_KEYS} for row in worker_rows(stats)]
+    rows = [{key: row.get(key) for key in ROW_KEYS} | {"role": "eval"} for row in worker_rows(stats)]
+    compile_rows = [{key: row.get(key) for key in ROW_KEYS} | {"role": "compile", "device": _compile_device(row)}
+                    for row in stats.get("compile_nodes") or []]
     counters = dict(stats.get("stats") or {})
     done = _sum([row["done"] for row in rows])
     totals = {
-        "nodes": len({row["node"] for row in rows}),
+        "nodes": len({row["node"] for row in rows + compile_rows}),
         "devices": len(rows),
         "ready": sum(row["state"] == "ready" for row in rows),
         "queue_depth": stats.get("queue_depth"),
@@ -47,11 +50,17 @@ def take_snapshot(stats: dict[str, Any], address: str, every_s: float = RECORD_E
         "done": done if done is not None else counters.get("results"),
         "failures": _sum([row["failures"] for row in rows]),
         "evals_per_min": _sum([row["evals_per_min"] for row in rows]),
+        "compile_actors": len(compile_rows),
     }
     for key in COMPILE_KEYS:  # the cluster's own figure where it gives one, else the rows' sum
-        totals[key] = stats[key] if stats.get(key) is not None else _sum([row[key] for row in rows])
+        totals[key] = stats[key] if stats.get(key) is not None else _sum([row[key] for row in rows + compile_rows])
+    rows += compile_rows
     return {"address": address, "kind": stats.get("kind", ""), "taken_at": time.time() if now is None else now,
             "every_s": every_s, "rows": rows, "totals": totals, "counters": counters, "error": "", "final": False}
+
+
+def _compile_device(row: dict[str, Any]) -> str:
+    return f"compile x{row['workers']}" if row.get("workers") else "compile"
 
 
 def write_snapshot(run_dir: Path, snapshot: dict[str, Any]) -> Path:

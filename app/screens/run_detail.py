@@ -698,13 +698,3 @@ class RunDetailScreen(KrlScreen):
         from app.screens.eval import evaluate_from_run_detail
 
         evaluate_from_run_detail(self)
-
-    def action_evaluate(self) -> None:
-        from app.screens.eval import evaluate_from_run_detail
-
-        evaluate_from_run_detail(self)
-
-    def action_evaluate(self) -> None:
-        from app.screens.eval import evaluate_from_run_detail
-
-        evaluate_from_run_detail(self)

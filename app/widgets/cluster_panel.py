@@ -53,6 +53,8 @@ def summary_text(snapshot: Optional[dict[str, Any]], now: float, where: str = ""
     text.append(f"\ncompile queue {_number(totals.get('compile_queue_depth'))} · "
                 f"compiling {_number(totals.get('compiles_in_flight'))} · "
                 f"{_number(totals.get('compiles_per_min'), 1)} compiles/min")
+    if totals.get("compile_actors"):
+        text.append(f" on {totals['compile_actors']} compile actor(s) (rows 'compile xN')")
     counters = snapshot.get("counters") or {}
     seen = [f"{label} {int(counters[key])}" for key, label in COUNTERS if counters.get(key) is not None]
     if seen:

@@ -69,6 +69,25 @@ async def test_a_run_through_the_service_shows_its_workers(workspace, registry, 
     assert f"done {snapshot['totals']['done']}" in summary and "final snapshot" in summary
     assert "STALE" not in summary
 
+    # Live: the tab re-reads the file each refresh, so a newer snapshot (here one whose stats call failed) shows.
+    app = make_app(workspace, open_run="via-service", clock=lambda: snapshot["taken_at"] + 5, live=True,
+                   refresh_s=0.2)
+    async with app.run_test(size=(180, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("9")
+        await settle(pilot)
+
+        def shown() -> str:
+            return str(app.screen.query_one("#cluster-summary").render())
+
+        assert "final snapshot" in shown()
+        write_snapshot(registry.run_dir("via-service"), {**snapshot, "final": False, "error": "ConnectError: refused"})
+        for _ in range(50):
+            if "stats failed" in shown():
+                break
+            await pilot.pause(0.1)
+        assert "the evaluator's stats failed: ConnectError: refused" in shown() and "final snapshot" not in shown()
+
 
 @pytest.mark.slow
 async def test_a_run_on_a_ray_cluster_shows_its_nodes_and_a_stale_snapshot_says_so(workspace, registry, monkeypatch):
@@ -82,10 +101,12 @@ async def test_a_run_on_a_ray_cluster_shows_its_nodes_and_a_stale_snapshot_says_
     run_dir = registry.run_dir("on-ray")
     snapshot = read_snapshot(run_dir)
     assert snapshot["final"] and snapshot["kind"] == "ray" and snapshot["error"] == ""
-    ready = [row for row in snapshot["rows"] if row["state"] == "ready"]
+    actors = [row for row in snapshot["rows"] if row["role"] == "eval"]
+    ready = [row for row in actors if row["state"] == "ready"]
     assert ready and all(row["gpu_util_percent"] is None for row in ready)  # CPU actors: no GPU to read
-    # Exactly once: the actors' done counts add up to the evaluations the run stored.
-    assert sum(row["done"] for row in snapshot["rows"]) == len(results) > 0
+    # Exactly once: the evaluation actors' done counts add up to the evaluations the run stored.
+    assert sum(row["done"] for row in actors) == len(results) > 0
+    compile_rows = [row for row in snapshot["rows"] if row["role"] == "compile"]
     assert snapshot["totals"]["evals_per_min"] > 0 and snapshot["totals"]["failures"] == 0
     nodes = {r["worker_id"].split(":")[0] for r in results}
     assert {row["node"] for row in ready} == nodes  # the node the results say they ran on
@@ -96,6 +117,9 @@ async def test_a_run_on_a_ray_cluster_shows_its_nodes_and_a_stale_snapshot_says_
         cells = by_device[(row["node"], row["device"])]
         assert cells[4] == "ready" and cells[6] == str(row["done"]) and cells[7] == "0"
         assert cells[8] == f"{row['evals_per_min']:.1f}" and cells[3] == "–"
+    for row in compile_rows:  # the cluster's compile actors, where it has them (evaluator/cluster_compile.py)
+        assert by_device[(row["node"], row["device"])][1].startswith("compile")
+        assert snapshot["totals"]["compile_queue_depth"] is not None and "compile actor(s)" in summary
     assert "ray://local" in summary and f"done {len(results)}" in summary and "final snapshot" in summary
 
     # What a killed job leaves: its last periodic snapshot, never marked final, growing old.
