@@ -698,8 +698,20 @@ class _RunState:
         first = self._inputs_named("timing-0", reference)
         set_count, buffer_count = timing.rotation_sizes(sol.tensor_bytes(first))
         value_sets = [first] + [self._inputs_named(f"timing-{j}", reference) for j in range(1, set_count)]
-        reference_outputs = [judge.snapshot(self._call_reference(ref_model, judge.clone_inputs(v))) for v in value_sets]
-        rotation = timing.RotatingInputs(value_sets, buffer_count)
+        reference_outputs = {j: judge.snapshot(self._call_reference(ref_model, judge.clone_inputs(v)))
+                             for j, v in enumerate(value_sets)}
+        # CPU mode: a value set no timed call saw before for each call (up to the judge's 64), made between calls.
+        # On a GPU the sets would come through the host (get_inputs) between samples; there 3 sets go round.
+        fresh_sets = 0 if ctx.is_cuda else timing.MAX_TIMING_VALUE_SETS
+        rotation = timing.RotatingInputs(value_sets, buffer_count,
+                                         lambda j: self._inputs_named(f"timing-{j}", reference), fresh_sets)
+
+        def expected_output(values_index: int) -> Any:
+            if values_index not in reference_outputs:
+                inputs = judge.clone_inputs(rotation.values(values_index))
+                reference_outputs[values_index] = judge.snapshot(self._call_reference(ref_model, inputs))
+            return reference_outputs[values_index]
+
         key = _reference_key(request, ctx)
         # On a GPU the reference is timed again, interleaved with the candidate, by default: a reference timed in an
         # earlier evaluation drifted by up to ~10% against a candidate timed now (H200, identical code: 42% of
@@ -748,9 +760,9 @@ class _RunState:
         self._verify_untampered()
         _hack(runtime_rules.check_reference_calls(watch.reference_calls))
         checked.keep(last["values"], last.get("output"), last["inputs"])  # the last timed call, always checked
-        _hack(runtime_rules.check_replayed_storages(checked.storage_values, len(value_sets), checked.calls))
+        _hack(runtime_rules.check_replayed_storages(checked.storage_values, rotation.set_count, checked.calls))
         for values_index, seen in checked.inputs:
-            _hack(runtime_rules.check_inputs_unchanged(seen, value_sets[values_index], "during timing"))
+            _hack(runtime_rules.check_inputs_unchanged(seen, rotation.values(values_index), "during timing"))
         if request.backend == "triton":
             _hack(runtime_rules.check_work_when_timed(min(self.trial_launches, default=0), checked.idle_calls,
                                                        checked.calls))
@@ -774,7 +786,7 @@ class _RunState:
         earlier = self.earlier_outputs
         for index, (values_index, output) in enumerate(checked.outputs):
             self._hand_over(f"timing-{values_index}", output)
-            comparison = judge.compare(reference_outputs[values_index], output, atol, rtol)
+            comparison = judge.compare(expected_output(values_index), output, atol, rtol)
             if not comparison.ok:
                 others = earlier + [o for v, o in checked.outputs if v != values_index]
                 self._fail_wrong(comparison, output, "Wrong on the timing inputs: ", others)

@@ -227,7 +227,6 @@ RUNTIME_CASES = [
     ("garbage_when_timed", "hack_garbage_when_timed.py", "torch", "cached_output"),  # zeros for every input
     ("honest_counting_calls", "relu_torch.py", "torch", None),
     ("lazy_output", "hack_lazy_output.py", "torch", "lazy_output"),
-    ("content_memo", "hack_content_memo.py", "torch", "cached_output"),
     ("patch_code_object", "hack_patch_code_object.py", "torch", "patched_torch"),
 ]
 
@@ -242,6 +241,8 @@ def runtime_results():
                             size_overrides=TINY))
     requests += [request(rid, reference, candidate(name), **fields) for rid, reference, name, fields in HONEST_EXTRA]
     requests.append(request("cache_by_version", RELU, candidate("hack_cache_by_version.py"),
+                            size_overrides={"BATCH": 256, "DIM": 4096}, timing_trials=20))
+    requests.append(request("content_memo", RELU, candidate("hack_content_memo.py"),
                             size_overrides={"BATCH": 256, "DIM": 4096}, timing_trials=20))
     requests.append(request("approx_when_timed", builtin("gelu"), candidate("approx_when_timed.py"),
                             size_overrides={"BATCH": 4, "DIM": 256}))
@@ -361,6 +362,18 @@ def test_cache_keyed_on_pointer_and_version_buys_no_speed(runtime_results):
         assert res["speedup"] < 3, res["speedup"]
     else:
         assert res["hack_rule"] == "cached_output" or res["verdict"] == "wrong_output", res["error_message"]
+
+
+def test_cache_keyed_on_sampled_content_buys_no_speed(runtime_results):
+    # CPU mode gives every timed call values no call had before (up to 64 sets), so a memo keyed on a few sampled
+    # elements misses every time and computes. With 3 sets going round it hit from the 4th call on (handed back as it
+    # is, it was caught as cached_output; handed back as a copy, tests/evaluator/attacks/content_hash_copy.py measured
+    # 4.6x and was judged correct).
+    res = runtime_results["content_memo"]
+    if res["verdict"] == "correct":
+        assert res["speedup"] < 3, res["speedup"]
+    else:
+        assert res["hack_rule"] == "cached_output", res["error_message"]
 
 
 @pytest.mark.parametrize("rid, words", [("approx_when_timed", "timing inputs"), ("approx_gelu_tanh", "Passed 0/3")])

@@ -182,6 +182,28 @@ def test_rotating_inputs_give_every_call_fresh_values_and_versions():
     assert all(torch.equal(s[0], torch.full((4,), float(i))) for i, s in enumerate(sets))
 
 
+def test_rotating_inputs_with_fresh_sets_never_repeat_content_until_the_limit():
+    # A memo keyed on the content (a sum) hit from the 4th call on with 3 sets going round; with made sets every call
+    # up to `fresh_sets` holds values no call had before.
+    import torch
+
+    made = []
+
+    def make_values(index):
+        made.append(index)
+        return [torch.full((4,), float(index)), 7]
+
+    rotation = timing.RotatingInputs([make_values(0)], buffer_count=2, make_values=make_values, fresh_sets=5)
+    sums = []
+    for _ in range(7):
+        rotation.advance()
+        sums.append(float(rotation.current[0].sum()))
+        assert float(rotation.current[0][0]) == rotation.current_values and rotation.current[1] == 7
+    assert sums[:5] == [0.0, 4.0, 8.0, 12.0, 16.0] and sums[5:] == [0.0, 4.0]  # then round again
+    assert len({buffer[0].data_ptr() for buffer in rotation.buffers}) == 2
+    assert torch.equal(rotation.values(3)[0], torch.full((4,), 3.0))  # made again, the same values
+
+
 @pytest.mark.parametrize("input_bytes, sizes", [(10 * 2**20, (3, 2)), (1 * 2**30, (2, 1))])
 def test_rotation_sizes(input_bytes, sizes):
     assert timing.rotation_sizes(input_bytes) == sizes
