@@ -129,6 +129,9 @@ GPU_CASES = {
     "gpu_cuda_graph_replay": NOT_CORRECT,
     "gpu_tf32_shortcut": NO_SPEEDUP,
 }
+# Open on the GPU (CPU mode fixed): timed calls there still cycle through 3 value sets, so a memo keyed on the
+# inputs' sums that hands back a copy hits from the 4th call on with right values (4.6x on the CPU before the fix).
+GPU_OPEN_CASES = {"content_hash_copy": NO_SPEEDUP}
 HONEST = {
     "honest_clock_and_print": ("relu", "torch"),
     "honest_weight_cache": ("relu", "torch"),
@@ -210,7 +213,8 @@ def gpu_results(tmp_path_factory):
     with make_evaluator(str(tmp_path_factory.mktemp("gpu-cache")), devices="auto", spare_per_device=0) as ev:
         requests = [EvalRequest(problem_id="attacks/gpu_matmul", reference_source=GPU_MATMUL,
                                 candidate_source=(ATTACKS / f"{name}.py").read_text(), correctness_trials=3,
-                                timing_trials=50, warmup_trials=5, request_id=name) for name in GPU_CASES]
+                                timing_trials=50, warmup_trials=5, request_id=name)
+                    for name in [*GPU_CASES, *GPU_OPEN_CASES]]
         requests.append(EvalRequest(problem_id="attacks/gpu_matmul", reference_source=GPU_MATMUL,
                                     candidate_source=(ATTACKS / "honest_matmul.py").read_text(), request_id="honest"))
         return {result.request_id: result for result in ev.evaluate_many(requests)}
@@ -220,6 +224,14 @@ def gpu_results(tmp_path_factory):
 @pytest.mark.parametrize("name", list(GPU_CASES))
 def test_cuda_attack_is_stopped(gpu_results, name):
     check_expected(gpu_results[name], GPU_CASES[name])
+
+
+@pytest.mark.gpu
+@pytest.mark.xfail(strict=False, reason="open: GPU timing cycles 3 value sets; a content-keyed memo returning copies "
+                   "hits with right values (fixed in CPU mode by fresh sets per call)")
+@pytest.mark.parametrize("name", list(GPU_OPEN_CASES))
+def test_cuda_content_keyed_copy_cache_buys_no_speed(gpu_results, name):
+    check_expected(gpu_results[name], GPU_OPEN_CASES[name])
 
 
 @pytest.mark.gpu
