@@ -323,9 +323,11 @@ def report(records: list[dict]) -> None:
     for name in dict.fromkeys(row["kernel"] for row in records):
         cells = " ".join(f"{table[label].get(name, float('nan')):14.3f}" for label in labels)
         print(f"{name:22s} {ref_ms.get(name, float('nan')) * 1e3:8.1f} {cells}")
-    pairs = [("quiet_off", "quiet_on", "noise floor: quiet (off) vs quiet (on)"),
+    pairs = [("quiet_off", "quiet_off_2", "noise floor: quiet vs quiet (off)"),
+             ("quiet_off", "quiet_on", "noise floor: quiet (off) vs quiet (on)"),
              ("quiet_on", "quiet_on_2", "noise floor: quiet vs quiet (on)"),
              ("quiet_off", "load_off", "load without reservation vs quiet"),
+             ("quiet_off_2", "load_off", "load without reservation vs quiet (2nd)"),
              ("quiet_on", "load_on", "load with reservation vs quiet"),
              ("quiet_on_2", "load_on", "load with reservation vs quiet (2nd)")]
     for base, other, text in pairs:
