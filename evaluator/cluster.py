@@ -197,7 +197,9 @@ class ClusterEvaluator:
         if not ray.is_initialized():
             try:
                 if address is None:
-                    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+                    # address="local": always a new instance; without it ray.init joins any cluster already
+                    # running on this machine (RAY_ADDRESS or the last one started), e.g. another test's.
+                    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
                     self._owns_ray = True
                 else:
                     ray.init(address=address, log_to_driver=False)
