@@ -65,11 +65,15 @@ bench: bench-registry bench-evaluator bench-rag bench-tui
 GPU_WHEELS := textual==8.2.8 mdit-py-plugins platformdirs \
 	sqlite-utils==4.2.1 sqlite-fts4 click-default-group pydantic==2.14.3 pydantic-core==2.50.4 \
 	annotated-types typing-inspection
+# Ray and the service for the 2-GPU runs (issue 16): Ray's wheel is ~76 MiB; without ray/jars/ (Java only) ~44 MiB.
+RAY_WHEELS := ray==2.60.0 starlette==1.10.0 uvicorn==0.54.0 jsonschema jsonschema-specifications referencing rpds-py
+WHEEL_PLATFORMS := --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
+	--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any
 wheels:
-	mkdir -p .whl
-	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-		--platform any -d .whl $(GPU_WHEELS)
+	mkdir -p .whl .whl/ray
+	$(PY) -m pip download -q --no-deps $(WHEEL_PLATFORMS) -d .whl $(GPU_WHEELS)
+	$(PY) -m pip download -q --no-deps $(WHEEL_PLATFORMS) -d .whl/ray $(RAY_WHEELS)
+	$(PY) tests/bench/repack_wheel.py $$(ls .whl/ray/ray-*.whl) ray/jars/
 
 clean:
 	rm -rf $(VENV) build *.egg-info

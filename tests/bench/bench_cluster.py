@@ -292,26 +292,43 @@ def build_transfer(sizes_mib: list[float], rounds: int) -> None:
         nodes.shutdown()
 
 
+def kernel_batch(n: int, kind: str) -> list[EvalRequest]:
+    """n timed evaluations of one Triton or CUDA ReLU (the test candidates) on the builtin relu problem; the CUDA
+    source is the same in every request, so it is built once and then loaded from the build cache."""
+    from tests.evaluator.candidates.harness import builtin, candidate
+
+    source = candidate("relu_triton.py" if kind == "triton" else "cuda_relu.py")
+    return [EvalRequest(problem_id="bench/relu", reference_source=builtin("relu"), candidate_source=source,
+                        backend=kind, correctness_trials=3, timing_trials=20, warmup_trials=2,
+                        compile_timeout_s=600, size_overrides={"BATCH": 4096, "DIM": 4096}) for _ in range(n)]
+
+
 def gpu_scaling(n: int) -> None:
-    """Evaluations per minute of one batch on 1 GPU and on every GPU, each GPU one Ray actor."""
+    """Evaluations per minute of the same batches (torch, Triton, CUDA candidates) on 1 GPU and on every GPU, each
+    GPU one Ray actor."""
     import ray
     import torch
 
     count = torch.cuda.device_count()
-    say(f"== GPU scaling through Ray: {n} torch candidates (N=4M, timed), {count} GPU(s): "
+    say(f"== GPU scaling through Ray: {n} candidates of each kind (timed), {count} GPU(s): "
         f"{torch.cuda.get_device_name(0) if count else '-'}")
-    figures = {}
+    kinds = {"torch": lambda: batch(n, True), "triton": lambda: kernel_batch(n, "triton"),
+             "cuda": lambda: kernel_batch(n, "cuda")}
+    figures: dict[tuple[str, int], dict] = {}
     for gpus in sorted({1, count}):
-        ray.init(num_gpus=gpus, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_gpus=gpus, include_dashboard=False, log_to_driver=False)
         cluster = open_evaluator("ray://auto", evaluator_options={"spare_per_device": 1})
         try:
-            figures[gpus] = run_batch(f"ray, {gpus} GPU(s)", cluster, batch(n, True))
+            list(cluster.evaluate_many(kernel_batch(gpus, "cuda")))  # the one CUDA build, outside the figures
+            for kind, make in kinds.items():
+                figures[kind, gpus] = run_batch(f"ray, {gpus} GPU(s), {kind}", cluster, make())
         finally:
             cluster.close()
             ray.shutdown()
     if count > 1:
-        efficiency = figures[count]["per_min"] / (count * figures[1]["per_min"])
-        say(f"scaling efficiency on {count} GPUs: {100 * efficiency:.0f}%")
+        for kind in kinds:
+            efficiency = figures[kind, count]["per_min"] / (count * figures[kind, 1]["per_min"])
+            say(f"scaling efficiency on {count} GPUs, {kind}: {100 * efficiency:.0f}%")
 
 
 def main() -> None:
