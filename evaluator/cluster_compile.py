@@ -278,11 +278,10 @@ class CompileFleet:
         outcomes: Outcomes = []
         ready = [s for s in self.slots.values() if s.state == "ready"]
         while self.queue or self.retry:
-            free = [s for s in ready if len(s.in_flight) < s.workers]
-            if not free:
-                break
-            slot = min(free, key=lambda s: (len(s.in_flight) / s.workers, s.gpu_node, s.done))
-            job = self._next_job_for(slot, ready)
+            free = sorted((s for s in ready if len(s.in_flight) < s.workers),
+                          key=lambda s: (len(s.in_flight) / s.workers, s.gpu_node, s.done))
+            # The least loaded slot with a job it may take (a retry goes to a slot it has not failed on).
+            slot, job = next(((s, j) for s in free if (j := self._next_job_for(s, ready)) is not None), (None, None))
             if job is None:
                 break
             job.compile_attempts += 1

@@ -17,7 +17,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from evaluator.api import Verdict  # noqa: E402
 from evaluator.cluster import ClusterEvaluator  # noqa: E402
-from evaluator.cluster_compile import BuildRefused, install_build, pack_build  # noqa: E402
+from evaluator.cluster_compile import BuildRefused, CompileActor, install_build, pack_build  # noqa: E402
 from evaluator.compile import entry_key, lookup  # noqa: E402
 from tests.evaluator.pool_support import ROOT, request  # noqa: E402
 
@@ -198,3 +198,74 @@ def test_a_compile_actor_killed_mid_build_is_retried_once_elsewhere_then_crashed
     result = future.result(timeout=240)
     assert result.verdict == Verdict.CRASHED and result.attempts == 2
     assert "infrastructure failure" in result.error_message and "compile actor" in result.error_message
+
+
+class TamperingCompileActor(CompileActor):
+    """A compile node whose bytes change on the way (a bad disk, memory, or someone in between): one bit flipped."""
+
+    async def compile(self, request_json: str, arch: str):
+        reply, blob = await super().compile(request_json, arch)
+        return reply, (bytes([blob[0] ^ 1]) + blob[1:]) if blob else blob
+
+
+def test_builds_refused_by_the_evaluating_node_are_retried_once_then_crashed(evaluator, caches):
+    """Both compile nodes tamper: the evaluating node refuses the first build, the request is built again on the
+    other node, refused again, and gets one `crashed` result that says it is our fault."""
+    eval_cache, _ = caches
+    honest_class = evaluator._fleet._actor_class
+    evaluator._fleet._actor_class = ray.remote(TamperingCompileActor)  # what replacements are started as
+    try:
+        honest_pids = {r["pid"] for r in evaluator.stats()["compile_nodes"]}
+        for handle in evaluator.compile_actor_handles().values():
+            ray.kill(handle, no_restart=True)
+
+        def tampering_ready() -> bool:  # the driver sees a death at its next call to the actor (stats, every 2 s)
+            rows = [r for r in evaluator.stats()["compile_nodes"] if r["state"] == "ready"]
+            return len(rows) == 2 and not {r["pid"] for r in rows} & honest_pids
+
+        _wait_for(tampering_ready)
+        refused = evaluator.stats()["stats"].get("builds_refused", 0)
+        source = cpp_candidate(99)
+        result = evaluator.submit(request(source, backend="cuda")).result(timeout=240)
+        assert result.verdict == Verdict.CRASHED and result.attempts == 2
+        assert "infrastructure failure" in result.error_message and "refused" in result.error_message
+        assert "do not hash" in result.error_message
+        assert evaluator.stats()["stats"]["builds_refused"] == refused + 2
+        assert _published(eval_cache, source) is None
+    finally:
+        evaluator._fleet._actor_class = honest_class
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_cluster_build_is_loaded_from_the_evaluating_nodes_cache(tmp_path):
+    """On the GPU machine (pytest -m gpu tests/evaluator/test_cluster_compile.py): a compile actor builds a real CUDA
+    extension (torch headers, nvcc) into its own cache; the GPU actor verifies it, publishes it into its cache and its
+    runner loads it from there. So both sides' cache keys agree (GPU arch, toolchain) and the GPU side builds
+    nothing itself."""
+    import torch
+
+    from tests.evaluator.test_compile import RELU_CUDA
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    if ray.is_initialized():
+        pytest.skip("a Ray instance of another test is running")
+    eval_cache, compile_cache = str(tmp_path / "eval"), str(tmp_path / "compile")
+    ev = ClusterEvaluator(evaluator_options={"spare_per_device": 0, "cache_dir": eval_cache}, start_timeout_s=300,
+                          compile_workers_per_node=2, compile_cache_dir=compile_cache)
+    try:
+        first = ev.evaluate(request(RELU_CUDA, backend="cuda", compile_timeout_s=900))
+        second = ev.evaluate(request(RELU_CUDA, backend="cuda", compile_timeout_s=900))
+        time.sleep(2.5)  # one more round of the actors' stats
+        stats = ev.stats()
+    finally:
+        ev.close()
+        ray.shutdown()
+    assert first.verdict == Verdict.CORRECT and second.verdict == Verdict.CORRECT, first.error_message
+    assert first.compiled and first.phase_times_s["build_install"] > 0
+    assert sum(r["done"] for r in stats["compile_nodes"]) == 2 and "compile" in second.cache_hits
+    assert _published(eval_cache, RELU_CUDA) is not None and _published(compile_cache, RELU_CUDA) is not None
+    # Its pool started no compile worker, and its runner loaded the published build: a private nvcc build of this
+    # extension inside the load phase would take tens of seconds.
+    assert not any(w["role"] == "compile" for row in stats["nodes"] for w in row["pool"].get("workers", []))
+    assert first.phase_times_s["load"] < 15, first.phase_times_s
