@@ -103,8 +103,8 @@ def install_build(manifest_json: str, blob: Optional[bytes], cache_dir: str, can
                 build.build_dir, build.cache_hit, build.artefact_sha256 = "", False, ""
                 continue
             claimed[index] = build.artefact_sha256
-            if transfer == "shared_folder":
-                build.build_dir = ""  # publish_compile looks the entry up in this (shared) cache and verifies it
+            if transfer == "shared_folder" or _holds(cache_dir, record.source_sha256, build):
+                build.build_dir = ""  # publish_compile looks the entry up in this cache and verifies it
                 continue
             if index not in received or build.artefact_sha256 != hashlib.sha256(received[index]).hexdigest():
                 raise BuildRefused("a built extension came without its artefact, or with another one")
@@ -124,6 +124,15 @@ def install_build(manifest_json: str, blob: Optional[bytes], cache_dir: str, can
             raise BuildRefused(build.error_message or "its artefact changed while it was published")
     published.cache_hit = compiled_from_cache  # the compile node's own cache answered: a cache hit for the result
     return published.to_dict()
+
+
+def _holds(cache_dir: str, source_sha256: str, build: Any) -> bool:
+    """This cache already has the entry with these very bytes (verified): an evaluation of the same candidate again,
+    or a compile actor on this node sharing the cache. Its bytes need not be written again."""
+    from evaluator.compile import entry_key, lookup
+
+    found = lookup(cache_dir, entry_key(source_sha256, build.key)) if isinstance(build.key, str) else None
+    return found is not None and found.artefact_sha256 == build.artefact_sha256
 
 
 # ---------------------------------------------------------------- the actor (runs on a node)
