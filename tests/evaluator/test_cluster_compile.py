@@ -174,11 +174,15 @@ def test_a_forged_or_malformed_build_is_refused_and_never_published(evaluator, c
 
 
 def test_a_compile_actor_killed_mid_build_is_retried_once_elsewhere_then_crashed(evaluator):
-    def kill_the_one_building() -> str:
-        _wait_for(lambda: any(r["in_flight"] and r["state"] == "ready" for r in evaluator.stats()["compile_nodes"]))
-        row = next(r for r in evaluator.stats()["compile_nodes"] if r["in_flight"] and r["state"] == "ready")
-        ray.kill(evaluator.compile_actor_handles()[row["slot"]], no_restart=True)
-        return row["slot"]
+    def kill_the_one_building(not_on: str = "") -> str:
+        def building():
+            return [r for r in evaluator.stats()["compile_nodes"]
+                    if r["in_flight"] and r["state"] == "ready" and r["slot"] != not_on]
+
+        _wait_for(building)
+        slot = building()[0]["slot"]
+        ray.kill(evaluator.compile_actor_handles()[slot], no_restart=True)
+        return slot
 
     deaths = evaluator.stats()["stats"].get("compile_actor_deaths", 0)
     future = evaluator.submit(request(slow_candidate(1), backend="cuda", compile_timeout_s=120))
@@ -192,9 +196,7 @@ def test_a_compile_actor_killed_mid_build_is_retried_once_elsewhere_then_crashed
     # Killed on its second try as well: one result, `crashed`, saying it is our fault.
     _wait_for(lambda: [r["state"] for r in evaluator.stats()["compile_nodes"]].count("ready") == 2)
     future = evaluator.submit(request(slow_candidate(2), backend="cuda", compile_timeout_s=120))
-    kill_the_one_building()
-    time.sleep(0.5)
-    kill_the_one_building()
+    kill_the_one_building(not_on=kill_the_one_building())  # (the retry goes to the node it has not failed on)
     result = future.result(timeout=240)
     assert result.verdict == Verdict.CRASHED and result.attempts == 2
     assert "infrastructure failure" in result.error_message and "compile actor" in result.error_message
