@@ -19,7 +19,7 @@ from evaluator.api import Verdict  # noqa: E402
 from evaluator.cluster import ClusterEvaluator  # noqa: E402
 from evaluator.cluster_compile import BuildRefused, CompileActor, install_build, pack_build  # noqa: E402
 from evaluator.compile import entry_key, lookup  # noqa: E402
-from tests.evaluator.pool_support import ROOT, request  # noqa: E402
+from tests.evaluator.pool_support import ROOT, candidate, request  # noqa: E402
 
 
 def cpp_candidate(answer: int, prelude: str = "") -> str:
@@ -237,6 +237,29 @@ def test_builds_refused_by_the_evaluating_node_are_retried_once_then_crashed(eva
     finally:
         evaluator._fleet._actor_class = honest_class
 
+
+def test_a_build_lost_with_its_compile_node_is_built_again_elsewhere(cluster, evaluator):
+    """The compile node dies after building, before the evaluating node fetched the bytes (they lived in its object
+    store): the evaluation fails with ObjectLostError, the request is built again on the head, and evaluated once.
+    (Last of the CPU tests: it removes node 2.)"""
+    nodes, second = cluster
+    pids = {r["pid"] for r in evaluator.stats()["compile_nodes"]}
+    for handle in evaluator.compile_actor_handles().values():  # honest compile actors again, after the last test
+        ray.kill(handle, no_restart=True)
+    _wait_for(lambda: len([r for r in evaluator.stats()["compile_nodes"]
+                           if r["state"] == "ready" and r["pid"] not in pids]) == 2)
+    # The evaluating actor is kept busy (2 in flight = its capacity), so the built request waits in the driver.
+    slow = candidate("time.sleep(4)\nreturn x.clamp_min(0)", prelude="import time")
+    busy = [evaluator.submit(request(slow, measure_timing=False)) for _ in range(2)]
+    padded = cpp_candidate(5, prelude="").replace("return 5; }", "return 5; } char krl_pad[1 << 20] = {1};")
+    future = evaluator.submit(request(padded, backend="cuda"))  # 1 MiB: its bytes stay in node 2's object store
+    _wait_for(lambda: _compile_row(evaluator, gpu_node=False)["done"] == 1)
+    assert not future.done() and evaluator.stats()["stats"].get("builds_lost", 0) == 0
+    nodes.remove_node(second)
+    result = future.result(timeout=240)
+    assert result.verdict == Verdict.RUNTIME_ERROR and result.compiled, result.error_message
+    assert result.attempts == 2 and evaluator.stats()["stats"]["builds_lost"] == 1
+    assert [f.result(timeout=120).verdict for f in busy] == [Verdict.CORRECT] * 2
 
 @pytest.mark.gpu
 def test_on_a_gpu_the_cluster_build_is_loaded_from_the_evaluating_nodes_cache(tmp_path):
