@@ -78,7 +78,7 @@ def install_build(manifest_json: str, blob: Optional[bytes], cache_dir: str, can
     if record.source_sha256 != _sha256_text(candidate_source):
         raise BuildRefused("it was built for another candidate source")
     blob = memoryview(blob or b"")
-    received: dict[int, memoryview] = {}
+    received: dict[int, tuple[memoryview, str]] = {}  # build index -> (its bytes, their sha256)
     for item in artefacts:
         fields = (item.get("build"), item.get("offset"), item.get("length")) if isinstance(item, dict) else ()
         if len(fields) != 3 or not all(type(v) is int and v >= 0 for v in fields) or fields[0] in received \
@@ -86,9 +86,10 @@ def install_build(manifest_json: str, blob: Optional[bytes], cache_dir: str, can
                 or fields[1] + fields[2] > len(blob):
             raise BuildRefused("its manifest places an artefact outside the bytes sent")
         data = blob[fields[1]:fields[1] + fields[2]]
-        if hashlib.sha256(data).hexdigest() != item.get("sha256"):
+        sha256 = hashlib.sha256(data).hexdigest()
+        if sha256 != item.get("sha256"):
             raise BuildRefused("an artefact's bytes do not hash to what its manifest says")
-        received[fields[0]] = data
+        received[fields[0]] = (data, sha256)
     if transfer == "shared_folder" and (received or len(blob)):
         raise BuildRefused("a shared-folder build came with bytes")
     claimed: dict[int, str] = {}
@@ -106,13 +107,13 @@ def install_build(manifest_json: str, blob: Optional[bytes], cache_dir: str, can
             if transfer == "shared_folder" or _holds(cache_dir, record.source_sha256, build):
                 build.build_dir = ""  # publish_compile looks the entry up in this cache and verifies it
                 continue
-            if index not in received or build.artefact_sha256 != hashlib.sha256(received[index]).hexdigest():
+            if index not in received or build.artefact_sha256 != received[index][1]:
                 raise BuildRefused("a built extension came without its artefact, or with another one")
             folder = os.path.join(staging, str(index))
             os.makedirs(folder)
             build.so_name = safe_file_name(build.so_name)
             with open(os.path.join(folder, build.so_name), "wb") as handle:
-                handle.write(received[index])
+                handle.write(received[index][0])
             build.build_dir, build.cache_hit, build.artefact_sha256 = folder, False, ""
         compiled_from_cache = record.cache_hit
         published = publish_compile(record, staging, cache_dir, candidate_source)

@@ -45,6 +45,9 @@ def run_batch(label: str, evaluator, requests: list[EvalRequest]) -> dict:
                "verdicts": verdicts}
     say(f"{label:34s} {len(results):4d} evals in {seconds:7.2f} s = {figures['per_min']:7.1f} /min   "
         f"{verdicts}")
+    phases = sorted({phase for r in results for phase in r.phase_times_s})
+    say("    mean phase seconds: " + ", ".join(
+        f"{phase} {statistics.mean(r.phase_times_s.get(phase, 0.0) for r in results):.2f}" for phase in phases))
     return figures
 
 
@@ -182,13 +185,19 @@ def artefact_transfer(size_mb: int, rounds: int) -> None:
         nodes.shutdown()
 
 
-def sized_cpp_candidate(answer: int, size_mib: float = 0.0) -> str:
+def sized_cpp_candidate(answer: int, size_mib: float = 0.0, heavy: bool = False) -> str:
     """A real load_inline build that CPU-only torch can link: a C++ library without torch headers, padded with
-    `size_mib` MiB of initialised data so its .so is as large as a torch extension's (a few MiB)."""
-    pad = f"__attribute__((used)) char krl_pad[{int(size_mib * 2**20)}] = {{1}};" if size_mib else ""
+    `size_mib` MiB of initialised data so its .so is as large as a torch extension's (a few MiB); `heavy` makes the
+    compiler work a few seconds (std::regex), so the build, not the round trip, dominates."""
+    body = f'extern "C" int krl_answer() {{ return {answer}; }}'
+    if heavy:
+        body = ('#include <regex>\n#include <string>\nextern "C" int krl_answer() { std::regex r("(a+)(b*)c"); '
+                f'return std::regex_match(std::string("aaabbc"), r) ? {answer} : 0; }}')
+    if size_mib:
+        body += f"\n__attribute__((used)) char krl_pad[{int(size_mib * 2**20)}] = {{1}};"
     return (f"import torch\nfrom torch.utils.cpp_extension import load_inline\n"
-            f"lib = load_inline(name='bench_ext', cpp_sources='extern \"C\" int krl_answer() {{ return {answer}; }} "
-            f"{pad}', is_python_module=False, no_implicit_headers=True)\n")
+            f"lib = load_inline(name='bench_ext', cpp_sources={body!r}, is_python_module=False, "
+            f"no_implicit_headers=True)\n")
 
 
 def build_cluster(second_node: bool, head_cpus: int):
@@ -229,7 +238,7 @@ def compile_throughput(n: int) -> None:
     the second node is a second raylet on the same cores: the figure shows the builds spreading, not more silicon."""
     import ray
 
-    say(f"== compile throughput: {n} distinct C++ builds (load_inline, no torch headers) on compile actors")
+    say(f"== compile throughput: {n} distinct C++ builds (load_inline, std::regex, no torch headers) on compile actors")
     figures = {}
     for second in (False, True):
         nodes = build_cluster(second, head_cpus=2)
@@ -240,7 +249,7 @@ def compile_throughput(n: int) -> None:
                     workers = sum(r["workers"] for r in cluster.stats()["compile_nodes"])
                     warm = [compile_request(sized_cpp_candidate(10_000 + k + 100 * second)) for k in range(2 * workers)]
                     list(cluster.evaluate_many(warm))  # each compile worker started, torch imported
-                    requests = [compile_request(sized_cpp_candidate(k + 1000 * second)) for k in range(n)]
+                    requests = [compile_request(sized_cpp_candidate(k + 1000 * second, heavy=True)) for k in range(n)]
                     started = time.perf_counter()
                     results = list(cluster.evaluate_many(requests))
                     seconds = time.perf_counter() - started
@@ -303,7 +312,7 @@ def kernel_batch(n: int, kind: str) -> list[EvalRequest]:
                         compile_timeout_s=600, size_overrides={"BATCH": 4096, "DIM": 4096}) for _ in range(n)]
 
 
-def gpu_scaling(n: int) -> None:
+def gpu_scaling(n: int, only: str = "") -> None:
     """Evaluations per minute of the same batches (torch, Triton, CUDA candidates) on 1 GPU and on every GPU, each
     GPU one Ray actor."""
     import ray
@@ -314,12 +323,14 @@ def gpu_scaling(n: int) -> None:
         f"{torch.cuda.get_device_name(0) if count else '-'}")
     kinds = {"torch": lambda: batch(n, True), "triton": lambda: kernel_batch(n, "triton"),
              "cuda": lambda: kernel_batch(n, "cuda")}
+    kinds = {kind: make for kind, make in kinds.items() if not only or kind in only.split(",")}
     figures: dict[tuple[str, int], dict] = {}
     for gpus in sorted({1, count}):
         ray.init(address="local", num_gpus=gpus, include_dashboard=False, log_to_driver=False)
         cluster = open_evaluator("ray://auto", evaluator_options={"spare_per_device": 1})
         try:
-            list(cluster.evaluate_many(kernel_batch(gpus, "cuda")))  # the one CUDA build, outside the figures
+            if "cuda" in kinds:
+                list(cluster.evaluate_many(kernel_batch(gpus, "cuda")))  # the one CUDA build, outside the figures
             for kind, make in kinds.items():
                 figures[kind, gpus] = run_batch(f"ray, {gpus} GPU(s), {kind}", cluster, make())
         finally:
@@ -336,6 +347,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=48, help="requests in the batch")
     parser.add_argument("--workers", type=int, default=2, help="evaluation workers in each CPU setup")
     parser.add_argument("--gpu", action="store_true", help="GPU scaling through Ray (needs CUDA GPUs)")
+    parser.add_argument("--kinds", default="", help="with --gpu: comma list of torch,triton,cuda (default all)")
     parser.add_argument("--skip", default="", help="comma list of parts to skip: "
                                                    "batch,latency,transfer,compile,build_transfer")
     parser.add_argument("--builds", type=int, default=12, help="distinct builds in the compile-throughput part")
@@ -344,7 +356,7 @@ def main() -> None:
 
     say(f"machine: {platform.node()} {os.cpu_count()} CPUs, python {platform.python_version()}")
     if args.gpu:
-        gpu_scaling(args.n)
+        gpu_scaling(args.n, args.kinds)
         return
     skip = set(args.skip.split(","))
     if "batch" not in skip:
