@@ -12,7 +12,7 @@ from typing import Any, Iterable, Iterator, Optional
 import httpx
 
 from evaluator.api import EvalRequest, EvalResult, EvaluatorError, check_request
-from evaluator.factory import evaluate_with_backpressure
+from evaluator.factory import compile_stats, evaluate_with_backpressure
 
 DEFAULT_TOKEN_ENV = "KRL_EVAL_TOKEN"
 _RETRY_STATUS = (502, 503, 504)
@@ -68,7 +68,7 @@ class HttpEvaluator:
         _, data = self._call("GET", "/v1/workers")
         return {"kind": "http", "url": self.url, "nodes": data.get("workers", []),
                 "queue_depth": data.get("queue_depth", 0), "pending": data.get("pending", 0),
-                "stats": data.get("counters", {})}
+                "stats": data.get("counters", {}), **compile_stats(data)}
 
     def close(self) -> None:
         with self._lock:

@@ -82,6 +82,15 @@ def open_evaluator(target: str = "local", **options: Any) -> EvaluatorLike:
                          "'ray://HOST:PORT' or an http(s):// URL of `krl serve`.")
 
 
+# A cluster's compile figures (evaluator/cluster.py), passed through the service's /v1/workers and the HTTP client.
+COMPILE_STATS_KEYS = ("compile_queue_depth", "compiles_in_flight", "compiles_per_min", "compile_nodes")
+
+
+def compile_stats(stats: dict[str, Any]) -> dict[str, Any]:
+    """The compile figures an evaluator's stats() carries (none for a local pool)."""
+    return {key: stats[key] for key in COMPILE_STATS_KEYS if key in stats}
+
+
 def worker_rows(stats: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per node/device from any evaluator's stats(): state, queue, done, failures, evals per minute.
     The local pool reports processes; a cluster or a service already reports rows ("nodes")."""

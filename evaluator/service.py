@@ -24,7 +24,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from evaluator.api import BACKENDS, PRECISIONS, EvalRequest, EvalResult, EvaluatorError, Verdict
-from evaluator.factory import EvaluatorBusy, EvaluatorLike, worker_rows
+from evaluator.factory import EvaluatorBusy, EvaluatorLike, compile_stats, worker_rows
 from evaluator.result_store import ResultStore, StoredRequest, result_row
 
 log = logging.getLogger(__name__)
@@ -180,7 +180,7 @@ class EvaluationService:
         stats = self.evaluator.stats()
         rows = [{k: v for k, v in row.items() if k != "pool"} for row in worker_rows(stats)]
         return {"workers": rows, "queue_depth": stats.get("queue_depth", self.pending), "pending": self.pending,
-                "counters": dict(stats.get("stats", {}))}
+                "counters": dict(stats.get("stats", {})), **compile_stats(stats)}
 
     def metrics_text(self) -> str:
         """Prometheus text exposition (version 0.0.4)."""

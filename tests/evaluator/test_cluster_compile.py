@@ -17,6 +17,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from evaluator.api import Verdict  # noqa: E402
 from evaluator.cluster import ClusterEvaluator  # noqa: E402
+from evaluator.service import EvaluationService  # noqa: E402
 from evaluator.cluster_compile import BuildRefused, CompileActor, install_build, pack_build  # noqa: E402
 from evaluator.compile import entry_key, lookup  # noqa: E402
 from tests.evaluator.pool_support import ROOT, candidate, request  # noqa: E402
@@ -113,6 +114,9 @@ def test_the_cpu_node_builds_and_the_evaluating_node_verifies_and_publishes(eval
     assert _compile_row(evaluator, gpu_node=True)["done"] == 0
     assert stats["compiles_per_min"] > 0 and stats["compile_queue_depth"] == 0 and stats["compiles_in_flight"] == 0
     assert stats["stats"]["compile_bytes_sent"] > 0
+    # The service's /v1/workers (and so the HTTP client and the TUI's cluster view) carries the compile figures.
+    served = EvaluationService(evaluator).workers()
+    assert served["compiles_per_min"] > 0 and len(served["compile_nodes"]) == len(stats["compile_nodes"])
     built, received = _published(compile_cache, source), _published(eval_cache, source)
     assert built is not None and received is not None  # verified entries in both nodes' caches
     assert received.so_path.startswith(eval_cache) and received.artefact_sha256 == built.artefact_sha256
