@@ -20,7 +20,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from evaluator.api import EvalRequest, EvalResult, Evaluator, EvaluatorError, check_request
 from evaluator.cluster_compile import (BuildRefused, CompileActor, CompileFleet, first_line, infrastructure_result,
-                                       install_build)
+                                       install_build, release_dead_actor)
 from evaluator.factory import EvaluatorBusy, evaluate_with_backpressure
 
 MAINTAIN_EVERY_S = 2.0  # how often nodes are re-read, missing actors started and actor stats refreshed
@@ -451,15 +451,7 @@ class ClusterEvaluator:
         slot.state = ActorState.DEAD
         slot.why = first_line(error)
         self._counters["actor_deaths" if started else "actor_start_failures"] += 1
-        try:
-            ray.kill(slot.handle, no_restart=True)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
-        for ref in [r for r, (_, s, _) in self._refs.items() if s is slot]:
-            self._refs.pop(ref, None)
-        jobs = list(slot.in_flight.values())
-        slot.in_flight.clear()
-        for job in jobs:
+        for job in release_dead_actor(slot, self._refs):
             self._retry_or_give_up(job, slot, f"the Ray actor on {slot.info.get('node', slot.node_id[:8])} died "
                                               f"({slot.why})")
         self._graveyard.append(self._row(slot, time.monotonic()))

@@ -388,21 +388,12 @@ class CompileFleet:
         return [(job, infrastructure_result(job.request, why, job.compile_attempts, job.submitted_at))]
 
     def _died(self, slot: CompileSlot, error: BaseException) -> Outcomes:
-        import ray
-
         if slot.state == "dead":
             return []
         started = slot.state == "ready"
         slot.state, slot.why = "dead", first_line(error)
         self._counters["compile_actor_deaths" if started else "compile_actor_start_failures"] += 1
-        try:
-            ray.kill(slot.handle, no_restart=True)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
-        for ref in [r for r, (_, s, _) in self._refs.items() if s is slot]:
-            self._refs.pop(ref, None)
-        jobs = list(slot.in_flight.values())
-        slot.in_flight.clear()
+        jobs = release_dead_actor(slot, self._refs)
         outcomes: Outcomes = []
         for job in jobs:
             outcomes += self._retry_or_give_up(job, slot.key, f"the compile actor on {self._where(slot)} died "
@@ -511,6 +502,22 @@ class CompileFleet:
     @staticmethod
     def _where(slot: CompileSlot) -> str:
         return slot.info.get("node", slot.node_id[:8])
+
+
+def release_dead_actor(slot: Any, refs: dict) -> list:
+    """Kill a dead (or stuck) actor for good, forget the calls it was answering, and hand back its in-flight jobs:
+    what the evaluation and the compile slots do alike when their actor dies."""
+    import ray
+
+    try:
+        ray.kill(slot.handle, no_restart=True)
+    except Exception:  # noqa: BLE001 - already gone
+        pass
+    for ref in [r for r, (_, owner, _) in refs.items() if owner is slot]:
+        refs.pop(ref, None)
+    jobs = list(slot.in_flight.values())
+    slot.in_flight.clear()
+    return jobs
 
 
 def first_line(error: BaseException) -> str:
