@@ -62,20 +62,23 @@ def caches(tmp_path_factory):
 def evaluator(cluster, caches):
     eval_cache, compile_cache = caches
     options = {"cpu_workers": 1, "spare_per_device": 0, "compile_workers": 0, "cache_dir": eval_cache}
-    ev = ClusterEvaluator(evaluator_options=options, start_timeout_s=120, compile_cache_dir=compile_cache,
+    ev = ClusterEvaluator(evaluator_options=options, start_timeout_s=300, compile_cache_dir=compile_cache,
                           actor_env={"PYTHONPATH": ROOT, "KRL_WARM_PCH": "0"})
     _wait_for(lambda: [r["state"] for r in ev.stats()["compile_nodes"]] == ["ready", "ready"])
     yield ev
     ev.close()
 
 
-def _wait_for(predicate, timeout_s=120.0):
+def _wait_for(predicate, timeout_s=300.0, evaluator=None):
+    # Generous: a replacement compile actor imports torch and starts a sandboxed pool, which took over 120 s on the
+    # 2-core CI machine while the other test worker compiled.
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         if predicate():
             return
         time.sleep(0.1)
-    raise AssertionError("condition not reached")
+    rows = evaluator.stats()["compile_nodes"] if evaluator is not None else "?"
+    raise AssertionError(f"condition not reached in {timeout_s:.0f} s; compile nodes: {rows}")
 
 
 def _entries(cache: str) -> list[str]:
@@ -198,7 +201,7 @@ def test_a_compile_actor_killed_mid_build_is_retried_once_elsewhere_then_crashed
     assert stats["stats"]["compile_actor_deaths"] == deaths + 1 and stats["stats"]["compile_retries"] >= 1
     assert any(r["slot"] != first_victim and r["done"] >= 1 for r in stats["compile_nodes"] if r["state"] == "ready")
     # Killed on its second try as well: one result, `crashed`, saying it is our fault.
-    _wait_for(lambda: [r["state"] for r in evaluator.stats()["compile_nodes"]].count("ready") == 2)
+    _wait_for(lambda: [r["state"] for r in evaluator.stats()["compile_nodes"]].count("ready") == 2, evaluator=evaluator)
     future = evaluator.submit(request(slow_candidate(2), backend="cuda", compile_timeout_s=120))
     kill_the_one_building(not_on=kill_the_one_building())  # (the retry goes to the node it has not failed on)
     result = future.result(timeout=240)
@@ -229,7 +232,7 @@ def test_builds_refused_by_the_evaluating_node_are_retried_once_then_crashed(eva
             rows = [r for r in evaluator.stats()["compile_nodes"] if r["state"] == "ready"]
             return len(rows) == 2 and not {r["pid"] for r in rows} & honest_pids
 
-        _wait_for(tampering_ready)
+        _wait_for(tampering_ready, evaluator=evaluator)
         refused = evaluator.stats()["stats"].get("builds_refused", 0)
         source = cpp_candidate(99)
         result = evaluator.submit(request(source, backend="cuda")).result(timeout=240)
@@ -251,7 +254,7 @@ def test_a_build_lost_with_its_compile_node_is_built_again_elsewhere(cluster, ev
     for handle in evaluator.compile_actor_handles().values():  # honest compile actors again, after the last test
         ray.kill(handle, no_restart=True)
     _wait_for(lambda: len([r for r in evaluator.stats()["compile_nodes"]
-                           if r["state"] == "ready" and r["pid"] not in pids]) == 2)
+                           if r["state"] == "ready" and r["pid"] not in pids]) == 2, evaluator=evaluator)
     # The evaluating actor is kept busy (2 in flight = its capacity), so the built request waits in the driver.
     slow = candidate("time.sleep(4)\nreturn x.clamp_min(0)", prelude="import time")
     busy = [evaluator.submit(request(slow, measure_timing=False)) for _ in range(2)]
