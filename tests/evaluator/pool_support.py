@@ -94,3 +94,22 @@ def alive(pid: int) -> bool:
             return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+@contextlib.contextmanager
+def two_node_ray_cluster(head_cpus: int = 1, head_gpus: int = 0):
+    """A real Ray cluster on this machine: a head and a second node of 1 CPU and no GPU, as separate raylet processes,
+    with this process connected as its driver; yields (cluster, second node)."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus, "num_gpus": head_gpus,
+                                                          "include_dashboard": False})
+    second = nodes.add_node(num_cpus=1)
+    ray.init(address=nodes.address, log_to_driver=False)
+    nodes.wait_for_nodes()
+    try:
+        yield nodes, second
+    finally:
+        ray.shutdown()
+        nodes.shutdown()

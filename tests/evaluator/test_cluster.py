@@ -12,11 +12,11 @@ import time
 import pytest
 
 ray = pytest.importorskip("ray")
-from ray.cluster_utils import Cluster  # noqa: E402
 
 from evaluator.api import Verdict  # noqa: E402
 from evaluator.cluster import ClusterEvaluator  # noqa: E402
-from tests.evaluator.pool_support import GOOD, WRONG, candidate, request, worker_pythonpath  # noqa: E402
+from tests.evaluator.pool_support import (GOOD, WRONG, candidate, request, two_node_ray_cluster,  # noqa: E402
+                                          worker_pythonpath)
 
 KINDS = {
     "correct": (GOOD, Verdict.CORRECT, {}),
@@ -52,13 +52,8 @@ def _check_exactly_once(futures, expected):
 @pytest.fixture(scope="module")
 def cluster():
     """A head node and a second node, one CPU each, as separate Ray processes on this machine."""
-    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    second = nodes.add_node(num_cpus=1)
-    ray.init(address=nodes.address, log_to_driver=False)
-    nodes.wait_for_nodes()
-    yield nodes, second
-    ray.shutdown()
-    nodes.shutdown()
+    with two_node_ray_cluster() as nodes_and_second:
+        yield nodes_and_second
 
 
 @pytest.fixture(scope="module")

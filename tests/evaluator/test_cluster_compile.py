@@ -13,14 +13,13 @@ import time
 import pytest
 
 ray = pytest.importorskip("ray")
-from ray.cluster_utils import Cluster  # noqa: E402
 
 from evaluator.api import Verdict  # noqa: E402
 from evaluator.cluster import ClusterEvaluator  # noqa: E402
 from evaluator.service import EvaluationService  # noqa: E402
 from evaluator.cluster_compile import BuildRefused, CompileActor, install_build, pack_build  # noqa: E402
 from evaluator.compile import entry_key, lookup  # noqa: E402
-from tests.evaluator.pool_support import ROOT, candidate, request  # noqa: E402
+from tests.evaluator.pool_support import ROOT, candidate, request, two_node_ray_cluster  # noqa: E402
 
 
 def cpp_candidate(answer: int, prelude: str = "") -> str:
@@ -43,13 +42,8 @@ def slow_candidate(answer: int) -> str:
 def cluster():
     """Head: 2 CPUs and one logical GPU (its actor's pool is in CPU mode: there is no real GPU), so it evaluates
     and compiles with its CPU left; node 2: 1 CPU and no GPU, so in a cluster with GPUs it only compiles."""
-    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 1, "include_dashboard": False})
-    second = nodes.add_node(num_cpus=1)
-    ray.init(address=nodes.address, log_to_driver=False)
-    nodes.wait_for_nodes()
-    yield nodes, second
-    ray.shutdown()
-    nodes.shutdown()
+    with two_node_ray_cluster(head_cpus=2, head_gpus=1) as nodes_and_second:
+        yield nodes_and_second
 
 
 @pytest.fixture(scope="module")
