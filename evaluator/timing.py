@@ -14,7 +14,8 @@ from evaluator.api import RuntimeStats
 CLOCK_CUDA = "cuda_events"
 CLOCK_MONOTONIC = "monotonic"
 # Bumped whenever the measurement protocol changes, so cached reference timings from an older protocol are not reused.
-PROTOCOL_VERSION = 6  # 4: timed calls rotate fresh input values; 5: rounds run on a slowed GPU are replaced; 6: CPU host clock
+PROTOCOL_VERSION = 7  # 4: timed calls rotate fresh input values; 5: rounds run on a slowed GPU are replaced; 6: CPU host
+# clock; 7: speedup is the median of per-round ratios, and GPU timed calls get values no earlier call had
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,16 @@ class TimingSettings:
 
     def key(self) -> tuple:
         return (PROTOCOL_VERSION,) + tuple(sorted(asdict(self).items()))
+
+
+def paired_speedup(reference_ms: list[float], candidate_ms: list[float]) -> float:
+    """The median over rounds of reference time / candidate time, both from the same round (samples of one round are
+    taken back to back, in ABBA order). A machine whose speed changes during an evaluation (clocks, another tenant,
+    host load) moves both samples of a round together, so the ratio holds; the ratio of two medians does not: when
+    half the rounds ran slow, each median lands anywhere between the slow and the fast mode, and the two land apart
+    (an RMSNorm measured 1.96x and 4.04x in two quiet H100 evaluations that way)."""
+    ratios = [r / c for r, c in zip(reference_ms, candidate_ms) if c > 0 and r == r and c == c]
+    return statistics.median(ratios) if ratios else math.nan
 
 
 def summarize(samples_ms: list[float]) -> RuntimeStats:
@@ -390,6 +401,27 @@ def synchronized_wall_ms(fn: Callable[[], Any], calls: int, cuda: bool) -> tuple
 
 # Timing value sets a judge process serves (timing-0 .. timing-63: evaluator/judge_host.py MAX_TIMING_SETS).
 MAX_TIMING_VALUE_SETS = 64
+GPU_FRESH_VALUE_SETS = 1 << 30  # on a GPU every timed call gets new values (nudged_values), however many calls there are
+NUDGE = 2.0 ** -5  # relative size of the nudge: above bf16's resolution, so every element changes at every precision
+
+
+def nudged_values(values: list, seed: int) -> list:
+    """`values` with every floating-point tensor element multiplied by its own factor in [1 - NUDGE, 1 + NUDGE] (the
+    same for the same seed): made on the tensor's device, in about the time a copy takes. Signs, zeros, magnitudes,
+    integer and boolean tensors and non-tensors stay as they were, so the inputs keep get_inputs()'s domain (positive
+    stays positive, an index stays an index). Per element rather than one factor per tensor: a memo keyed on content
+    normalised by scale would otherwise serve a linear kernel."""
+    import torch
+
+    nudged = []
+    for value in values:
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel() > 0:
+            generator = torch.Generator(device=value.device)
+            generator.manual_seed(seed)
+            factor = torch.rand(value.shape, generator=generator, device=value.device, dtype=torch.float32)
+            value = (value.float() * factor.mul_(2 * NUDGE).add_(1 - NUDGE)).to(value.dtype)
+        nudged.append(value)
+    return nudged
 
 
 class RotatingInputs:

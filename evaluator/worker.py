@@ -700,11 +700,19 @@ class _RunState:
         value_sets = [first] + [self._inputs_named(f"timing-{j}", reference) for j in range(1, set_count)]
         reference_outputs = {j: judge.snapshot(self._call_reference(ref_model, judge.clone_inputs(v)))
                              for j, v in enumerate(value_sets)}
-        # CPU mode: a value set no timed call saw before for each call (up to the judge's 64), made between calls.
-        # On a GPU the sets would come through the host (get_inputs) between samples; there 3 sets go round.
-        fresh_sets = 0 if ctx.is_cuda else timing.MAX_TIMING_VALUE_SETS
-        rotation = timing.RotatingInputs(value_sets, buffer_count,
-                                         lambda j: self._inputs_named(f"timing-{j}", reference), fresh_sets)
+        # Every timed call gets a value set no earlier call had, made between calls, so a memo keyed on the inputs'
+        # content (even one handing back copies) misses. CPU mode: new get_inputs() sets, up to 64. On a GPU, where
+        # get_inputs() between samples would time the host: the given sets with every floating-point element nudged
+        # on the device (timing.nudged_values), a new set for each call.
+        if ctx.is_cuda:
+            salt = random.SystemRandom().getrandbits(31)
+            rotation = timing.RotatingInputs(
+                value_sets, buffer_count, lambda j: timing.nudged_values(value_sets[j % set_count], salt + j),
+                timing.GPU_FRESH_VALUE_SETS)
+        else:
+            rotation = timing.RotatingInputs(value_sets, buffer_count,
+                                             lambda j: self._inputs_named(f"timing-{j}", reference),
+                                             timing.MAX_TIMING_VALUE_SETS)
 
         def expected_output(values_index: int) -> Any:
             if values_index not in reference_outputs:
@@ -779,7 +787,10 @@ class _RunState:
         ctx.timed_evaluations += 1
         result.kernel_runtime = kernel_stats
         result.reference_runtime = reference_stats
-        if kernel_stats.median_ms > 0:
+        if cached is None:
+            speedup = timing.paired_speedup(samples["reference"], samples["candidate"])
+            result.speedup = speedup if speedup == speedup else None
+        elif kernel_stats.median_ms > 0:
             result.speedup = reference_stats.median_ms / kernel_stats.median_ms
         # What the candidate returned while being timed must be the right answer for the values it was given.
         atol, rtol = request.tolerances()

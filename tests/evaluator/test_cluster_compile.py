@@ -63,16 +63,26 @@ def evaluator(cluster, caches):
     ev.close()
 
 
-def _wait_for(predicate, timeout_s=300.0, evaluator=None):
-    # Generous: a replacement compile actor imports torch and starts a sandboxed pool, which took over 120 s on the
-    # 2-core CI machine while the other test worker compiled.
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
+def _wait_for(predicate, timeout_s=240.0, evaluator=None):
+    # Generous (a replacement compile actor took 25 s under four busy loops on the 2-core machine), and below
+    # pytest's own 300 s so that a miss says what the compile nodes and Ray's actors were doing.
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
         if predicate():
             return
         time.sleep(0.1)
     rows = evaluator.stats()["compile_nodes"] if evaluator is not None else "?"
-    raise AssertionError(f"condition not reached in {timeout_s:.0f} s; compile nodes: {rows}")
+    raise AssertionError(f"condition not reached in {timeout_s:.0f} s; compile nodes: {rows}; "
+                         f"Ray's actors: {_ray_actors()}")
+
+
+def _ray_actors() -> list:
+    try:
+        from ray.util.state import list_actors
+
+        return [(a.class_name, a.state, a.pid, a.death_cause) for a in list_actors(detail=True, timeout=20)]
+    except Exception as exc:  # a diagnostic only: say why it is missing
+        return [f"list_actors failed: {exc!r}"]
 
 
 def _entries(cache: str) -> list[str]:

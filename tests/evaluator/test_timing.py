@@ -110,13 +110,13 @@ def test_cuda_timing_protocol_control_flow(host_events):
 
 
 class _SlowingFlusher:
-    """A flush of 2 ms on the host clock, 10 ms (a GPU running slow) for the flush numbers in `slow`."""
+    """A flush of 2 ms on the host clock, `slow_s` (a GPU running slow) for the flush numbers in `slow`."""
 
-    def __init__(self, slow):
-        self.flushes, self.slow = 0, slow
+    def __init__(self, slow, slow_s=0.010):
+        self.flushes, self.slow, self.slow_s = 0, slow, slow_s
 
     def flush(self):
-        time.sleep(0.010 if self.flushes in self.slow else 0.002)
+        time.sleep(self.slow_s if self.flushes in self.slow else 0.002)
         self.flushes += 1
 
 
@@ -139,7 +139,9 @@ def test_cuda_timing_replaces_rounds_run_on_a_slowed_gpu(host_events):
 
 
 def test_cuda_timing_keeps_every_round_when_the_gpu_is_slow_throughout(host_events):
-    flusher = _SlowingFlusher(slow=set(range(2, 1000)))  # two fast rounds set the yardstick, then slow
+    # Two fast rounds set the yardstick, then slow; 40 ms, so that a loaded machine's 2 ms sleeps (5 ms and more when
+    # the test worker waits for a core) do not make the slow flushes look good.
+    flusher = _SlowingFlusher(slow=set(range(2, 1000)), slow_s=0.040)
     settings = timing.TimingSettings(trials=6, warmup=1, warmup_min_ms=0.0, budget_s=2.0, max_flush_slowdown=2.5)
     samples = timing.time_cuda({"a": lambda: None}, settings, flusher)
     assert len(samples["a"]) == 6  # fewer than half good: measured as it was
@@ -202,6 +204,37 @@ def test_rotating_inputs_with_fresh_sets_never_repeat_content_until_the_limit():
     assert sums[:5] == [0.0, 4.0, 8.0, 12.0, 16.0] and sums[5:] == [0.0, 4.0]  # then round again
     assert len({buffer[0].data_ptr() for buffer in rotation.buffers}) == 2
     assert torch.equal(rotation.values(3)[0], torch.full((4,), 3.0))  # made again, the same values
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
+def test_nudged_values_change_every_float_element_and_keep_the_domain(dtype):
+    # What GPU timing rotates (every timed call a new set): made on the tensor's device; here on the CPU.
+    import torch
+
+    dtype = getattr(torch, dtype)
+    base = torch.rand(4096, dtype=dtype) + 0.5  # positive, as get_inputs' torch.rand
+    signed = torch.randn(64, 64, dtype=dtype)
+    index, flag = torch.arange(10), torch.tensor([True, False])
+    values = [base, signed, index, flag, 3, None]
+    first, again, other = (timing.nudged_values(values, seed) for seed in (11, 11, 12))
+    assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])  # the same set, made again
+    for nudged, original in ((first[0], base), (first[1], signed)):
+        assert nudged.dtype == original.dtype and nudged.shape == original.shape
+        relative = (nudged.double() / original.double() - 1).abs()
+        assert float(relative.max()) <= timing.NUDGE * 1.01 + 2 ** -7  # at most the nudge, plus bf16's rounding
+        assert float((nudged != original).double().mean()) > 0.85  # (nearly) every element moved
+        assert torch.equal(torch.sign(nudged), torch.sign(original))
+    assert float((first[0] != other[0]).double().mean()) > 0.85  # another seed, other values
+    assert first[2] is index and first[3] is flag and first[4:] == [3, None]
+
+
+def test_speedup_is_the_median_of_per_round_ratios():
+    # Half the rounds ran twice as slow for both: each median lands between the modes, the per-round ratio holds.
+    reference = [1.0, 1.0, 2.0, 2.0, 2.0, 1.0]
+    candidate = [0.5, 0.5, 1.0, 1.0, 1.0, 0.5]
+    assert timing.paired_speedup(reference, candidate) == pytest.approx(2.0)
+    assert timing.paired_speedup([1.0, 1.0, 2.0, 2.0], [1.0, 1.0, 1.0, 0.0]) == pytest.approx(1.0)  # 0 ms skipped
+    assert timing.paired_speedup([], []) != timing.paired_speedup([], [])  # nan: nothing to compare
 
 
 @pytest.mark.parametrize("input_bytes, sizes", [(10 * 2**20, (3, 2)), (1 * 2**30, (2, 1))])

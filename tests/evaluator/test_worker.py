@@ -195,7 +195,9 @@ def test_torch_candidate_correct_with_timing(results):
     assert (res["correctness_trials_passed"], res["correctness_trials_total"]) == (3, 3)
     assert res["timing_clock"] == "monotonic"
     assert res["kernel_runtime"]["n"] >= 3 and res["reference_runtime"]["n"] >= 3
-    assert res["speedup"] == pytest.approx(res["reference_runtime"]["median_ms"] / res["kernel_runtime"]["median_ms"])
+    # The median of per-round ratios (timing.paired_speedup): near the ratio of the medians, not equal to it.
+    medians = res["reference_runtime"]["median_ms"] / res["kernel_runtime"]["median_ms"]
+    assert res["speedup"] == pytest.approx(medians, rel=0.5)
     assert res["max_abs_diff"] == 0.0
     assert {"load", "correctness", "timing", "total"} <= set(res["phase_times_s"])
     assert "reference_timing" not in res["cache_hits"]
