@@ -4,6 +4,7 @@ Takes tensors and the reference module, never candidate objects, so it can run i
 from __future__ import annotations
 
 import copy
+import re
 import types
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -65,6 +66,39 @@ def input_seed(seed: int, name: str) -> int:
     if kind == "poison":
         return seed + POISON_SEED_OFFSET
     raise ValueError(f"unknown input set {name!r}")
+
+
+NUDGE = 2.0 ** -5  # relative size of the nudge: above bf16's resolution, so every element changes at every precision
+
+
+def nudged_values(values: list, seed: int) -> list:
+    """`values` with every floating-point tensor element multiplied by its own factor in [1 - NUDGE, 1 + NUDGE] (the
+    same for the same seed): made on the tensor's device, in about the time a copy takes. Signs, zeros, magnitudes,
+    integer and boolean tensors and non-tensors stay as they were, so the inputs keep get_inputs()'s domain (positive
+    stays positive, an index stays an index). Per element rather than one factor per tensor: a memo keyed on content
+    normalised by scale would otherwise serve a linear kernel."""
+    nudged, generators = [], {}
+    for value in values:
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel() > 0:
+            generator = generators.get(value.device)
+            if generator is None:  # one stream of draws per device, in the order of the values
+                generator = generators[value.device] = torch.Generator(device=value.device)
+                generator.manual_seed(seed)
+            factor = torch.rand(value.shape, generator=generator, device=value.device, dtype=torch.float32)
+            value = (value.float() * factor.mul_(2 * NUDGE).add_(1 - NUDGE)).to(value.dtype)
+        nudged.append(value)
+    return nudged
+
+
+def nudged_set_name(base: int, seed: int) -> str:
+    """The name of timing value set `base` nudged with `seed`: what a timed call beyond the first few is given."""
+    return f"nudged-{base}-{seed}"
+
+
+def parse_nudged_set(name: str) -> Optional[tuple[int, int]]:
+    """(base, seed) of a nudged set's name, None for any other name."""
+    match = re.fullmatch(r"nudged-(\d{1,2})-(\d{1,10})", name)
+    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 # What a candidate may not see of the problem module: the reference itself and the evaluator's input makers.

@@ -31,7 +31,7 @@ FORK_ANSWER_WAIT_S = 5.0
 MEMORY_CHECK_S = 0.25
 MAX_RUNNER_MESSAGE_BYTES = 8 * 2**20
 MAX_TIMING_SETS = 64
-_SET_NAME = re.compile(r"^(trial-\d{1,4}|timing-\d{1,2}|recheck|poison)$")
+_SET_NAME = re.compile(r"^(trial-\d{1,4}|timing-\d{1,2}|nudged-\d{1,2}-\d{1,10}|recheck|poison)$")
 _SECRET_SEED_OFFSET = secrets.randbelow(2**40) + 2**32  # per judge process; never sent to a runner
 
 
@@ -46,6 +46,9 @@ def input_seed(request: EvalRequest, name: str) -> Optional[int]:
 
     if not _SET_NAME.match(name):
         return None
+    nudged = judge.parse_nudged_set(name)
+    if nudged is not None:  # its base set's seed; judge.nudged_values(base, nudged[1]) makes it from there
+        name = f"timing-{nudged[0]}"
     kind, _, index = name.partition("-")
     if (kind == "trial" and int(index) >= request.correctness_trials) or (kind == "timing" and int(index) >= MAX_TIMING_SETS):
         return None
@@ -107,8 +110,9 @@ class TaskJudge:
         except Exception as exc:  # noqa: BLE001 - the runner reports the same failure as the evaluator's input error
             self.problem_error = f"the reference problem failed in the judge: {type(exc).__name__}: {exc}"[:1000]
 
-    def write_inputs(self, name: str) -> str:
-        """Make the inputs of set `name`, write them for the runner, keep the reference output. '' or why not."""
+    def write_inputs(self, name: str, write: bool = True) -> str:
+        """Make the inputs of set `name`, write them for the runner (unless not `write`), keep the reference output.
+        '' or why not."""
         import torch
 
         from evaluator import judge, tensorwire
@@ -120,24 +124,36 @@ class TaskJudge:
         if seed is None:
             return f"no input set named {name!r}"
         path = os.path.join(self.inputs_dir, name + ".krlt")
-        if name not in self.reference_outputs:
-            # Same problem, sizes, precision and seed: the same inputs and reference output as last time.
-            key = ("set", self.problem_key, seed)
-            made = self.cache.get(key)
-            if made is None:
-                inputs = judge.make_inputs(self.reference, seed, self.device, self.request.precision)
-                encoded = tensorwire.encode_values(inputs)  # before the reference runs: it may work in place
-                with torch.no_grad():
-                    output = self.model(*inputs)
-                if self.device.startswith("cuda"):
-                    torch.cuda.synchronize()
-                made = (encoded, output)
-                self.cache.put(key, made, len(encoded) + nbytes(output))
-            with open(path + ".part", "wb") as handle:
-                handle.write(made[0])
-            os.replace(path + ".part", path)
-            self.reference_outputs[name] = made[1]
+        # Same problem, sizes, precision and seed: the same inputs and reference output as last time.
+        key = ("set", self.problem_key, seed)
+        made = self.cache.get(key)
+        if made is None:
+            inputs = judge.make_inputs(self.reference, seed, self.device, self.request.precision)
+            encoded = tensorwire.encode_values(inputs)  # before the reference runs: it may work in place
+            made = (encoded, self._reference_output(inputs))
+            self.cache.put(key, made, len(encoded) + nbytes(made[1]))
+        nudged = judge.parse_nudged_set(name)
+        if nudged is not None:
+            base = judge.clone_inputs(judge.to_device(list(tensorwire.decode(bytearray(made[0]))), self.device))
+            inputs = judge.nudged_values(base, nudged[1])
+            self.reference_outputs[name] = self._reference_output(judge.clone_inputs(inputs))
+            if not write:
+                return ""
+            made = (tensorwire.encode_values(inputs), self.reference_outputs[name])
+        with open(path + ".part", "wb") as handle:
+            handle.write(made[0])
+        os.replace(path + ".part", path)
+        self.reference_outputs[name] = made[1]
         return ""
+
+    def _reference_output(self, inputs: list) -> Any:
+        import torch
+
+        with torch.no_grad():
+            output = self.model(*inputs)
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        return output
 
     def receive(self, name: str) -> None:
         """Read the runner's output of set `name` and compare it with the kept reference output."""
@@ -145,6 +161,11 @@ class TaskJudge:
 
         from evaluator import judge, tensorwire
 
+        if name not in self.reference_outputs and judge.parse_nudged_set(name) is not None:
+            # A timed call's nudged values: the runner made them itself (on the device, between timed calls); the
+            # judge makes the same set from its own base set and seed, and the reference output with it.
+            if self.write_inputs(name, write=False):
+                return
         if name not in self.reference_outputs:
             return  # an output for inputs never served: ignored, and a missing set fails the verdict
         reference = self.reference_outputs[name]
@@ -193,7 +214,7 @@ class TaskJudge:
         if self.problem_error:
             return _override(result, Verdict.RUNTIME_ERROR, self.problem_error)
         required = [f"trial-{k}" for k in range(request.correctness_trials)] + ["recheck"]
-        timing_sets = [n for n in self.received if n.startswith("timing-")]
+        timing_sets = [n for n in self.received if n.startswith(("timing-", "nudged-"))]
         if request.measure_timing and not timing_sets:
             required.append("timing-0")
         missing = [n for n in required if n not in self.received]

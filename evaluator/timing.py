@@ -399,29 +399,7 @@ def synchronized_wall_ms(fn: Callable[[], Any], calls: int, cuda: bool) -> tuple
     return (t1 - t0) * 1e3 / calls, (issued - t0) * 1e3 / calls
 
 
-# Timing value sets a judge process serves (timing-0 .. timing-63: evaluator/judge_host.py MAX_TIMING_SETS).
-MAX_TIMING_VALUE_SETS = 64
-GPU_FRESH_VALUE_SETS = 1 << 30  # on a GPU every timed call gets new values (nudged_values), however many calls there are
-NUDGE = 2.0 ** -5  # relative size of the nudge: above bf16's resolution, so every element changes at every precision
-
-
-def nudged_values(values: list, seed: int) -> list:
-    """`values` with every floating-point tensor element multiplied by its own factor in [1 - NUDGE, 1 + NUDGE] (the
-    same for the same seed): made on the tensor's device, in about the time a copy takes. Signs, zeros, magnitudes,
-    integer and boolean tensors and non-tensors stay as they were, so the inputs keep get_inputs()'s domain (positive
-    stays positive, an index stays an index). Per element rather than one factor per tensor: a memo keyed on content
-    normalised by scale would otherwise serve a linear kernel."""
-    import torch
-
-    nudged = []
-    for value in values:
-        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel() > 0:
-            generator = torch.Generator(device=value.device)
-            generator.manual_seed(seed)
-            factor = torch.rand(value.shape, generator=generator, device=value.device, dtype=torch.float32)
-            value = (value.float() * factor.mul_(2 * NUDGE).add_(1 - NUDGE)).to(value.dtype)
-        nudged.append(value)
-    return nudged
+FRESH_VALUE_SETS = 1 << 30  # every timed call gets new values (judge.nudged_values), however many calls there are
 
 
 class RotatingInputs:

@@ -534,6 +534,9 @@ class _RunState:
         link = getattr(self.ctx, "judge_link", None)
         if link is not None:
             return judge.to_device(link.inputs(name), self.ctx.device)
+        nudged = judge.parse_nudged_set(name)
+        if nudged is not None:
+            return judge.nudged_values(self._inputs_named(f"timing-{nudged[0]}", reference), nudged[1])
         return self._inputs(reference, judge.input_seed(self.request.seed, name))
 
     def _hand_over(self, name: str, output: Any) -> None:
@@ -700,19 +703,19 @@ class _RunState:
         value_sets = [first] + [self._inputs_named(f"timing-{j}", reference) for j in range(1, set_count)]
         reference_outputs = {j: judge.snapshot(self._call_reference(ref_model, judge.clone_inputs(v)))
                              for j, v in enumerate(value_sets)}
-        # Every timed call gets a value set no earlier call had, made between calls, so a memo keyed on the inputs'
-        # content (even one handing back copies) misses. CPU mode: new get_inputs() sets, up to 64. On a GPU, where
-        # get_inputs() between samples would time the host: the given sets with every floating-point element nudged
-        # on the device (timing.nudged_values), a new set for each call.
-        if ctx.is_cuda:
-            salt = random.SystemRandom().getrandbits(31)
-            rotation = timing.RotatingInputs(
-                value_sets, buffer_count, lambda j: timing.nudged_values(value_sets[j % set_count], salt + j),
-                timing.GPU_FRESH_VALUE_SETS)
-        else:
-            rotation = timing.RotatingInputs(value_sets, buffer_count,
-                                             lambda j: self._inputs_named(f"timing-{j}", reference),
-                                             timing.MAX_TIMING_VALUE_SETS)
+        # Every timed call gets a value set no earlier call had, made between calls (untimed), so a memo keyed on the
+        # inputs' content, even one handing back copies, misses: the given sets with every floating-point element
+        # nudged (judge.nudged_values) on the inputs' device; the judge makes the same set from its own copy of the
+        # base set for the outputs it is handed. Not new get_inputs() sets: on a GPU those would come through the host
+        # between samples.
+        salt = random.SystemRandom().getrandbits(30)
+
+        def set_name(index: int) -> str:
+            return f"timing-{index}" if index < set_count else judge.nudged_set_name(index % set_count, salt + index)
+
+        rotation = timing.RotatingInputs(value_sets, buffer_count,
+                                         lambda j: judge.nudged_values(value_sets[j % set_count], salt + j),
+                                         timing.FRESH_VALUE_SETS)
 
         def expected_output(values_index: int) -> Any:
             if values_index not in reference_outputs:
@@ -796,7 +799,7 @@ class _RunState:
         atol, rtol = request.tolerances()
         earlier = self.earlier_outputs
         for index, (values_index, output) in enumerate(checked.outputs):
-            self._hand_over(f"timing-{values_index}", output)
+            self._hand_over(set_name(values_index), output)
             comparison = judge.compare(expected_output(values_index), output, atol, rtol)
             if not comparison.ok:
                 others = earlier + [o for v, o in checked.outputs if v != values_index]

@@ -106,7 +106,10 @@ def two_node_ray_cluster(head_cpus: int = 1, head_gpus: int = 0):
     nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus, "num_gpus": head_gpus,
                                                           "include_dashboard": False})
     second = nodes.add_node(num_cpus=1)
-    ray.init(address=nodes.address, log_to_driver=False)
+    # Ray's workers import what the driver pickled by reference (a test's own actor class) through the folder the
+    # driver was in at ray.init: the repository, whatever folder an earlier test left this process in.
+    with contextlib.chdir(ROOT):
+        ray.init(address=nodes.address, log_to_driver=False)
     nodes.wait_for_nodes()
     try:
         yield nodes, second

@@ -3,6 +3,7 @@ hook, build safely from two processes at once, and report nvcc errors at the can
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -217,10 +218,11 @@ def honest_load(cache: str, private, record) -> str:
     from evaluator.compile import install_load_inline_hook
 
     private.mkdir(exist_ok=True)
-    os.chdir(private)
-    install_load_inline_hook(cache, record)
-    namespace: dict = {}
-    exec(compile(CPP_CANDIDATE, "candidate.py", "exec"), namespace)
+    # Back to where it was after: a test process left in a temporary folder misleads later tests (Ray's workers).
+    with contextlib.chdir(private):
+        install_load_inline_hook(cache, record)
+        namespace: dict = {}
+        exec(compile(CPP_CANDIDATE, "candidate.py", "exec"), namespace)
     return namespace["lib_path"]
 
 
@@ -229,9 +231,9 @@ def compile_in(private, cache: str, source: str):
     from evaluator.compile import compile_candidate
 
     private.mkdir(exist_ok=True)
-    os.chdir(private)
     before = sorted(os.listdir(os.path.join(cache, "cuda"))) if os.path.isdir(os.path.join(cache, "cuda")) else []
-    record = compile_candidate(EvalRequest("p", "", source, backend="cuda"), cache, str(private / "krl-builds"))
+    with contextlib.chdir(private):
+        record = compile_candidate(EvalRequest("p", "", source, backend="cuda"), cache, str(private / "krl-builds"))
     after = sorted(os.listdir(os.path.join(cache, "cuda"))) if os.path.isdir(os.path.join(cache, "cuda")) else []
     assert before == after  # the builder never writes the cache
     return record

@@ -96,3 +96,31 @@ def test_make_inputs_is_seeded_and_casts_only_floats():
 def test_trial_seeds_are_reproducible_and_distinct():
     seeds = judge.trial_seeds(42, 5)
     assert seeds == judge.trial_seeds(42, 5) and len(set(seeds)) == 5
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
+def test_nudged_values_change_every_float_element_and_keep_the_domain(dtype):
+    # What timed calls are given (a new set each): made on the tensor's device; here on the CPU.
+    import torch
+
+    dtype = getattr(torch, dtype)
+    base = torch.rand(4096, dtype=dtype) + 0.5  # positive, as get_inputs' torch.rand
+    signed = torch.randn(64, 64, dtype=dtype)
+    index, flag = torch.arange(10), torch.tensor([True, False])
+    values = [base, signed, index, flag, 3, None]
+    first, again, other = (judge.nudged_values(values, seed) for seed in (11, 11, 12))
+    assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])  # the same set, made again
+    for nudged, original in ((first[0], base), (first[1], signed)):
+        assert nudged.dtype == original.dtype and nudged.shape == original.shape
+        relative = (nudged.double() / original.double() - 1).abs()
+        assert float(relative.max()) <= judge.NUDGE * 1.01 + 2 ** -7  # at most the nudge, plus bf16's rounding
+        assert float((nudged != original).double().mean()) > 0.85  # (nearly) every element moved
+        assert torch.equal(torch.sign(nudged), torch.sign(original))
+    assert float((first[0] != other[0]).double().mean()) > 0.85  # another seed, other values
+    assert first[2] is index and first[3] is flag and first[4:] == [3, None]
+
+
+def test_nudged_set_names_round_trip_and_nothing_else_parses():
+    assert judge.parse_nudged_set(judge.nudged_set_name(2, 123456789)) == (2, 123456789)
+    for name in ("timing-2", "nudged-2", "nudged-100-1", "nudged-1-12345678901", "nudged-1-2/../x"):
+        assert judge.parse_nudged_set(name) is None
