@@ -26,6 +26,7 @@ from evaluator.reference_cache import ReferenceCache, nbytes, problem_key
 RUNNER_MIN_FILE_SIZE_BYTES = 8 * 2**30
 
 START_TIMEOUT_S = 120.0
+TASK_START_TIMEOUT_S = 60.0  # a ready runner handed a task says "started" after wiping its scratch: milliseconds
 EXIT_STATUS_WAIT_S = 2.0
 FORK_ANSWER_WAIT_S = 5.0
 MEMORY_CHECK_S = 0.25
@@ -465,6 +466,21 @@ class Slot:
                 pass
             self.zygote = None
 
+    def resume_sandbox(self) -> None:
+        """SIGCONT to every process of the sandbox. The last task's candidate ran as the same sandbox user as the
+        zygote and the pre-warmed runner, so it could stop them; the next request must not wait out its limit."""
+        from evaluator.proctree import children
+
+        pending, seen = ([self.zygote.pid] if self.zygote is not None else []), 0
+        while pending and seen < 64:  # launcher, init, zygote, runners: a few (a fork bomb's leftovers are killed)
+            pid = pending.pop()
+            seen += 1
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                continue
+            pending.extend(children(pid))
+
     def zygote_alive(self) -> bool:
         return self.zygote is not None and self.zygote.poll() is None and self.control is not None
 
@@ -722,6 +738,7 @@ class JudgeHost:
 
     def _ready_runner(self) -> _Runner:
         """The pre-warmed runner, or a fresh one (after restarting the zygote if it died)."""
+        self.slot.resume_sandbox()
         self.slot.drain_control()
         spare = self.spare
         self.spare = None
@@ -801,6 +818,7 @@ class JudgeHost:
             selector.register(self.spare.result_r, selectors.EVENT_READ, "spare")
         memory_at = time.monotonic()
         t0 = time.monotonic()
+        start_deadline = t0 + TASK_START_TIMEOUT_S
 
         clock = clock or _PhaseClock()
 
@@ -816,6 +834,11 @@ class JudgeHost:
         try:
             while True:
                 now = time.monotonic()
+                if not started and now >= min(deadline, start_deadline):
+                    # The candidate never ran, so no verdict on it: ours, retried once on a fresh runner.
+                    self.slot.discard(runner)
+                    return {"type": "infra", "task": task_id,
+                            "why": f"the runner did not start the task within {now - t0:.0f} s"}
                 if now >= deadline:
                     self.slot.discard(runner)
                     self.slot.counters.add("timeouts")
@@ -831,7 +854,7 @@ class JudgeHost:
                             f"The candidate used {used / 2**30:.1f} GiB of host memory, over the "
                             f"{self.resident_limit / 2**30:.1f} GiB limit per evaluation, and was stopped. Keep "
                             "host-side buffers small; work on the GPU tensors you are given.")))
-                timeout = deadline - now
+                timeout = (deadline if started else min(deadline, start_deadline)) - now
                 if self.resident_limit and started:
                     timeout = min(timeout, max(0.0, memory_at - now))
                 for key, _ in selector.select(timeout):

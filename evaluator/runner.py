@@ -124,6 +124,16 @@ def _empty(folder: str, keep: tuple[str, ...] = ()) -> None:
             pass
 
 
+def _fresh_folder(path: str) -> None:
+    """`path` as an empty folder of ours. The last candidate ran as the same user while this runner waited: it may have
+    removed the folder, put a file or a link in its place (a wipe of its own removes it too), or filled it."""
+    if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
+        os.unlink(path)
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    os.chmod(path, 0o700)
+    _empty(path)
+
+
 def wipe_scratch(keep: tuple[str, ...]) -> None:
     """Before any candidate code runs: whatever an earlier runner of this sandbox left in the writable places (its
     home, its tmp, the sandbox's private /tmp and /dev/shm) is removed, so nothing planted reaches this candidate."""
@@ -155,7 +165,7 @@ def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:
     work_dir = getattr(ctx, "work_dir", "") or ""
     wipe_scratch((work_dir,) if work_dir else ())
     if work_dir:
-        _empty(work_dir)
+        _fresh_folder(work_dir)
         os.chdir(work_dir)
     write_message(result_fd, {"type": "started"})
     try:

@@ -28,6 +28,7 @@ DENIED = (
 # exploit); clone3 hides its flags in memory a filter cannot read, so it answers ENOSYS and libc falls back to clone.
 _CLONE_NEW_FLAGS = (0x10000000, 0x00020000, 0x20000000, 0x40000000, 0x08000000, 0x04000000, 0x02000000)
 _ACT_ALLOW = 0x7FFF0000
+_CMP_NE = 1
 _CMP_MASKED_EQ = 7
 
 
@@ -76,6 +77,13 @@ def filter_bpf() -> Optional[bytes]:
             compare = _ArgCmp(0, _CMP_MASKED_EQ, flag, flag)
             if lib.seccomp_rule_add_array(ctx, _act_errno(errno.EPERM), clone, 1, ctypes.byref(compare)) != 0:
                 return None
+        # prlimit64(pid, resource, new, old) on another process (pid != 0, new != NULL): the zygote and the next
+        # request's pre-warmed runner run as the same sandbox user, and their lowered limits would fail later
+        # candidates. A process's own limits (setrlimit is prlimit64 with pid 0) stay allowed.
+        prlimit = lib.seccomp_syscall_resolve_name(b"prlimit64")
+        other_pid = (_ArgCmp * 2)(_ArgCmp(0, _CMP_NE, 0, 0), _ArgCmp(2, _CMP_NE, 0, 0))
+        if prlimit >= 0 and lib.seccomp_rule_add_array(ctx, _act_errno(errno.EPERM), prlimit, 2, other_pid) != 0:
+            return None
         clone3 = lib.seccomp_syscall_resolve_name(b"clone3")
         if clone3 >= 0 and lib.seccomp_rule_add_array(ctx, _act_errno(errno.ENOSYS), clone3, 0, None) != 0:
             return None

@@ -410,8 +410,8 @@ class RotatingInputs:
 
     With `make_values` (set index -> values, deterministic), sets beyond `value_sets` are made when their turn comes,
     up to `fresh_sets` distinct sets: every timed call up to that many gets values no call had before, so a cache keyed
-    on the content (a sum, a few sampled elements) that hands back a copy of its answer misses too. CPU mode uses this:
-    with 3 sets going round, such a cache measured 4.6x on a 192x192 matmul and was judged correct."""
+    on the content (a sum, a few sampled elements) that hands back a copy of its answer misses too. Both modes use this
+    (with nudged sets): with 3 sets going round, such a cache measured 4.6x on a 192x192 matmul and was judged correct."""
 
     def __init__(self, value_sets: list[list], buffer_count: int,
                  make_values: Callable[[int], list] | None = None, fresh_sets: int = 0):

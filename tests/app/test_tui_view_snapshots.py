@@ -50,12 +50,32 @@ def settled(*keys: str, then=None):
     return run_before
 
 
+def focus_reaches(selector: str, timeout_s: float = 10.0):
+    """Waits until the widget `selector` has focus: a tab focuses its home widget after a refresh, which a loaded
+    machine can deliver after the other messages have settled (the list's cursor row is then drawn unfocused)."""
+    async def wait(pilot) -> None:
+        for _ in range(int(timeout_s / 0.05)):
+            focused = pilot.app.focused
+            if focused is not None and focused in pilot.app.screen.query(selector):
+                return
+            await pilot.pause(0.05)
+    return wait
+
+
 def test_system_tab(snap_compare, recorded_demo, workspace, config_dir, monkeypatch):
     fixed = HostSample(37.0, 9.5, 23.5, None, [GpuSample(0, "NVIDIA H100 80GB HBM3", 91.0, 61.2, 79.6)])
     monkeypatch.setattr(HostSampler, "sample", lambda self: fixed)
     fix_timed_metrics(workspace)
     monkeypatch.setattr("socket.gethostname", lambda: "node-1")
-    assert snap_compare(make_app(workspace, open_run=RECORDED_RUN), terminal_size=SIZE, run_before=settled("7"))
+    focused = focus_reaches("#system-curves #metric-list")
+
+    async def open_system_tab(pilot) -> None:
+        await pilot.press("7")
+        await settle(pilot)
+        await focused(pilot)
+
+    assert snap_compare(make_app(workspace, open_run=RECORDED_RUN), terminal_size=SIZE,
+                        run_before=settled(then=open_system_tab))
 
 
 def test_curves_log_y_cursor_and_zoom(snap_compare, recorded_demo, workspace, config_dir):

@@ -264,3 +264,64 @@ while frame is not None:
     frame = frame.f_back
 return out''', prelude="import sys")
     assert real.evaluate(request(walker, measure_timing=False)).verdict != Verdict.CORRECT
+
+
+# ---- attacks on the next candidate's runner: it waits, pre-warmed, in the same sandbox while this candidate runs
+
+SABOTAGE_NEXT_RUNNER = '''
+here = os.path.realpath(os.getcwd())
+for folder in glob.glob(os.path.join(tempfile.gettempdir(), "krl-worker-*")):
+    if os.path.realpath(folder) != here:  # the pre-warmed runner's folder: gone, and a link to / in its place
+        shutil.rmtree(folder, ignore_errors=True)
+        try:
+            os.symlink("/", folder)
+        except OSError:
+            pass
+for name in os.listdir("/proc"):
+    if name.isdigit() and int(name) != os.getpid():
+        for limit in (resource.RLIMIT_NOFILE, resource.RLIMIT_AS, resource.RLIMIT_CPU, resource.RLIMIT_FSIZE):
+            try:
+                resource.prlimit(int(name), limit, (8, 8))
+            except (OSError, ValueError):
+                pass
+        try:
+            os.kill(int(name), signal.SIGSTOP)
+        except OSError:
+            pass
+return x.clamp_min(0)
+'''
+
+
+@pytest.fixture(scope="module")
+def one_slot(cache_dir):
+    """One evaluation slot, so that the next request runs on the runner the hostile candidate could see."""
+    ev = make_evaluator(cache_dir, worker_module=STANDIN, cpu_workers=1, spare_per_device=0)
+    assert ev.evaluate(request(GOOD)).verdict == Verdict.CORRECT
+    yield ev
+    ev.close()
+
+
+def test_a_candidate_cannot_sabotage_the_next_candidates_runner(one_slot):
+    """The pre-warmed runner for the next request (and the zygote that forks runners) run as the same sandbox user:
+    a candidate that deletes the next runner's folder, lowers its resource limits and stops it must not change the
+    next request's verdict, or make it wait out its time limit."""
+    one_slot.evaluate(request(candidate(SABOTAGE_NEXT_RUNNER, prelude="import glob, os, resource, shutil, signal, "
+                                                                       "tempfile"), measure_timing=False))
+    for _ in range(3):
+        result = one_slot.evaluate(request(GOOD, run_timeout_s=20.0))
+        assert result.verdict == Verdict.CORRECT, result.error_message
+        assert result.phase_times_s.get("total", 0) < 15
+
+
+def test_resource_limits_of_other_sandbox_processes_cannot_be_changed(one_slot):
+    """prlimit on the zygote (this runner's parent) is refused; a candidate's own limits stay its to lower."""
+    body = '''
+try:
+    resource.prlimit(os.getppid(), resource.RLIMIT_NOFILE, (8, 8))
+    found.append("parent lowered")
+except OSError as exc:
+    found.append(exc.errno)
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+found.append("own ok")
+'''
+    assert found_by(one_slot, probe(body, prelude="import os, resource")) == [1, "own ok"]  # EPERM
