@@ -84,6 +84,14 @@ def filter_bpf() -> Optional[bytes]:
         other_pid = (_ArgCmp * 2)(_ArgCmp(0, _CMP_NE, 0, 0), _ArgCmp(2, _CMP_NE, 0, 0))
         if prlimit >= 0 and lib.seccomp_rule_add_array(ctx, _act_errno(errno.EPERM), prlimit, 2, other_pid) != 0:
             return None
+        # setpriority/ioprio_set beyond the caller itself (another pid, its process group, or the whole sandbox user,
+        # which is every slot's runners on this host) would slow other evaluations; nice() on oneself stays allowed.
+        for name, own_kind in ((b"setpriority", 0), (b"ioprio_set", 1)):  # PRIO_PROCESS, IOPRIO_WHO_PROCESS
+            number = lib.seccomp_syscall_resolve_name(name)
+            for compare in (_ArgCmp(0, _CMP_NE, own_kind, 0), _ArgCmp(1, _CMP_NE, 0, 0)):
+                if number >= 0 and lib.seccomp_rule_add_array(ctx, _act_errno(errno.EPERM), number, 1,
+                                                               ctypes.byref(compare)) != 0:
+                    return None
         clone3 = lib.seccomp_syscall_resolve_name(b"clone3")
         if clone3 >= 0 and lib.seccomp_rule_add_array(ctx, _act_errno(errno.ENOSYS), clone3, 0, None) != 0:
             return None

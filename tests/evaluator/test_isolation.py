@@ -313,15 +313,23 @@ def test_a_candidate_cannot_sabotage_the_next_candidates_runner(one_slot):
         assert result.phase_times_s.get("total", 0) < 15
 
 
-def test_resource_limits_of_other_sandbox_processes_cannot_be_changed(one_slot):
-    """prlimit on the zygote (this runner's parent) is refused; a candidate's own limits stay its to lower."""
+def test_limits_and_priority_of_other_sandbox_processes_cannot_be_changed(one_slot):
+    """prlimit and setpriority on the zygote (this runner's parent), the process group or the sandbox user are
+    refused; a candidate's own limits and priority stay its to lower."""
     body = '''
 try:
     resource.prlimit(os.getppid(), resource.RLIMIT_NOFILE, (8, 8))
     found.append("parent lowered")
 except OSError as exc:
     found.append(exc.errno)
+for which, who in ((os.PRIO_PROCESS, os.getppid()), (os.PRIO_PGRP, 0), (os.PRIO_USER, 0)):
+    try:
+        os.setpriority(which, who, 19)
+        found.append("reniced")
+    except OSError as exc:
+        found.append(exc.errno)
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+os.nice(1)
 found.append("own ok")
 '''
-    assert found_by(one_slot, probe(body, prelude="import os, resource")) == [1, "own ok"]  # EPERM
+    assert found_by(one_slot, probe(body, prelude="import os, resource")) == [1, 1, 1, 1, "own ok"]  # EPERM
