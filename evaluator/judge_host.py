@@ -114,8 +114,6 @@ class TaskJudge:
     def write_inputs(self, name: str, write: bool = True) -> str:
         """Make the inputs of set `name`, write them for the runner (unless not `write`), keep the reference output.
         '' or why not."""
-        import torch
-
         from evaluator import judge, tensorwire
 
         self._build()
@@ -137,14 +135,14 @@ class TaskJudge:
         if nudged is not None:
             base = judge.clone_inputs(judge.to_device(list(tensorwire.decode(bytearray(made[0]))), self.device))
             inputs = judge.nudged_values(base, nudged[1])
-            self.reference_outputs[name] = self._reference_output(judge.clone_inputs(inputs))
-            if not write:
-                return ""
-            made = (tensorwire.encode_values(inputs), self.reference_outputs[name])
+            output = self._reference_output(judge.clone_inputs(inputs))
+            made = (tensorwire.encode_values(inputs) if write else b"", output)
+        self.reference_outputs[name] = made[1]
+        if not write:
+            return ""
         with open(path + ".part", "wb") as handle:
             handle.write(made[0])
         os.replace(path + ".part", path)
-        self.reference_outputs[name] = made[1]
         return ""
 
     def _reference_output(self, inputs: list) -> Any:
