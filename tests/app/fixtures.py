@@ -245,12 +245,18 @@ def make_app(workspace, **kwargs):
 async def settle(pilot, delay: float = 0.05, rounds: int = 40) -> None:
     """Wait until no worker is running and the message queues are drained (bounded)."""
     app = pilot.app
+
+    def unfinished() -> list:
+        # Pending counts too: on a loaded machine a worker a tab just created may not have started yet, and a table
+        # it fills after the screenshot shows its rows at header width.
+        return [w for w in app.workers if not w.is_finished]
+
     for _ in range(rounds):
         await pilot.pause(delay)
-        busy = [w for w in app.workers if w.is_running]
+        busy = unfinished()
         if not busy:
             await pilot.pause()
-            if not [w for w in app.workers if w.is_running]:
+            if not unfinished():
                 return
         else:
             try:

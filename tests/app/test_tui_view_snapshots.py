@@ -50,29 +50,15 @@ def settled(*keys: str, then=None):
     return run_before
 
 
-def focus_reaches(selector: str, timeout_s: float = 10.0):
-    """Waits until the widget `selector` has focus: a tab focuses its home widget after a refresh, which a loaded
-    machine can deliver after the other messages have settled (the list's cursor row is then drawn unfocused)."""
-    async def wait(pilot) -> None:
-        for _ in range(int(timeout_s / 0.05)):
-            focused = pilot.app.focused
-            if focused is not None and focused in pilot.app.screen.query(selector):
-                return
-            await pilot.pause(0.05)
-    return wait
-
-
 def test_system_tab(snap_compare, recorded_demo, workspace, config_dir, monkeypatch):
     fixed = HostSample(37.0, 9.5, 23.5, None, [GpuSample(0, "NVIDIA H100 80GB HBM3", 91.0, 61.2, 79.6)])
     monkeypatch.setattr(HostSampler, "sample", lambda self: fixed)
     fix_timed_metrics(workspace)
     monkeypatch.setattr("socket.gethostname", lambda: "node-1")
-    focused = focus_reaches("#system-curves #metric-list")
 
     async def open_system_tab(pilot) -> None:
         await pilot.press("7")
         await settle(pilot)
-        await focused(pilot)
         # On a loaded machine the tab's own focus call can land before the list is ready to show its cursor row:
         # focus it again once everything has settled, as a person arriving on the tab sees it.
         pilot.app.screen.query_one("#system-curves #metric-list").focus()
