@@ -32,7 +32,7 @@ FORK_ANSWER_WAIT_S = 5.0
 MEMORY_CHECK_S = 0.25
 MAX_RUNNER_MESSAGE_BYTES = 8 * 2**20
 MAX_TIMING_SETS = 64
-_SET_NAME = re.compile(r"^(trial-\d{1,4}|timing-\d{1,2}|nudged-\d{1,2}-\d{1,10}|recheck|poison)$")
+_SET_NAME = re.compile(r"^(trial-\d{1,4}|timing-\d{1,2}|recheck|poison)$")  # and nudged timing sets (judge.py)
 _SECRET_SEED_OFFSET = secrets.randbelow(2**40) + 2**32  # per judge process; never sent to a runner
 
 
@@ -45,11 +45,11 @@ def input_seed(request: EvalRequest, name: str) -> Optional[int]:
     too), None for a name it does not serve: trial-k beyond the request's trials, timing-j beyond MAX_TIMING_SETS."""
     from evaluator import judge
 
-    if not _SET_NAME.match(name):
-        return None
     nudged = judge.parse_nudged_set(name)
     if nudged is not None:  # its base set's seed; judge.nudged_values(base, nudged[1]) makes it from there
         name = f"timing-{nudged[0]}"
+    if not _SET_NAME.match(name):
+        return None
     kind, _, index = name.partition("-")
     if (kind == "trial" and int(index) >= request.correctness_trials) or (kind == "timing" and int(index) >= MAX_TIMING_SETS):
         return None
@@ -465,19 +465,16 @@ class Slot:
             self.zygote = None
 
     def resume_sandbox(self) -> None:
-        """SIGCONT to every process of the sandbox. The last task's candidate ran as the same sandbox user as the
-        zygote and the pre-warmed runner, so it could stop them; the next request must not wait out its limit."""
+        """SIGCONT to the zygote and its runners. The last task's candidate ran as the same sandbox user, so it could
+        stop them (its own processes are dead by now); the next request must not wait out its limit."""
         from evaluator.proctree import children
 
-        pending, seen = ([self.zygote.pid] if self.zygote is not None else []), 0
-        while pending and seen < 64:  # launcher, init, zygote, runners: a few (a fork bomb's leftovers are killed)
-            pid = pending.pop()
-            seen += 1
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except OSError:
-                continue
-            pending.extend(children(pid))
+        if self.zygote_host_pid:
+            for pid in (self.zygote_host_pid, *children(self.zygote_host_pid)):
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except OSError:
+                    pass
 
     def zygote_alive(self) -> bool:
         return self.zygote is not None and self.zygote.poll() is None and self.control is not None
@@ -816,7 +813,7 @@ class JudgeHost:
             selector.register(self.spare.result_r, selectors.EVENT_READ, "spare")
         memory_at = time.monotonic()
         t0 = time.monotonic()
-        start_deadline = t0 + TASK_START_TIMEOUT_S
+        start_deadline = min(deadline, t0 + TASK_START_TIMEOUT_S)
 
         clock = clock or _PhaseClock()
 
@@ -832,7 +829,7 @@ class JudgeHost:
         try:
             while True:
                 now = time.monotonic()
-                if not started and now >= min(deadline, start_deadline):
+                if not started and now >= start_deadline:
                     # The candidate never ran, so no verdict on it: ours, retried once on a fresh runner.
                     self.slot.discard(runner)
                     return {"type": "infra", "task": task_id,
@@ -852,7 +849,7 @@ class JudgeHost:
                             f"The candidate used {used / 2**30:.1f} GiB of host memory, over the "
                             f"{self.resident_limit / 2**30:.1f} GiB limit per evaluation, and was stopped. Keep "
                             "host-side buffers small; work on the GPU tensors you are given.")))
-                timeout = (deadline if started else min(deadline, start_deadline)) - now
+                timeout = (deadline if started else start_deadline) - now
                 if self.resident_limit and started:
                     timeout = min(timeout, max(0.0, memory_at - now))
                 for key, _ in selector.select(timeout):
@@ -896,7 +893,7 @@ class JudgeHost:
                         elif kind == "output":
                             name = message.get("name")
                             clock.lap("judge_wait")
-                            if isinstance(name, str) and _SET_NAME.match(name):
+                            if isinstance(name, str) and input_seed(request, name) is not None:
                                 judge.receive(name)
                             clock.lap("judge_compare")
                             self._answer(runner, {"type": "ack"})

@@ -534,9 +534,6 @@ class _RunState:
         link = getattr(self.ctx, "judge_link", None)
         if link is not None:
             return judge.to_device(link.inputs(name), self.ctx.device)
-        nudged = judge.parse_nudged_set(name)
-        if nudged is not None:
-            return judge.nudged_values(self._inputs_named(f"timing-{nudged[0]}", reference), nudged[1])
         return self._inputs(reference, judge.input_seed(self.request.seed, name))
 
     def _hand_over(self, name: str, output: Any) -> None:

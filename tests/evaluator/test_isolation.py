@@ -294,8 +294,9 @@ return x.clamp_min(0)
 
 @pytest.fixture(scope="module")
 def one_slot(cache_dir):
-    """One evaluation slot, so that the next request runs on the runner the hostile candidate could see."""
-    ev = make_evaluator(cache_dir, worker_module=STANDIN, cpu_workers=1, spare_per_device=0)
+    """One evaluation slot of the real worker (whose runners each make a folder in the sandbox's tmp), so that the
+    next request runs on the runner the hostile candidate could see."""
+    ev = make_evaluator(cache_dir, cpu_workers=1, spare_per_device=0)
     assert ev.evaluate(request(GOOD)).verdict == Verdict.CORRECT
     yield ev
     ev.close()
@@ -310,6 +311,7 @@ def test_a_candidate_cannot_sabotage_the_next_candidates_runner(one_slot):
     for _ in range(3):
         result = one_slot.evaluate(request(GOOD, run_timeout_s=20.0))
         assert result.verdict == Verdict.CORRECT, result.error_message
+        assert result.attempts == 1  # on the runner it sabotaged, not on a retry after that runner failed
         assert result.phase_times_s.get("total", 0) < 15
 
 
