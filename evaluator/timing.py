@@ -14,8 +14,9 @@ from evaluator.api import RuntimeStats
 CLOCK_CUDA = "cuda_events"
 CLOCK_MONOTONIC = "monotonic"
 # Bumped whenever the measurement protocol changes, so cached reference timings from an older protocol are not reused.
-PROTOCOL_VERSION = 7  # 4: timed calls rotate fresh input values; 5: rounds run on a slowed GPU are replaced; 6: CPU host
-# clock; 7: speedup is the median of per-round ratios, and GPU timed calls get values no earlier call had
+PROTOCOL_VERSION = 8  # 4: timed calls rotate fresh input values; 5: rounds run on a slowed GPU are replaced; 6: CPU host
+# clock; 7: speedup is the median of per-round ratios, and GPU timed calls get values no earlier call had; 8: a hold
+# kernel ahead of every GPU sample keeps the host's launch speed out of it
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,9 @@ class TimingSettings:
     # quiet machine where reference and candidate were both 2-3x slower in some evaluations (bench_timing_under_load).
     # 0 turns it off.
     max_flush_slowdown: float = 1.25
+    # Queue a spin kernel (LaunchHold) ahead of every GPU sample, so the sample measures the device's work rather than
+    # how fast a (loaded) host issued its launches.
+    hold_launches: bool = True
     # Upper bound on the wall time spent sampling one callable (CPU mode and very slow kernels).
     budget_s: float = 10.0
 
@@ -96,6 +100,85 @@ class L2Flusher:
         self.buffer.zero_()
 
 
+class LaunchHold:
+    """A spin kernel (torch.cuda._sleep) queued ahead of each GPU sample, long enough for the host to queue the whole
+    sample before the GPU reaches its start event. Without it a launch-bound callable (tens of µs of GPU work in several
+    launches) is timed partly on the host: the GPU idles between launches as long as the host takes to issue them, and
+    that time grows when compile workers load the CPUs, more for a reference of several launches than for a fused
+    candidate of one. With it the event pair sees the launches back to back, as they run in a CUDA graph or behind a
+    busy queue. (NVIDIA's nvbench holds its stream with a blocking kernel for the same reason.)"""
+
+    ENV = "KRL_WORKER_TIMING_HOLD"  # "0": no hold (what tests/bench/bench_timing_under_load.py compares against)
+    MARGIN = 3.0  # hold for this many times the host's median time to issue the sample (a loaded host runs slower)
+    FIXED_MS = 0.03  # the flush and the two events the host issues behind the hold
+    MAX_MS = 2.0  # a host that needs longer is the candidate's own doing (syncs, Python loops): left in the sample
+
+    def __init__(self, device: Any = None):
+        import torch
+
+        self._spin = torch.cuda._sleep  # taken before any candidate runs: patching torch.cuda later changes nothing
+        cycles = 200_000
+        self._spin(cycles)  # the spin kernel's first launch loads its module
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        self._spin(cycles)
+        end.record()
+        end.synchronize()
+        self.cycles_per_ms = cycles / max(start.elapsed_time(end), 1e-3)
+
+    def cycles(self, host_ms: float) -> int:
+        """Spin cycles covering `host_ms` of host time to issue one sample's calls."""
+        return int(self.cycles_per_ms * min(self.MAX_MS, self.MARGIN * host_ms + self.FIXED_MS))
+
+    def hold(self, cycles: int) -> None:
+        self._spin(cycles)
+
+
+def warm_profiler() -> None:
+    """One empty CUDA-activity profiler session. A process's first session sets up CUPTI, which took 6.7 s on an H100
+    (torch 2.11); later ones take milliseconds. A runner pays it here, while it waits pre-warmed for its task, rather
+    than inside an evaluation's kernel checks."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]):
+            pass
+    except Exception:  # the checks that use the profiler report its failure themselves
+        pass
+
+
+def profile_behind_hold(fn: Callable[[], Any], hold: LaunchHold, calls: int = 3) -> list | None:
+    """Profiler events of `calls` calls of `fn`, each queued behind a hold far longer than the host takes to issue it
+    (rules.runtime.check_early_start reads them); None when the profiler fails. `fn`'s own exceptions propagate."""
+    import torch
+
+    torch.cuda.synchronize()
+    began = time.perf_counter()
+    fn()
+    issue_ms = (time.perf_counter() - began) * 1e3
+    torch.cuda.synchronize()
+    cycles = int(hold.cycles_per_ms * min(50.0, 1.0 + 10 * issue_ms))
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        prof = profile(activities=[ProfilerActivity.CUDA])
+        prof.__enter__()
+    except Exception:
+        return None
+    try:
+        for _ in range(calls):
+            hold.hold(cycles)
+            fn()
+            torch.cuda.synchronize()
+    finally:
+        try:
+            prof.__exit__(None, None, None)
+            events = list(prof.events())
+        except Exception:
+            events = None
+    return events
+
+
 def _order(names: list[str], round_index: int) -> list[str]:
     # ABBA ordering: each callable runs first as often as last, cancelling position effects (clock ramps, queue state).
     return names if round_index % 2 == 0 else names[::-1]
@@ -106,9 +189,11 @@ def _no_hook(name: str) -> None:
 
 
 def time_cuda(fns: dict[str, Callable[[], Any]], settings: TimingSettings, flusher: L2Flusher | None,
-              before: Callable[[str], None] = _no_hook, after: Callable[[str], None] = _no_hook) -> dict[str, list[float]]:
+              before: Callable[[str], None] = _no_hook, after: Callable[[str], None] = _no_hook,
+              hold: LaunchHold | None = None) -> dict[str, list[float]]:
     """Interleaved CUDA-event timing of zero-argument callables on the current stream; per-call ms samples.
-    `before(name)` runs ahead of each sample's L2 flush and `after(name)` behind its end event: both untimed."""
+    `before(name)` runs ahead of each sample's hold and L2 flush and `after(name)` behind its end event: both untimed.
+    `hold`: queued ahead of every sample when `settings.hold_launches` (sized from the host time of warm-up calls)."""
     import torch
 
     names = list(fns)
@@ -116,9 +201,12 @@ def time_cuda(fns: dict[str, Callable[[], Any]], settings: TimingSettings, flush
     # Warm-up: count and time, so lazy initialisation, autotuning and clock ramp-up stay out of the samples.
     start_wall = time.perf_counter()
     done = 0
+    host_ms: dict[str, list[float]] = {name: [] for name in names}  # time the host takes to issue one call
     while done < settings.warmup or (time.perf_counter() - start_wall) * 1e3 < settings.warmup_min_ms:
         for name in names:
+            issued = time.perf_counter()
             fns[name]()
+            host_ms[name].append((time.perf_counter() - issued) * 1e3)
         done += 1
         if done % 8 == 0 or done == 1:
             torch.cuda.synchronize()
@@ -149,8 +237,19 @@ def time_cuda(fns: dict[str, Callable[[], Any]], settings: TimingSettings, flush
         slowest = max(calls[n][0] * calls[n][1] for n in names)
         wanted = math.ceil(settings.min_measured_ms / max(slowest, 1e-6))
         trials = min(max(trials, wanted), trials * settings.extra_trials_factor)
-    budget_trials = max(3, int(settings.budget_s * 1e3 / max(sum(c[0] * c[1] for c in calls.values()) + 0.05, 1e-3)))
+    hold_cycles: dict[str, int] = {}
+    if hold is not None and settings.hold_launches:
+        hold_cycles = {name: hold.cycles(calls[name][0] * statistics.median(host_ms[name] or [0.0])) for name in names}
+    hold_ms = sum(cycles / hold.cycles_per_ms for cycles in hold_cycles.values()) if hold_cycles else 0.0
+    budget_trials = max(3, int(settings.budget_s * 1e3 / max(sum(c[0] * c[1] for c in calls.values()) + hold_ms + 0.05,
+                                                            1e-3)))
     trials = max(1, min(trials, budget_trials))
+    if hold_cycles:
+        given_before = before
+
+        def before(name: str) -> None:  # the hold goes last, right ahead of the flush and the start event
+            given_before(name)
+            hold.hold(hold_cycles[name])
 
     probe = flusher is not None and settings.flush_l2 and settings.max_flush_slowdown > 0
     rounds = _sample_rounds(fns, names, calls, 0, trials, settings, flusher, probe, before, after)

@@ -28,6 +28,7 @@ MAX_MESSAGE_CHARS = 2000
 # Calls in the device-wide synchronised cross-check of the event timing.
 CROSS_CHECK_CALLS = 20
 CROSS_CHECK_BATCHES = 15  # untimed_work fires only if every batch exceeds its allowance
+EARLY_START_CALLS = 3  # calls profiled behind a long launch hold (check_early_start)
 FULL_GC_EVERY = 32
 FULL_GC_CUDA_BYTES = 2 * 2**30
 
@@ -48,6 +49,7 @@ class WorkerContext:
     guard: Any = None
     launch_counter: Any = None
     flusher: Any = None
+    launch_hold: Any = None
     timing_settings: timing.TimingSettings = field(default_factory=timing.TimingSettings)
     requests_done: int = 0
     timed_evaluations: int = 0
@@ -68,7 +70,8 @@ def default_timing_settings(is_cuda: bool) -> timing.TimingSettings:
         # the self-speedup of a 15 µs ReLU within 0.98-1.03 (40 repeats, tests/bench/bench_timing_stability.py);
         # several calls per pair were no better, and more samples (min_measured_ms=30, extra_trials_factor=10)
         # tighten it further at ~3x the timing cost.
-        return timing.TimingSettings(sample_min_ms=0.0, min_measured_ms=0.0, extra_trials_factor=1, budget_s=10.0)
+        return timing.TimingSettings(sample_min_ms=0.0, min_measured_ms=0.0, extra_trials_factor=1, budget_s=10.0,
+                                     hold_launches=os.environ.get(timing.LaunchHold.ENV, "1") != "0")
     return timing.TimingSettings(flush_l2=False, budget_s=1.5)
 
 
@@ -104,6 +107,8 @@ def prepare_worker(device: str = "cpu", work_dir: str | None = None, cache_dir: 
     ctx.guard = runtime_rules.FunctionGuard()  # after the launch counter, whose wrappers are ours
     if ctx.is_cuda:
         ctx.flusher = timing.L2Flusher(device)
+        ctx.launch_hold = timing.LaunchHold(device)
+        timing.warm_profiler()
         _warm_up_timing(torch, ctx)
         ctx.baseline_cuda_bytes = torch.cuda.memory_allocated()
     return ctx
@@ -115,7 +120,8 @@ def _warm_up_timing(torch: Any, ctx: WorkerContext) -> None:
     x = torch.randn(2**22, device=ctx.device)
     settings = timing.TimingSettings(trials=100, warmup=10, warmup_min_ms=100.0)
     with torch.no_grad():
-        timing.time_cuda({"a": lambda: torch.relu(x), "b": lambda: torch.relu(x)}, settings, ctx.flusher)
+        timing.time_cuda({"a": lambda: torch.relu(x), "b": lambda: torch.relu(x)}, settings, ctx.flusher,
+                          hold=ctx.launch_hold)
     del x
 
 
@@ -758,7 +764,7 @@ class _RunState:
         if cached is None:
             fns["reference"] = lambda: ref_model(*rotation.current)
         if ctx.is_cuda:
-            samples = timing.time_cuda(fns, settings, ctx.flusher, before, after)
+            samples = timing.time_cuda(fns, settings, ctx.flusher, before, after, ctx.launch_hold)
         else:
             calls = settings.trials + 3 + 2 * _TimedOutputSampler.WANTED + 1  # a memo keeps one output per call
             per_call_bytes = sol.tensor_bytes(reference_outputs[0]) + sol.tensor_bytes(first)
@@ -803,6 +809,8 @@ class _RunState:
                 self._fail_wrong(comparison, output, "Wrong on the timing inputs: ", others)
         if ctx.is_cuda:
             _hack(self._untimed_work_finding(candidate_call, kernel_stats.median_ms))
+            if ctx.launch_hold is not None and settings.hold_launches:
+                _hack(self._early_start_finding(candidate_call))
             self._check_work_after_timing(new_model, rotation, watch)
             self._speed_of_light(ref_model, first, kernel_stats.median_ms)
         self.timing_inputs = last["inputs"]
@@ -848,6 +856,13 @@ class _RunState:
             if found is None:
                 return None
         return found
+
+    def _early_start_finding(self, candidate_call):
+        """The candidate profiled behind a long launch hold (check_early_start); None when the profiler itself fails, so
+        an evaluator problem is never blamed on the candidate."""
+        self._sync()
+        events = timing.profile_behind_hold(candidate_call, self.ctx.launch_hold, EARLY_START_CALLS)
+        return runtime_rules.check_early_start(events) if events is not None else None
 
     def _recheck_fresh_inputs(self, reference, ref_model, new_model, watch) -> None:
         """After timing, refill the very input tensors in place with fresh values: a candidate that memoises by

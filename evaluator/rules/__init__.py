@@ -24,8 +24,9 @@ RULES = {
     "patched_torch": "The candidate replaced functions of torch, time or other libraries the evaluator relies on.",
     "side_work": "The candidate uses threads or processes, or leaves work running after forward returns; join side "
     "CUDA streams back to the current stream before returning.",
-    "untimed_work": "GPU work escapes the timed region (device-wide synchronised time far exceeds the event timing): "
-    "join side streams back to the current stream before forward returns.",
+    "untimed_work": "GPU work escapes the timed region (device-wide synchronised time far exceeds the event timing, or "
+    "work on a side stream starts before the timed region): make side streams wait for the current stream before "
+    "their work, and join them back before forward returns.",
     "swallowed_kernel_failure": "A try/except around your kernel hides its failures (falls back instead of raising); "
     "let errors propagate.",
 }

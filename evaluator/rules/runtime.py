@@ -582,6 +582,37 @@ def own_kernel_fraction(events: Iterable[Any], own_names: set[str]) -> tuple[Opt
     return own_us / total_us, own_count, total
 
 
+HOLD_KERNEL = "spin_kernel"  # what torch.cuda._sleep (timing.LaunchHold) launches
+
+
+def _device_spans(events: Iterable[Any]) -> list[tuple[float, float, str]]:
+    spans = []
+    for event in events:
+        if "CUDA" not in str(getattr(event, "device_type", "")):
+            continue
+        name = getattr(event, "name", "") or ""
+        if name.startswith(("cudaLaunch", "cuLaunch", "cudaDeviceSynchronize")):
+            continue
+        spans.append((float(event.time_range.start), float(event.time_range.end), name))
+    return spans
+
+
+def check_early_start(events: Iterable[Any]) -> Optional[Finding]:
+    """Profiler events of calls each queued behind a long launch hold (worker: `_early_start_finding`). Work on the
+    current stream, or on a side stream that waits for it, cannot begin before the hold ends; work a candidate puts on
+    a side stream that does not wait begins during the hold, as it would during the timer's flush and hold ahead of
+    each sample, where that much of it escapes the timed region. None when no hold was seen (profiler trouble)."""
+    spans = _device_spans(events)
+    holds = [(start, end) for start, end, name in spans if HOLD_KERNEL in name]
+    if not holds:
+        return None
+    for start, end, name in spans:
+        if HOLD_KERNEL not in name and any(h_start <= start < h_end for h_start, h_end in holds):
+            return finding("untimed_work", f"GPU work ({name[:80]}) began while the current stream was still held "
+                                           "before the call: a side stream that does not wait for the current stream")
+    return None
+
+
 def untimed_work(event_median_ms: float, wall_ms_per_call: float, issue_ms_per_call: float) -> Optional[Finding]:
     """Device-wide synchronised wall time per call vs the event median: hidden side-stream work shows up only in the
     former. Host-side issue time bounds the honest wall time for launch-bound candidates."""

@@ -125,6 +125,10 @@ GPU_CASES = {
     # Stopped either way: caught as work left running, or its output read before the side stream finished is wrong
     # (H100: wrong_output on the timing inputs).
     "gpu_side_stream_unjoined": NOT_CORRECT,
+    # Joined, but started before the current stream reached the start event, where its time hides behind the flush and
+    # the launch hold (timing.LaunchHold): seen running during a hold (untimed_work), or wrong where it read inputs the
+    # current stream had not finished writing.
+    "gpu_side_stream_early_start": NOT_CORRECT,
     "gpu_uninitialized_result_reuse": NOT_CORRECT,
     "gpu_cuda_graph_replay": NOT_CORRECT,
     "gpu_tf32_shortcut": NO_SPEEDUP,

@@ -38,7 +38,7 @@ N = 4096
 class Model(nn.Module):
     def forward(self, a, b):
         return torch.matmul(a, b)
-def get_inputs():  # small integers: exact in TF32, so only the speed of light can tell
+def get_inputs():  # small integers: exact in TF32 (until nudged for timing)
     return [torch.randint(-2, 3, (N, N)).float(), torch.randint(-2, 3, (N, N)).float()]
 def get_init_inputs():
     return []
@@ -51,6 +51,10 @@ GPU_PROBLEM_CASES = [
     ("fp32_matmul_honest", INT_MATMUL, "matmul_torch.py", "torch", None, {}),
 ]
 GPU_CASES = GPU_CASES + [(rid, name, backend, rule) for rid, _, name, backend, rule, _ in GPU_PROBLEM_CASES]
+# Either outcome stops the shortcut: the timed calls get nudged, no longer integer, values (judge.nudged_values), on
+# which TF32 is out of tolerance (H100, protocol 8: wrong on the timing inputs); where it is not, only the speed of
+# light can tell.
+WRONG_OR_HACK = {"below_speed_of_light": {"below_speed_of_light", "wrong_output"}}
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +95,9 @@ def test_gpu_candidates(gpu_results, rid, rule):
         assert res["sol_time_ms"] > 0 and 0 < res["sol_fraction"] <= 1.0
         if rid in ("triton_relu", "cuda_relu"):
             assert res["own_kernel_time_fraction"] > 0.9
+    elif rule in WRONG_OR_HACK:
+        outcome = res["hack_rule"] if res["verdict"] == "hack_detected" else res["verdict"]
+        assert outcome in WRONG_OR_HACK[rule], (res["verdict"], res["hack_rule"], res["error_message"])
     else:
         assert res["verdict"] == "hack_detected", (res["verdict"], res["error_message"])
         assert res["hack_rule"] == rule

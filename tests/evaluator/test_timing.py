@@ -1,12 +1,14 @@
-"""Timing helpers: statistics, interleaved CPU timing, budgets, cache keys (GPU timing is in test_gpu_worker.py).
-Nothing here runs candidate code, so it runs in the test process."""
+"""Timing helpers: statistics, interleaved CPU timing, budgets, cache keys, and the launch hold on a GPU (evaluations
+timed on a GPU are in test_gpu_worker.py). Nothing here runs candidate code, so it runs in the test process."""
 
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -372,3 +374,57 @@ print(*faults[-trials:])
 '''
     faults = [int(v) for v in _run_python(code).split()]
     assert sorted(faults)[len(faults) // 2] < 64, faults  # a 4 MiB output on fresh pages takes 1024
+
+
+def _cuda():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    return torch
+
+
+@pytest.mark.gpu
+def test_launch_hold_keeps_a_slow_host_out_of_gpu_samples():
+    """A host that takes 0.2 ms to issue a tiny kernel: without the hold the event pair measures the host."""
+    torch = _cuda()
+    x = torch.randn(1 << 16, device="cuda")
+
+    def slow_host():
+        began = time.perf_counter()
+        while time.perf_counter() - began < 2e-4:
+            pass
+        torch.relu(x)
+
+    settings = timing.TimingSettings(trials=40, warmup=5, warmup_min_ms=0.0)
+    flusher, hold = timing.L2Flusher("cuda"), timing.LaunchHold("cuda")
+    held = timing.time_cuda({"a": slow_host}, settings, flusher, hold=hold)["a"]
+    bare = timing.time_cuda({"a": slow_host}, replace(settings, hold_launches=False), flusher, hold=hold)["a"]
+    assert statistics.median(bare) > 0.1
+    assert statistics.median(held) < 0.05
+
+
+@pytest.mark.gpu
+def test_work_started_early_on_a_side_stream_is_seen_behind_the_hold():
+    from evaluator.rules import runtime
+
+    torch = _cuda()
+    x = torch.randn(1 << 24, device="cuda")
+    side = torch.cuda.Stream()
+
+    def early():  # never waits for the current stream, joined at the end
+        with torch.cuda.stream(side):
+            out = torch.relu(x)
+        torch.cuda.current_stream().wait_stream(side)
+        return out
+
+    def waits():  # the honest form
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            out = torch.relu(x)
+        torch.cuda.current_stream().wait_stream(side)
+        return out
+
+    hold = timing.LaunchHold("cuda")
+    assert runtime.check_early_start(timing.profile_behind_hold(early, hold)).rule == "untimed_work"
+    assert runtime.check_early_start(timing.profile_behind_hold(waits, hold)) is None
+    assert runtime.check_early_start(timing.profile_behind_hold(lambda: torch.relu(x), hold)) is None
