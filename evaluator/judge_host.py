@@ -30,6 +30,9 @@ TASK_START_TIMEOUT_S = 60.0  # a ready runner handed a task says "started" after
 EXIT_STATUS_WAIT_S = 2.0
 FORK_ANSWER_WAIT_S = 5.0
 MEMORY_CHECK_S = 0.25
+# Runners kept pre-warmed per slot. A GPU runner takes ~6 s to get ready (CUDA, the launch hold, CUPTI: H100), longer
+# than a typical evaluation, so one spare left each next task waiting for it; CPU runners are ready in well under 1 s.
+SPARE_RUNNERS_ENV = "KRL_WORKER_SPARE_RUNNERS"
 MAX_RUNNER_MESSAGE_BYTES = 8 * 2**20
 MAX_TIMING_SETS = 64
 _SET_NAME = re.compile(r"^(trial-\d{1,4}|timing-\d{1,2}|recheck|poison)$")  # and nudged timing sets (judge.py)
@@ -691,7 +694,8 @@ class JudgeHost:
                                                     RUNNER_MIN_FILE_SIZE_BYTES)
         self.slot = Slot(device, os.path.join(workdir, "slot"), worker_module, runner_limits, self.out_path,
                          self.err_path)
-        self.spare: Optional[_Runner] = None
+        self.spares: list[_Runner] = []  # oldest first: the one that has warmed longest gets the next task
+        self.spare_target = 1
         self.finished_runner: Optional[_Runner] = None
         self.reference_cache = ReferenceCache()
 
@@ -705,8 +709,9 @@ class JudgeHost:
         self._prepare_triton_cache(warm=judge_device != "cpu")
         self.device = judge_device
         self.slot.start_zygote()
-        self.spare = self.slot.fork_runner()
-        self.slot.wait_ready(self.spare, START_TIMEOUT_S)
+        self.spare_target = max(1, int(os.environ.get(SPARE_RUNNERS_ENV) or (2 if judge_device != "cpu" else 1)))
+        self.spares = [self.slot.fork_runner()]
+        self.slot.wait_ready(self.spares[0], START_TIMEOUT_S)
         return torch.cuda.get_device_name(0) if judge_device != "cpu" else "cpu"
 
     def _prepare_triton_cache(self, warm: bool) -> None:
@@ -732,20 +737,19 @@ class JudgeHost:
         self.slot.triton_shared_dir = shared
 
     def _ready_runner(self) -> _Runner:
-        """The pre-warmed runner, or a fresh one (after restarting the zygote if it died)."""
+        """The longest-warmed live spare, or a fresh runner (after restarting the zygote if it died)."""
         self.slot.resume_sandbox()
         self.slot.drain_control()
-        spare = self.spare
-        self.spare = None
-        if spare is not None and not spare.reader.eof and spare.runner_id not in self.slot.exit_reports:
-            if spare.ready:
-                return spare
-            try:
-                self.slot.wait_ready(spare, START_TIMEOUT_S)
-                return spare
-            except InfrastructureFailure:
-                pass
-        if spare is not None:
+        while self.spares:
+            spare = self.spares.pop(0)
+            if not spare.reader.eof and spare.runner_id not in self.slot.exit_reports:
+                if spare.ready:
+                    return spare
+                try:
+                    self.slot.wait_ready(spare, START_TIMEOUT_S)
+                    return spare
+                except InfrastructureFailure:
+                    pass
             self.slot.counters.add("spare_runners_lost")
             self.slot.discard(spare)
         if not self.slot.zygote_alive():
@@ -781,9 +785,10 @@ class JudgeHost:
             return {"type": "infra", "task": task_id, "why": "the pre-warmed runner was gone"}
         clock.lap("judge_send")
         try:
-            self.spare = self.slot.fork_runner()  # warms up (CUDA init) while this task loads
+            while len(self.spares) < self.spare_target:
+                self.spares.append(self.slot.fork_runner())  # warm up (CUDA init) while this task runs
         except InfrastructureFailure:
-            self.spare = None
+            pass
         clock.lap("judge_fork")
         started_at = time.monotonic()
         self.finished_runner = runner  # killed and wiped after the reply is sent (finish_task): off the verdict's path
@@ -809,8 +814,8 @@ class JudgeHost:
         selector.register(runner.result_r, selectors.EVENT_READ, "runner")
         if self.slot.control is not None:
             selector.register(self.slot.control, selectors.EVENT_READ, "zygote")
-        if self.spare is not None:
-            selector.register(self.spare.result_r, selectors.EVENT_READ, "spare")
+        for spare in self.spares:
+            selector.register(spare.result_r, selectors.EVENT_READ, spare)
         memory_at = time.monotonic()
         t0 = time.monotonic()
         start_deadline = min(deadline, t0 + TASK_START_TIMEOUT_S)
@@ -853,13 +858,14 @@ class JudgeHost:
                 if self.resident_limit and started:
                     timeout = min(timeout, max(0.0, memory_at - now))
                 for key, _ in selector.select(timeout):
-                    if key.data == "spare":
+                    if isinstance(key.data, _Runner):  # a spare saying it is ready
+                        spare = key.data
                         try:
-                            for message in self.spare.reader.read():
-                                self.slot.on_ready(self.spare, message)
+                            for message in spare.reader.read():
+                                self.slot.on_ready(spare, message)
                         except ValueError:
                             pass
-                        if self.spare.reader.eof or self.spare.ready:
+                        if spare.reader.eof or spare.ready:
                             selector.unregister(key.fileobj)
                         continue
                     if key.data == "zygote":
