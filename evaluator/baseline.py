@@ -201,7 +201,7 @@ def measure_in_process(request: BaselineRequest, device: str, cache_dir: str) ->
     try:
         with torch.no_grad():
             if is_cuda:
-                samples = timing.time_cuda(fns, settings, timing.L2Flusher(device), hold=timing.LaunchHold(device))
+                samples = timing.time_cuda(fns, settings, timing.L2Flusher(device), hold=timing.LaunchHold())
             else:
                 samples = timing.time_cpu(fns, settings)
         result.eager = timing.summarize(samples["eager"])  # always timed: the compile ratio needs it

@@ -113,7 +113,7 @@ class LaunchHold:
     FIXED_MS = 0.03  # the flush and the two events the host issues behind the hold
     MAX_MS = 2.0  # a host that needs longer is the candidate's own doing (syncs, Python loops): left in the sample
 
-    def __init__(self, device: Any = None):
+    def __init__(self):
         import torch
 
         self._spin = torch.cuda._sleep  # taken before any candidate runs: patching torch.cuda later changes nothing

@@ -107,7 +107,7 @@ def prepare_worker(device: str = "cpu", work_dir: str | None = None, cache_dir: 
     ctx.guard = runtime_rules.FunctionGuard()  # after the launch counter, whose wrappers are ours
     if ctx.is_cuda:
         ctx.flusher = timing.L2Flusher(device)
-        ctx.launch_hold = timing.LaunchHold(device)
+        ctx.launch_hold = timing.LaunchHold()
         timing.warm_profiler()
         _warm_up_timing(torch, ctx)
         ctx.baseline_cuda_bytes = torch.cuda.memory_allocated()

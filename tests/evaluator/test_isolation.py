@@ -18,6 +18,7 @@ import pytest
 
 from evaluator.api import Verdict
 from evaluator.sandbox import get_sandbox
+from tests.evaluator import pool_support
 from tests.evaluator.pool_support import GOOD, ROOT, WRONG, alive, candidate, make_evaluator, request
 
 STANDIN = "tests.evaluator.standin_worker"  # no static rules: the OS isolation alone must stop these
@@ -292,12 +293,15 @@ return x.clamp_min(0)
 '''
 
 
-@pytest.fixture(scope="module")
-def one_slot(cache_dir):
+@pytest.fixture(scope="module", params=[1, 2], ids=["one-spare-runner", "two-spare-runners"])
+def one_slot(cache_dir, request):
     """One evaluation slot of the real worker (whose runners each make a folder in the sandbox's tmp), so that the
-    next request runs on the runner the hostile candidate could see."""
-    ev = make_evaluator(cache_dir, cpu_workers=1, spare_per_device=0)
-    assert ev.evaluate(request(GOOD)).verdict == Verdict.CORRECT
+    next request runs on a runner the hostile candidate could see; with one pre-warmed runner (the CPU default) and
+    with two (the GPU default: judge_host.SPARE_RUNNERS_ENV)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KRL_WORKER_SPARE_RUNNERS", str(request.param))
+        ev = make_evaluator(cache_dir, cpu_workers=1, spare_per_device=0)
+    assert ev.evaluate(pool_support.request(GOOD)).verdict == Verdict.CORRECT  # `request` is pytest's here
     yield ev
     ev.close()
 

@@ -111,6 +111,31 @@ def test_cuda_timing_protocol_control_flow(host_events):
     assert timing.summarize(samples["b"]).median_ms > timing.summarize(samples["a"]).median_ms >= 1.0
 
 
+def _recording_hold(log: list) -> timing.LaunchHold:
+    """The real LaunchHold's sizing with its spin kernel replaced by a log entry (no GPU here)."""
+    hold = object.__new__(timing.LaunchHold)
+    hold.cycles_per_ms = 1e6
+    hold._spin = lambda cycles: log.append(("hold", cycles))
+    return hold
+
+
+def test_cuda_timing_queues_a_sized_hold_right_ahead_of_every_flush(host_events):
+    log: list = []
+    flusher = _CountingFlusher()
+    flusher.flush = lambda: log.append(("flush", 0))
+    settings = timing.TimingSettings(trials=5, warmup=3, warmup_min_ms=0.0, max_flush_slowdown=0)
+    timing.time_cuda({"a": lambda: time.sleep(0.0002), "b": lambda: None}, settings, flusher,
+                     hold=_recording_hold(log))
+    assert [kind for kind, _ in log] == ["hold", "flush"] * 10
+    held_ms = {cycles / 1e6 for kind, cycles in log if kind == "hold"}
+    assert all(timing.LaunchHold.FIXED_MS <= ms <= timing.LaunchHold.MAX_MS for ms in held_ms)
+    assert max(held_ms) >= 3 * 0.2  # three times the slow host's 0.2 ms (at least) to issue "a"
+
+    log.clear()
+    timing.time_cuda({"a": lambda: None}, replace(settings, hold_launches=False), flusher, hold=_recording_hold(log))
+    assert [kind for kind, _ in log] == ["flush"] * 5
+
+
 class _SlowingFlusher:
     """A flush of 2 ms on the host clock, `slow_s` (a GPU running slow) for the flush numbers in `slow`."""
 
@@ -396,7 +421,7 @@ def test_launch_hold_keeps_a_slow_host_out_of_gpu_samples():
         torch.relu(x)
 
     settings = timing.TimingSettings(trials=40, warmup=5, warmup_min_ms=0.0)
-    flusher, hold = timing.L2Flusher("cuda"), timing.LaunchHold("cuda")
+    flusher, hold = timing.L2Flusher("cuda"), timing.LaunchHold()
     held = timing.time_cuda({"a": slow_host}, settings, flusher, hold=hold)["a"]
     bare = timing.time_cuda({"a": slow_host}, replace(settings, hold_launches=False), flusher, hold=hold)["a"]
     assert statistics.median(bare) > 0.1
@@ -424,7 +449,7 @@ def test_work_started_early_on_a_side_stream_is_seen_behind_the_hold():
         torch.cuda.current_stream().wait_stream(side)
         return out
 
-    hold = timing.LaunchHold("cuda")
+    hold = timing.LaunchHold()
     assert runtime.check_early_start(timing.profile_behind_hold(early, hold)).rule == "untimed_work"
     assert runtime.check_early_start(timing.profile_behind_hold(waits, hold)) is None
     assert runtime.check_early_start(timing.profile_behind_hold(lambda: torch.relu(x), hold)) is None
