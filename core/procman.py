@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -404,13 +405,23 @@ def _diagnose(registry: Registry, row: dict[str, Any], limit_s: float) -> Option
             return "stopped", f"killed with SIGKILL after a {grace:g}s grace period (no final checkpoint)", \
                 {"ended_at": now}, True
         return None
+    overdue = _heartbeat_overdue(row, limit_s, now)
+    if overdue is not None:
+        silent_s, limit_s = overdue
+        where = f" (process {row['pid']} is still alive: `krl runs stop --force {row['name']}` kills it)" if alive else ""
+        return "crashed", f"no heartbeat for {silent_s:.0f}s (limit {limit_s:g}s){where}", \
+            {"ended_at": now, "error": _error_from_log(registry, row["name"])}, False
+    return None
+
+
+def _heartbeat_overdue(row: dict[str, Any], limit_s: float, now: float) -> Optional[tuple[float, float]]:
+    """(seconds without a heartbeat, the limit that applied) when a running job's heartbeat is overdue, else None."""
+    segment = _last_segment(row)
     reference = max(row.get("heartbeat_at") or 0.0, segment.get("started_at") or 0.0, row.get("started_at") or 0.0)
     if segment.get("started_at") and (row.get("heartbeat_at") or 0.0) <= segment["started_at"]:
         limit_s = max(limit_s, startup_grace_s())  # the job has not beaten yet: it may still be importing
     if reference and now - reference > limit_s:
-        where = f" (process {row['pid']} is still alive: `krl runs stop --force {row['name']}` kills it)" if alive else ""
-        return "crashed", f"no heartbeat for {now - reference:.0f}s (limit {limit_s:g}s){where}", \
-            {"ended_at": now, "error": _error_from_log(registry, row["name"])}, False
+        return now - reference, limit_s
     return None
 
 
@@ -453,6 +464,9 @@ def _pending_starts(registry: Registry, rows: Sequence[dict[str, Any]],
     return starts
 
 
+HUNG_WRITER_WAIT_S = 5.0  # how long reconcile waits for the write lock while a job with an overdue heartbeat lives
+
+
 def reconcile(registry: Registry, heartbeat_limit: float | None = None) -> list[dict[str, Any]]:
     """Make every active run's status true and start queued runs whose GPUs are free.
     Returns the changes made: [{"name", "from", "to", "message"}]. Safe to call from any number of readers at once."""
@@ -466,14 +480,38 @@ def reconcile(registry: Registry, heartbeat_limit: float | None = None) -> list[
     # A read-only pass first: most calls (TUI refreshes) find nothing to do and take no write lock.
     if not any(_diagnose(registry, row, limit_s) for row in rows) and not _pending_starts(registry, rows, detected):
         return []
+    # A job stopped or hung inside its step's write transaction holds the registry's write lock for good, and its
+    # heartbeat is overdue. With such a job about, the lock is waited for briefly (a healthy writer holds it for
+    # milliseconds); when it stays taken, those jobs are killed, their lock goes with them, and the changes are made.
+    now = _now()
+    hung = [row for row in rows if row["status"] == "running" and _run_is_local(row)
+            and pid_matches(row.get("pid"), row.get("pid_start_time")) and _heartbeat_overdue(row, limit_s, now)]
+    if not hung:
+        return _apply_changes(registry, limit_s, detected)
+    try:
+        return _apply_changes(registry, limit_s, detected, busy_timeout_s=HUNG_WRITER_WAIT_S)
+    except sqlite3.OperationalError as exc:
+        if "locked" not in str(exc):
+            raise
+    for row in hung:
+        _signal_run(row, signal.SIGKILL)
+    notes = {row["id"]: "killed: the registry's write lock stayed taken while its heartbeat was overdue" for row in hung}
+    return _apply_changes(registry, limit_s, detected, notes=notes)
+
+
+def _apply_changes(registry: Registry, limit_s: float, detected: list, busy_timeout_s: float | None = None,
+                   notes: dict[int, str] | None = None) -> list[dict[str, Any]]:
+    """reconcile's write pass, in one transaction; `notes` are added to the messages of those run ids."""
     changes: list[dict[str, Any]] = []
-    with registry.transaction():
+    with registry.transaction(busy_timeout_s):
         rows = registry.list_runs(status=ACTIVE_STATUSES)
         for row in rows:
             verdict = _diagnose(registry, row, limit_s)
             if verdict is None:
                 continue
             status, message, fields, kill = verdict
+            if notes and row["id"] in notes:
+                message = f"{notes[row['id']]}; {message}"
             if kill:
                 _signal_run(row, signal.SIGKILL)
             if status != "crashed" or not run_process_alive(row):

@@ -523,9 +523,10 @@ class Registry:
         return self._rows("SELECT version FROM runs_changes")[0][0]
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self, busy_timeout_s: float | None = None) -> Iterator[sqlite3.Connection]:
         """BEGIN IMMEDIATE … COMMIT. A nested use is a SAVEPOINT (as sqlite-utils' atomic()): when it fails, its
-        own writes are rolled back and the exception goes on; a caller that catches it can still commit the rest."""
+        own writes are rolled back and the exception goes on; a caller that catches it can still commit the rest.
+        `busy_timeout_s`: how long BEGIN waits for another writer, when not the usual BUSY_TIMEOUT_MS."""
         if self.read_only:
             self.require_writable()
         with self._lock:
@@ -545,7 +546,14 @@ class Registry:
                 finally:
                     self._depth -= 1
                 return
-            self.conn.execute("BEGIN IMMEDIATE")
+            if busy_timeout_s is None:
+                self.conn.execute("BEGIN IMMEDIATE")
+            else:
+                self.conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+                try:
+                    self.conn.execute("BEGIN IMMEDIATE")
+                finally:
+                    self.conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             self._depth = 1
             try:
                 yield self.conn

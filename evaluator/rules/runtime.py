@@ -7,7 +7,7 @@ import contextlib
 import re
 import sys
 import types
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 from evaluator.rules import Finding, finding
 
@@ -557,17 +557,22 @@ def check_speed_of_light(measured_ms: float, floor_ms: Optional[float]) -> Optio
 
 # ---- runtime: kernel attribution and timing cross-checks ----------------------------------------------------
 
+def _device_work(events: Iterable[Any]) -> Iterator[tuple[Any, str]]:
+    """(event, name) of the profiler events that are GPU work (kernels, copies, sets), not the host's launch calls."""
+    for event in events:
+        if "CUDA" not in str(getattr(event, "device_type", "")):
+            continue
+        name = getattr(event, "name", "") or ""
+        if not name.startswith(("cudaLaunch", "cuLaunch", "cudaDeviceSynchronize")):
+            yield event, name
+
+
 def own_kernel_fraction(events: Iterable[Any], own_names: set[str]) -> tuple[Optional[float], int, int]:
     """(fraction of kernel time in own kernels, own kernel launches, all kernel launches) from profiler events."""
     patterns = [re.compile(rf"(?<![\w]){re.escape(n)}(?![\w])") for n in own_names]
     own_us = total_us = 0.0
     own_count = total = 0
-    for event in events:
-        if "CUDA" not in str(getattr(event, "device_type", "")):
-            continue
-        name = getattr(event, "name", "") or ""
-        if name.startswith(("cudaLaunch", "cuLaunch", "cudaDeviceSynchronize")):
-            continue
+    for event, name in _device_work(events):
         try:
             duration = float(event.time_range.elapsed_us())
         except Exception:
@@ -585,24 +590,13 @@ def own_kernel_fraction(events: Iterable[Any], own_names: set[str]) -> tuple[Opt
 HOLD_KERNEL = "spin_kernel"  # what torch.cuda._sleep (timing.LaunchHold) launches
 
 
-def _device_spans(events: Iterable[Any]) -> list[tuple[float, float, str]]:
-    spans = []
-    for event in events:
-        if "CUDA" not in str(getattr(event, "device_type", "")):
-            continue
-        name = getattr(event, "name", "") or ""
-        if name.startswith(("cudaLaunch", "cuLaunch", "cudaDeviceSynchronize")):
-            continue
-        spans.append((float(event.time_range.start), float(event.time_range.end), name))
-    return spans
-
-
 def check_early_start(events: Iterable[Any]) -> Optional[Finding]:
     """Profiler events of calls each queued behind a long launch hold (worker: `_early_start_finding`). Work on the
     current stream, or on a side stream that waits for it, cannot begin before the hold ends; work a candidate puts on
     a side stream that does not wait begins during the hold, as it would during the timer's flush and hold ahead of
     each sample, where that much of it escapes the timed region. None when no hold was seen (profiler trouble)."""
-    spans = _device_spans(events)
+    spans = [(float(event.time_range.start), float(event.time_range.end), name)
+             for event, name in _device_work(events)]
     holds = [(start, end) for start, end, name in spans if HOLD_KERNEL in name]
     if not holds:
         return None

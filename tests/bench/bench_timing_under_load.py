@@ -4,8 +4,9 @@ with the pool's CPU reservation (evaluator/timing.py placement) off and on. Prin
 speedup under load is within ±5% of the quiet one, the quiet-vs-quiet noise floor and the worst ratios.
 
 Usage (GPU machine): python tests/bench/bench_timing_under_load.py [--repeats 3] [--load 16] [--load-kind gcc|busy]
-[--json FILE]. The load stands in for the pool's compile workers: real g++ compiles of a torch-extension translation
-unit (what load_inline spends its time on) at nice 10, pinned where the pool pins compile workers."""
+[--json FILE]; KRL_WORKER_TIMING_HOLD=0 runs it without the launch hold (timing.LaunchHold), to compare. The load
+stands in for the pool's compile workers: real g++ compiles of a torch-extension translation unit (what load_inline
+spends its time on) at nice 10, pinned where the pool pins compile workers."""
 
 from __future__ import annotations
 

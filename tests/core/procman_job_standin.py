@@ -52,6 +52,13 @@ def main() -> int:
         max_steps = step + knobs["extra_steps"]
     print(f"standin: starting at step {step}", flush=True)
     while step < max_steps and not stop.is_set():
+        if step == knobs.get("hang_at_step"):
+            # Hung between writes: holding the registry's thread lock keeps the heartbeat thread out of a transaction.
+            with reg._lock:
+                os.kill(os.getpid(), signal.SIGSTOP)
+        if step == knobs.get("hang_in_transaction_at_step"):  # hung holding the registry's write lock
+            with reg.transaction():
+                os.kill(os.getpid(), signal.SIGSTOP)
         reg.write_step(run["id"], step, {"reward/mean": step * 0.1, "correct_rate": 0.5})
         step += 1
         stop.wait(knobs.get("step_s", 0.1))

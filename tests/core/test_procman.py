@@ -164,9 +164,8 @@ def test_kill_9_seen_by_another_reader_is_crashed_with_the_log_tail(pm):
 
 def test_stale_heartbeat_of_a_hung_job_is_crashed(pm, monkeypatch):
     monkeypatch.setenv("KRL_HEARTBEAT_LIMIT_S", "3")
-    row = procman.start_run(standin(), name="a", registry=pm)
-    wait_for(lambda: pm.get_run("a")["last_step"] is not None)
-    os.killpg(row["pid"], signal.SIGSTOP)  # alive, but no heartbeat any more
+    row = procman.start_run(standin(hang_at_step=3), name="a", registry=pm)  # alive, but no heartbeat any more
+    wait_for(lambda: (procman._proc_stat(row["pid"]) or ("?",))[0] == "T")
     try:
         assert status(pm, "a") == "running"
         wait_for(lambda: status(pm, "a") == "crashed", timeout_s=12)
@@ -180,6 +179,19 @@ def test_stale_heartbeat_of_a_hung_job_is_crashed(pm, monkeypatch):
             os.killpg(row["pid"], signal.SIGCONT)
         except ProcessLookupError:
             pass
+
+
+def test_a_job_hung_inside_a_write_transaction_is_killed_so_the_registry_can_be_written(pm, monkeypatch):
+    """SIGSTOP inside the job's step transaction holds the registry's write lock for good: reconcile waits briefly,
+    then kills the job whose heartbeat is overdue and records it, instead of failing with 'database is locked'."""
+    monkeypatch.setenv("KRL_HEARTBEAT_LIMIT_S", "2")
+    row = procman.start_run(standin(hang_in_transaction_at_step=3), name="a", registry=pm)
+    wait_for(lambda: (procman._proc_stat(row["pid"]) or ("?",))[0] == "T")
+    wait_for(lambda: status(pm, "a") == "crashed", timeout_s=30)
+    message = pm.events(row["id"])[-1]["message"]
+    assert "write lock" in message and "heartbeat" in message
+    assert not procman.pid_matches(row["pid"], row["pid_start_time"])
+    pm.add_tags(row["id"], ["written-after"])  # the lock is free again
 
 
 def test_a_job_gets_a_startup_grace_before_its_first_heartbeat(pm, monkeypatch):

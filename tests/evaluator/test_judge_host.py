@@ -38,6 +38,7 @@ def test_an_output_for_nudged_values_is_judged_on_the_judges_own_nudged_set(tmp_
     stale = judge.nudged_set_name(1, 5)  # the answer for the base values, handed over as another set's
     _hand_over(task, stale, torch.relu(base[0]))
     assert not task.received[stale].comparison.ok
+    assert len(task.base_values) == 1  # both nudged sets made from one decoded copy of base set 1
     for other in ("trial-0", "trial-1", "recheck"):  # right everywhere else
         task.write_inputs(other)
         _hand_over(task, other, torch.relu(tensorwire.read_values(os.path.join(task.inputs_dir, other + ".krlt"),
