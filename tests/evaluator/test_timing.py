@@ -42,11 +42,19 @@ def test_cpu_timing_interleaves_in_abba_order():
     assert calls[-8:] == ["a", "b", "b", "a", "a", "b", "b", "a"]
 
 
+def _spin_cpu(ms: float) -> None:
+    """Exactly `ms` of this thread's CPU time, however loaded the machine (a sleep's wake-up wait for a core is left
+    out by the host clock, so sleeps measured 0.08 ms for 1 ms on a loaded CI machine)."""
+    end = time.thread_time() + ms / 1e3
+    while time.thread_time() < end:
+        pass
+
+
 def test_cpu_timing_measures_and_orders():
     settings = timing.TimingSettings(trials=5, warmup=1, flush_l2=False)
-    samples = timing.time_cpu({"fast": lambda: time.sleep(0.001), "slow": lambda: time.sleep(0.006)}, settings)
+    samples = timing.time_cpu({"fast": lambda: _spin_cpu(1.0), "slow": lambda: _spin_cpu(6.0)}, settings)
     fast, slow = timing.summarize(samples["fast"]), timing.summarize(samples["slow"])
-    assert fast.min_ms >= 1.0 and slow.min_ms >= 6.0
+    assert fast.min_ms >= 0.95 and slow.min_ms >= 5.7  # never below the CPU time spent
     assert slow.median_ms > fast.median_ms
 
 
