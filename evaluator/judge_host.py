@@ -699,7 +699,7 @@ class JudgeHost:
         self.slot = Slot(device, os.path.join(workdir, "slot"), worker_module, runner_limits, self.out_path,
                          self.err_path)
         self.spares: list[_Runner] = []  # oldest first: the one that has warmed longest gets the next task
-        self.spare_target = 1
+        self.spare_target = max(1, int(os.environ.get(SPARE_RUNNERS_ENV) or (2 if device.startswith("cuda") else 1)))
         self.finished_runner: Optional[_Runner] = None
         self.reference_cache = ReferenceCache()
 
@@ -713,7 +713,6 @@ class JudgeHost:
         self._prepare_triton_cache(warm=judge_device != "cpu")
         self.device = judge_device
         self.slot.start_zygote()
-        self.spare_target = max(1, int(os.environ.get(SPARE_RUNNERS_ENV) or (2 if judge_device != "cpu" else 1)))
         self.spares = [self.slot.fork_runner()]
         self.slot.wait_ready(self.spares[0], START_TIMEOUT_S)
         return torch.cuda.get_device_name(0) if judge_device != "cpu" else "cpu"

@@ -134,17 +134,35 @@ class LaunchHold:
         self._spin(cycles)
 
 
-def warm_profiler() -> None:
-    """One empty CUDA-activity profiler session. A process's first session sets up CUPTI, which took 6.7 s on an H100
-    (torch 2.11); later ones take milliseconds. A runner pays it here, while it waits pre-warmed for its task, rather
-    than inside an evaluation's kernel checks."""
+def profiler_events(body: Callable[[], Any], cpu: bool = False, synchronize: bool = True) -> list | None:
+    """Profiler events (GPU activity, and CPU with `cpu`) of what `body` does, the GPU synchronised (unless not
+    `synchronize`: no GPU) before the profiler stops; None when the profiler itself fails to start, stop or report, so an evaluator problem is never
+    blamed on the candidate. `body`'s own exceptions propagate. A process's first session sets up CUPTI (5-6.7 s on an
+    H100, torch 2.11; later ones take milliseconds): a GPU runner opens an empty one while it waits pre-warmed."""
+    import torch
+
     try:
         from torch.profiler import ProfilerActivity, profile
 
-        with profile(activities=[ProfilerActivity.CUDA]):
+        prof = profile(activities=[ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if cpu else []))
+        prof.__enter__()
+    except Exception:
+        return None
+    stopped = False
+    try:
+        body()
+        if synchronize:
+            torch.cuda.synchronize()
+    finally:
+        try:
+            prof.__exit__(None, None, None)
+            stopped = True
+        except Exception:
             pass
-    except Exception:  # the checks that use the profiler report its failure themselves
-        pass
+    try:
+        return list(prof.events()) if stopped else None
+    except Exception:
+        return None
 
 
 def profile_behind_hold(fn: Callable[[], Any], hold: LaunchHold, calls: int = 3) -> list | None:
@@ -158,25 +176,14 @@ def profile_behind_hold(fn: Callable[[], Any], hold: LaunchHold, calls: int = 3)
     issue_ms = (time.perf_counter() - began) * 1e3
     torch.cuda.synchronize()
     cycles = int(hold.cycles_per_ms * min(50.0, 1.0 + 10 * issue_ms))
-    try:
-        from torch.profiler import ProfilerActivity, profile
 
-        prof = profile(activities=[ProfilerActivity.CUDA])
-        prof.__enter__()
-    except Exception:
-        return None
-    try:
+    def held_calls() -> None:
         for _ in range(calls):
             hold.hold(cycles)
             fn()
             torch.cuda.synchronize()
-    finally:
-        try:
-            prof.__exit__(None, None, None)
-            events = list(prof.events())
-        except Exception:
-            events = None
-    return events
+
+    return profiler_events(held_calls)
 
 
 def _order(names: list[str], round_index: int) -> list[str]:

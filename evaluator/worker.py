@@ -108,7 +108,7 @@ def prepare_worker(device: str = "cpu", work_dir: str | None = None, cache_dir: 
     if ctx.is_cuda:
         ctx.flusher = timing.L2Flusher(device)
         ctx.launch_hold = timing.LaunchHold()
-        timing.warm_profiler()
+        timing.profiler_events(lambda: None)  # CUPTI's set-up, paid here rather than in an evaluation's checks
         _warm_up_timing(torch, ctx)
         ctx.baseline_cuda_bytes = torch.cuda.memory_allocated()
     return ctx
@@ -647,31 +647,14 @@ class _RunState:
     def _profile_candidate(self, new_model, inputs, own_names, watch) -> tuple[Optional[float], Optional[int], int]:
         """(own-kernel time fraction, own launches, all launches) of one extra call; (None, None, 0) when the
         profiler itself fails, so an evaluator problem is never blamed on the candidate."""
-        torch = self.torch
-        unknown = (None, None, 0)
         self._sync()
+        events = timing.profiler_events(lambda: self._call_candidate(new_model, inputs, watch), cpu=True)
+        if events is None:
+            return None, None, 0
         try:
-            from torch.profiler import ProfilerActivity, profile
-
-            prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
-            prof.__enter__()
+            return runtime_rules.own_kernel_fraction(events, own_names)
         except Exception:
-            return unknown
-        profiler_failed = False
-        try:
-            self._call_candidate(new_model, inputs, watch)  # the candidate's own failures propagate
-            torch.cuda.synchronize()
-        finally:
-            try:
-                prof.__exit__(None, None, None)
-            except Exception:
-                profiler_failed = True
-        if profiler_failed:
-            return unknown
-        try:
-            return runtime_rules.own_kernel_fraction(prof.events(), own_names)
-        except Exception:
-            return unknown
+            return None, None, 0
 
     def _check_output_uses_kernels(self, reference, new_model, watch) -> None:
         """Decoy and token kernels: run with the results of the candidate's own kernels overwritten (per-element noise,
@@ -860,7 +843,6 @@ class _RunState:
     def _early_start_finding(self, candidate_call):
         """The candidate profiled behind a long launch hold (check_early_start); None when the profiler itself fails, so
         an evaluator problem is never blamed on the candidate."""
-        self._sync()
         events = timing.profile_behind_hold(candidate_call, self.ctx.launch_hold, EARLY_START_CALLS)
         return runtime_rules.check_early_start(events) if events is not None else None
 

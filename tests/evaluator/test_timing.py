@@ -119,6 +119,16 @@ def test_cuda_timing_protocol_control_flow(host_events):
     assert timing.summarize(samples["b"]).median_ms > timing.summarize(samples["a"]).median_ms >= 1.0
 
 
+def test_profiler_events_report_what_the_body_ran_and_let_its_errors_through():
+    import torch
+
+    x = torch.randn(64)
+    events = timing.profiler_events(lambda: torch.relu(x), cpu=True, synchronize=False)
+    assert any("relu" in event.name for event in events)
+    with pytest.raises(ZeroDivisionError):  # the candidate's own failure, not the profiler's
+        timing.profiler_events(lambda: 1 / 0, cpu=True, synchronize=False)
+
+
 def _recording_hold(log: list) -> timing.LaunchHold:
     """The real LaunchHold's sizing with its spin kernel replaced by a log entry (no GPU here)."""
     hold = object.__new__(timing.LaunchHold)
