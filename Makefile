@@ -23,7 +23,7 @@ $(STAMP): $(VENV)/.torch pyproject.toml
 
 venv: $(STAMP)
 
-# Candidate code runs inside bubblewrap (evaluator/sandbox.py). Installed when missing and we can (root + apt-get);
+# Candidate code runs inside bubblewrap (evaluator/isolation/sandbox.py). Installed when missing and we can (root + apt-get);
 # otherwise a loud line, and the evaluator falls back to unshare or no sandbox (`krl doctor` says which).
 sandbox-tool:
 	@command -v bwrap >/dev/null 2>&1 || { \

@@ -292,7 +292,7 @@ def make_stamp(config: RunConfig, devices: Sequence[str], device_names: Sequence
 
 COMPILE_BASELINE_MEASURED = ("torch.compile(mode='default') of the reference, timed interleaved with eager in a "
                              "trusted baseline process on the evaluator's device; speedup_compile = speedup x "
-                             "compile median / eager median (evaluator/baseline.py)")
+                             "compile median / eager median (evaluator/local/baseline.py)")
 COMPILE_BASELINE_CPU_NOTE = ("not measured: CPU evaluator (inductor's C++ build takes minutes per problem on a small "
                              "CPU; KRL_BASELINE_COMPILE_ON_CPU=1 measures it)")
 COMPILE_BASELINE_NO_API = "not measured: this evaluator (cluster or HTTP client) has no baseline API"
@@ -498,7 +498,7 @@ class EvaluationJob:
         measure, _ = compile_baseline_plan(self.config, self.evaluator)
         if not measure:
             return
-        from evaluator.baseline import BaselineRequest
+        from evaluator.local.baseline import BaselineRequest
 
         stored = ((self.registry.get_run(self.run_id).get("summary") or {}).get("eval") or {}).get("baselines", {})
         ev = self.runner.config.eval  # the sizes the candidates are evaluated at (CPU: the problems' own)

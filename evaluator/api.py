@@ -97,7 +97,7 @@ class EvalResult:
     reference_runtime: Optional[RuntimeStats] = None
     speedup: Optional[float] = None  # reference median / kernel median
     own_kernel_time_fraction: Optional[float] = None  # GPU time in the candidate's own kernels (reported, not judged)
-    sol_time_ms: Optional[float] = None  # speed-of-light time of the problem on this GPU (evaluator/sol.py)
+    sol_time_ms: Optional[float] = None  # speed-of-light time of the problem on this GPU (evaluator/judging/sol.py)
     sol_fraction: Optional[float] = None  # sol_time_ms / kernel median: 1.0 is the hardware's limit
     hack_rule: Optional[str] = None
     error_message: str = ""  # cleaned and size-capped, line numbers refer to the candidate source
@@ -187,11 +187,11 @@ class Evaluator:
     def __init__(self, devices: Any = "auto", workers_per_device: int = 1, cpu_workers: int = 2,
                  compile_workers: Optional[int] = None, cache_dir: Optional[str] = None, *,
                  spare_per_device: int = 1, memory_limit_bytes: Optional[int] = None,
-                 output_cap_bytes: int = 64 * 2**20, worker_module: str = "evaluator.worker"):
+                 output_cap_bytes: int = 64 * 2**20, worker_module: str = "evaluator.slot.worker"):
         import os
         import shutil
 
-        from evaluator.pool import Limits, Pool, PoolConfig
+        from evaluator.local.pool import Limits, Pool, PoolConfig
 
         arch = os.environ.get("TORCH_CUDA_ARCH_LIST") or None
         if devices == "auto":
@@ -239,7 +239,7 @@ class Evaluator:
         self.cache_dir = cache_dir
         self._baseline_executors: dict[str, Any] = {}  # device -> one-thread executor (one baseline at a time)
         self._baseline_processes: set = set()  # running baseline processes, killed by close()
-        from evaluator.cache import CacheJanitor, max_cache_bytes
+        from evaluator.build.cache import CacheJanitor, max_cache_bytes
 
         budget = max_cache_bytes()
         self._janitor = CacheJanitor(cache_dir, budget) if budget else None
@@ -271,13 +271,13 @@ class Evaluator:
         return await asyncio.wrap_future(self.submit(request))
 
     def measure_baseline(self, request: Any, device: Optional[str] = None):
-        """A Future of the BaselineResult of an evaluator.baseline.BaselineRequest: the reference timed eagerly and
+        """A Future of the BaselineResult of an evaluator.local.baseline.BaselineRequest: the reference timed eagerly and
         under torch.compile in a trusted process on one of this evaluator's devices (one measurement per device at
         a time), compile times cached under cache_dir. Never fails for a problem that cannot compile (unavailable)."""
         import zlib
         from concurrent.futures import ThreadPoolExecutor
 
-        from evaluator.baseline import run_baseline
+        from evaluator.local.baseline import run_baseline
 
         if request.precision not in PRECISIONS:
             raise EvaluatorError(f"unknown precision {request.precision!r}; use one of {', '.join(PRECISIONS)}.")

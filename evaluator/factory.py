@@ -66,7 +66,7 @@ def open_evaluator(target: str = "local", **options: Any) -> EvaluatorLike:
         return Evaluator(**options)
     if target.startswith("ray://"):
         try:
-            from evaluator.cluster import ClusterEvaluator
+            from evaluator.scale.cluster import ClusterEvaluator
         except ImportError as exc:
             raise EvaluatorError(f"{target} needs Ray ({exc.name} is missing): pip install 'kernelrl[ray]'.") from None
         rest = target.removeprefix("ray://")
@@ -74,7 +74,7 @@ def open_evaluator(target: str = "local", **options: Any) -> EvaluatorLike:
         return ClusterEvaluator(address=address, **options)
     if target.startswith(("http://", "https://")):
         try:
-            from evaluator.client import HttpEvaluator
+            from evaluator.scale.client import HttpEvaluator
         except ImportError as exc:
             raise EvaluatorError(f"{target} needs httpx ({exc.name} is missing): pip install 'kernelrl[serve]'.") from None
         return HttpEvaluator(target, **options)
@@ -82,7 +82,7 @@ def open_evaluator(target: str = "local", **options: Any) -> EvaluatorLike:
                          "'ray://HOST:PORT' or an http(s):// URL of `krl serve`.")
 
 
-# A cluster's compile figures (evaluator/cluster.py), passed through the service's /v1/workers and the HTTP client.
+# A cluster's compile figures (evaluator/scale/cluster.py), passed through the service's /v1/workers and the HTTP client.
 COMPILE_STATS_KEYS = ("compile_queue_depth", "compiles_in_flight", "compiles_per_min", "compile_nodes")
 
 

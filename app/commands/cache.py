@@ -13,7 +13,7 @@ cache_app = typer.Typer(help="The evaluator's build caches (CUDA extensions, Tri
 
 
 def _cache_dir(path: Optional[str]) -> str:
-    from evaluator.compile import default_cache_dir
+    from evaluator.build.compile import default_cache_dir
 
     folder = path or default_cache_dir()
     if not os.path.isdir(folder):
@@ -33,7 +33,7 @@ def info(
     as_json: bool = typer.Option(False, "--json", help="Print JSON to stdout."),
 ) -> None:
     """Entries and size per cache area, and the budget the evaluator prunes to."""
-    from evaluator.cache import AREAS, cache_entries, max_cache_bytes
+    from evaluator.build.cache import AREAS, cache_entries, max_cache_bytes
 
     folder = _cache_dir(directory)
     entries = cache_entries(folder)
@@ -59,7 +59,7 @@ def prune(
 ) -> None:
     """Remove least recently used entries until the caches fit (to 80% of --max-gb, for headroom)."""
     from core.errors import KrlError
-    from evaluator.cache import prune_cache
+    from evaluator.build.cache import prune_cache
 
     if max_gb <= 0:
         raise KrlError("--max-gb must be positive (the size to keep, in GiB).")

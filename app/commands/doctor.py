@@ -73,7 +73,7 @@ def _versions() -> dict[str, Any]:
 
 def _isolation() -> dict[str, Any]:
     """The sandbox evaluation workers would get here (KRL_SANDBOX respected), with what it holds and lacks."""
-    from evaluator.sandbox import SandboxUnavailable, isolation_report
+    from evaluator.isolation.sandbox import SandboxUnavailable, isolation_report
 
     try:
         report = isolation_report()

@@ -58,8 +58,8 @@ def serve(
 
         from evaluator.api import EvaluatorError
         from evaluator.factory import open_evaluator
-        from evaluator.result_store import ResultStore
-        from evaluator.service import create_app
+        from evaluator.scale.result_store import ResultStore
+        from evaluator.scale.service import create_app
     except ImportError as exc:
         raise KrlError(f"krl serve needs {exc.name}: pip install 'kernelrl[serve]'.") from None
     store_path = os.path.expanduser(results_db or default_results_db(port))

@@ -44,7 +44,7 @@ class FeedbackPanel(VerticalScroll):
         if runtime is not None:
             verdict_text.append(f"   kernel {fmt_float(runtime, 3)} ms")
         sol_fraction = result.get("sol_fraction")
-        if isinstance(sol_fraction, (int, float)):  # how far the kernel still is from the hardware (evaluator/sol.py)
+        if isinstance(sol_fraction, (int, float)):  # how far the kernel still is from the hardware (evaluator/judging/sol.py)
             verdict_text.append(f"   {sol_fraction:.0%} of speed of light")
         self.query_one("#fb-verdict", Static).update(verdict_text)
         # Text(...) rather than markup: feedback is shown byte-for-byte as the model saw it.

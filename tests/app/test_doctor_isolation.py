@@ -18,7 +18,7 @@ def doctor(tmp_path, *args: str, **env: str) -> subprocess.CompletedProcess:
 
 
 def test_doctor_reports_the_sandbox_in_force(tmp_path):
-    from evaluator.sandbox import isolation_report
+    from evaluator.isolation.sandbox import isolation_report
 
     expected = isolation_report()
     done = doctor(tmp_path, "--json")

@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("uvicorn")
 
 from evaluator.api import EvaluatorError, Verdict  # noqa: E402
-from evaluator.client import HttpEvaluator  # noqa: E402
+from evaluator.scale.client import HttpEvaluator  # noqa: E402
 from tests.evaluator.pool_support import GOOD, ROOT, request  # noqa: E402
 
 KRL = [sys.executable, "-m", "app"]
@@ -86,7 +86,7 @@ def test_serve_answers_the_client_on_loopback(tmp_path, extra):
 
 
 def test_results_store_mistakes_exit_2_before_any_worker_starts(tmp_path):
-    from evaluator.result_store import ResultStore
+    from evaluator.scale.result_store import ResultStore
 
     token_path = tmp_path / "token"
     token_path.write_text("serve-test-token\n")

@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("uvicorn")
 
 from evaluator.api import EvaluatorError, Verdict  # noqa: E402
-from evaluator.client import HttpEvaluator  # noqa: E402
+from evaluator.scale.client import HttpEvaluator  # noqa: E402
 from tests.evaluator.pool_support import GOOD, ROOT, WRONG, candidate, request  # noqa: E402
 
 TOKEN = "restart-test-token"

@@ -117,7 +117,7 @@ async def test_a_run_on_a_ray_cluster_shows_its_nodes_and_a_stale_snapshot_says_
         cells = by_device[(row["node"], row["device"])]
         assert cells[4] == "ready" and cells[6] == str(row["done"]) and cells[7] == "0"
         assert cells[8] == f"{row['evals_per_min']:.1f}" and cells[3] == "–"
-    for row in compile_rows:  # the cluster's compile actors, where it has them (evaluator/cluster_compile.py)
+    for row in compile_rows:  # the cluster's compile actors, where it has them (evaluator/scale/cluster_compile.py)
         assert by_device[(row["node"], row["device"])][1].startswith("compile")
         assert snapshot["totals"]["compile_queue_depth"] is not None and "compile actor(s)" in summary
     assert "ray://local" in summary and f"done {len(results)}" in summary and "final snapshot" in summary

@@ -217,7 +217,7 @@ def build_cluster(second_node: bool, head_cpus: int):
 
 
 def open_compiling_cluster(cache: str, compile_cache: Optional[str] = None, transfer: str = "object_store"):
-    from evaluator.cluster import ClusterEvaluator
+    from evaluator.scale.cluster import ClusterEvaluator
 
     options = {"cpu_workers": 1, "spare_per_device": 0, "compile_workers": 0, "cache_dir": cache}
     cluster = ClusterEvaluator(evaluator_options=options, compile_cache_dir=compile_cache, compile_transfer=transfer,

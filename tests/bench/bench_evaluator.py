@@ -495,7 +495,7 @@ def bench_crash_recovery(ev: Evaluator, repeats: int) -> None:
 def bench_isolation_throughput(cache_root: str, n: int) -> None:
     """The same stream of small requests through a pool whose runners are sandboxed (the default) and through one
     with KRL_SANDBOX=none: the price of isolation in throughput (same judge + zygote + runner topology in both)."""
-    from evaluator.sandbox import get_sandbox
+    from evaluator.isolation.sandbox import get_sandbox
 
     say("== throughput with isolation on vs off (trivial torch kernel, 2 correctness trials, timing on)")
     ref, _ = problem("relu")
@@ -546,7 +546,7 @@ def bench_compile(cache_root: str, stock: bool = True) -> None:
     say("== compile time per load_inline kernel (one at a time, this machine)")
     import subprocess
 
-    from evaluator import compile as compile_mod
+    from evaluator.build import compile as compile_mod
 
     kernels = [elementwise_candidate("gelu", "simple"), elementwise_candidate("tanh", "ldg"),
                elementwise_candidate("sigmoid", "ldg")]

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from evaluator.api import EvalResult, RuntimeStats, Verdict  # noqa: E402
-from evaluator.result_store import ResultStore, result_row  # noqa: E402
+from evaluator.scale.result_store import ResultStore, result_row  # noqa: E402
 from tests.evaluator.pool_support import GOOD, request  # noqa: E402
 
 

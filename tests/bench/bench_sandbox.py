@@ -14,7 +14,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from evaluator.sandbox import NoSandbox, SandboxUnavailable, get_sandbox, worker_spec  # noqa: E402
+from evaluator.isolation.sandbox import NoSandbox, SandboxUnavailable, get_sandbox, worker_spec  # noqa: E402
 
 
 def say(text: str) -> None:
@@ -60,7 +60,7 @@ def bench_start(repeats: int, torch_repeats: int) -> None:
 def bench_cache(repeats: int) -> None:
     """Publishing a real built extension (hash + copy + manifest) and verifying it at lookup."""
     from evaluator.api import EvalRequest
-    from evaluator.compile import compile_candidate, entry_key, lookup, publish_compile
+    from evaluator.build.compile import compile_candidate, entry_key, lookup, publish_compile
 
     source = ("from torch.utils.cpp_extension import load_inline\n"
               "lib = load_inline(name='answer_ext', cpp_sources='extern \"C\" int krl_answer() { return 42; }', "

@@ -15,9 +15,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
-from evaluator import timing  # noqa: E402
+from evaluator.judging import timing  # noqa: E402
 from evaluator.api import EvalRequest  # noqa: E402
-from evaluator.worker import default_timing_settings, evaluate_in_process, prepare_worker  # noqa: E402
+from evaluator.slot.worker import default_timing_settings, evaluate_in_process, prepare_worker  # noqa: E402
 
 RELU_SOURCE = (Path(__file__).resolve().parents[2] / "core/data/problems/builtin/relu.py").read_text()
 SELF_CANDIDATE = RELU_SOURCE.replace("class Model(", "class ModelNew(")

@@ -1,6 +1,6 @@
 """Timing under load through the real evaluator pool (judge host, sandboxed single-use runners): honest candidates of
 30-100 µs and some longer, each timed --repeats times on a quiet machine and while compile processes saturate the CPUs,
-with the pool's CPU reservation (evaluator/timing.py placement) off and on. Prints the share of kernels whose median
+with the pool's CPU reservation (evaluator/judging/timing.py placement) off and on. Prints the share of kernels whose median
 speedup under load is within ±5% of the quiet one, the quiet-vs-quiet noise floor and the worst ratios.
 
 Usage (GPU machine): python tests/bench/bench_timing_under_load.py [--repeats 3] [--load 16] [--load-kind gcc|busy]
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from evaluator import timing  # noqa: E402
+from evaluator.judging import timing  # noqa: E402
 from evaluator.api import EvalRequest  # noqa: E402
 from tests.evaluator.candidates.harness import builtin, candidate  # noqa: E402
 
@@ -177,7 +177,7 @@ def load_command(kind: str, workdir: str) -> list[str]:
 
 def describe_affinity(root_pids: list[int]) -> str:
     """Cpus_allowed_list of the pool's workers and every process below them (judge host, zygote, runners)."""
-    from evaluator.proctree import children
+    from evaluator.isolation.proctree import children
 
     seen, todo, lines = set(), list(root_pids), []
     while todo:
@@ -258,7 +258,7 @@ def _row(verdict: str, speedup, reference_ms, kernel_ms, error: str) -> dict:
 
 
 def _through_pool(rounds, cache_dir: str, label: str) -> list:
-    from evaluator.pool import Pool, PoolConfig
+    from evaluator.local.pool import Pool, PoolConfig
 
     pool = Pool(PoolConfig(devices=["cuda:0"], compile_workers=1, cache_dir=cache_dir))
     out = []

@@ -29,7 +29,7 @@ def service(tmp_path_factory):
 
 
 def _client(service, retries: int = 2):
-    from evaluator.client import HttpEvaluator
+    from evaluator.scale.client import HttpEvaluator
 
     url, token = service
     return HttpEvaluator(url, token=token, retries=retries)

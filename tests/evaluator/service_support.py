@@ -6,7 +6,7 @@ import contextlib
 import threading
 import time
 
-from evaluator.service import create_app
+from evaluator.scale.service import create_app
 
 TOKEN = "client-test-token"
 

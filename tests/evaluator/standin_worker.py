@@ -1,4 +1,4 @@
-"""A tiny stand-in for evaluator.worker used by the pool tests to drive the pool's own faults deterministically.
+"""A tiny stand-in for evaluator.slot.worker used by the pool tests to drive the pool's own faults deterministically.
 It loads the candidate, runs ModelNew against Model once, and obeys a few test-only problem ids."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from evaluator.api import EvalRequest, Verdict
-from evaluator.sandbox import get_sandbox
+from evaluator.isolation.sandbox import get_sandbox
 from tests.evaluator.pool_support import make_evaluator
 
 ATTACKS = Path(__file__).resolve().parent / "attacks"
@@ -264,14 +264,15 @@ def test_no_forked_child_outlives_its_evaluation(evaluator, results):
     result is in: only each slot's zygote and its pre-warmed runner may remain."""
     assert results["fork_bomb"].verdict != Verdict.CORRECT
     listing = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout.splitlines()
-    runners = [line for line in listing if "evaluator.runner" in line and "bwrap" not in line]
+    runners = [line for line in listing if "evaluator.slot.runner" in line and "bwrap" not in line]
     assert len(runners) < 16, len(runners)
 
 
 def test_only_the_correctness_trials_keep_predictable_seeds():
     """KernelBench-compatible trial inputs; every other set the judge serves is seeded with its own secret, so a bank
     of answers built from judge.input_seed at import (attacks/precomputed_replay.py) misses."""
-    from evaluator import judge, judge_host
+    from evaluator.judging import judge
+    from evaluator.slot import judge_host
 
     request = attack_request("honest_matmul", "matmul", "torch")
     assert judge_host.input_seed(request, "trial-1") == judge.input_seed(request.seed, "trial-1")

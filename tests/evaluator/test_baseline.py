@@ -1,4 +1,4 @@
-"""Baselines of a problem (evaluator/baseline.py): the reference timed eagerly and under a real torch.compile in a
+"""Baselines of a problem (evaluator/local/baseline.py): the reference timed eagerly and under a real torch.compile in a
 trusted process, the compile-time record reused by a second measurement, and every failure turned into "unavailable"."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from evaluator.api import Evaluator, EvaluatorError
-from evaluator.baseline import BaselineRequest, CompileRecord, cache_folder, run_baseline
+from evaluator.local.baseline import BaselineRequest, CompileRecord, cache_folder, run_baseline
 
 ROOT = Path(__file__).resolve().parents[2]
 RELU = (ROOT / "core/data/problems/builtin/relu.py").read_text()

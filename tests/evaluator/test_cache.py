@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from evaluator.cache import HEADROOM, cache_entries, max_cache_bytes, prune_cache
+from evaluator.build.cache import HEADROOM, cache_entries, max_cache_bytes, prune_cache
 
 KIB = 1024
 

@@ -12,7 +12,7 @@ pytest.importorskip("uvicorn")
 pytest.importorskip("starlette")
 
 from evaluator.api import EvalRequest, EvaluatorError, Verdict  # noqa: E402
-from evaluator.client import HttpEvaluator  # noqa: E402
+from evaluator.scale.client import HttpEvaluator  # noqa: E402
 from tests.evaluator.pool_support import GOOD, WRONG, candidate, make_evaluator, request  # noqa: E402
 from tests.evaluator.service_support import TOKEN, serving  # noqa: E402
 

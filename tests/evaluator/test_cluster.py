@@ -14,7 +14,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from evaluator.api import Verdict  # noqa: E402
-from evaluator.cluster import ClusterEvaluator  # noqa: E402
+from evaluator.scale.cluster import ClusterEvaluator  # noqa: E402
 from tests.evaluator.pool_support import (GOOD, WRONG, candidate, request, two_node_ray_cluster,  # noqa: E402
                                           worker_pythonpath)
 

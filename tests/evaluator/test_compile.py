@@ -71,7 +71,7 @@ pytestmark = pytest.mark.skipif(not _supports_no_implicit_headers(), reason="nee
 def test_build_then_cache_hit_then_load_through_the_hook(tmp_path, monkeypatch):
     import torch.utils.cpp_extension as cpp
 
-    from evaluator.compile import build_cuda_candidate, install_load_inline_hook
+    from evaluator.build.compile import build_cuda_candidate, install_load_inline_hook
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(cpp, "load_inline", cpp.load_inline)  # restored after the hook replaces it
@@ -90,7 +90,7 @@ def test_build_then_cache_hit_then_load_through_the_hook(tmp_path, monkeypatch):
 
 
 def test_cache_key_covers_flags_arch_and_sources(monkeypatch):
-    from evaluator.compile import _normalise, extension_key
+    from evaluator.build.compile import _normalise, extension_key
 
     base = {"name": "a", "cpp_sources": "int f();", "cuda_sources": "__global__ void k(){}"}
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
@@ -111,7 +111,7 @@ def test_two_processes_building_the_same_kernel_publish_one_entry(tmp_path):
         sys.path.insert(0, {ROOT!r})
         os.chdir(sys.argv[2])
         from evaluator.api import EvalRequest
-        from evaluator.compile import build_cuda_candidate
+        from evaluator.build.compile import build_cuda_candidate
         out = build_cuda_candidate(EvalRequest("p", "", {CPP_CANDIDATE!r}, backend="cuda"), sys.argv[1])
         print(json.dumps({{"ok": out["ok"], "hit": out["cache_hit"], "so": out["artifacts"]["builds"][0]["so_path"]}}))
     ''')
@@ -215,7 +215,7 @@ def evil_so(tmp_path) -> str:
 
 def honest_load(cache: str, private, record) -> str:
     """What a GPU worker does with a published record: load the candidate's extension through the hook."""
-    from evaluator.compile import install_load_inline_hook
+    from evaluator.build.compile import install_load_inline_hook
 
     private.mkdir(exist_ok=True)
     # Back to where it was after: a test process left in a temporary folder misleads later tests (Ray's workers).
@@ -228,7 +228,7 @@ def honest_load(cache: str, private, record) -> str:
 
 def compile_in(private, cache: str, source: str):
     """A compile worker's build in its private folder (as in the sandbox: nothing is written to the cache)."""
-    from evaluator.compile import compile_candidate
+    from evaluator.build.compile import compile_candidate
 
     private.mkdir(exist_ok=True)
     before = sorted(os.listdir(os.path.join(cache, "cuda"))) if os.path.isdir(os.path.join(cache, "cuda")) else []
@@ -244,7 +244,7 @@ def test_an_artefact_a_candidate_swaps_in_is_never_loaded_by_a_later_honest_cand
                                                                                       evil_so):
     import torch.utils.cpp_extension as cpp
 
-    from evaluator.compile import entry_key, publish_compile
+    from evaluator.build.compile import entry_key, publish_compile
 
     monkeypatch.setattr(cpp, "load_inline", cpp.load_inline)
     monkeypatch.chdir(tmp_path)
@@ -286,7 +286,7 @@ def test_an_artefact_a_candidate_swaps_in_is_never_loaded_by_a_later_honest_cand
 def test_a_tampered_artefact_fails_verification_and_is_rebuilt_never_loaded(tmp_path, monkeypatch, evil_so):
     import torch.utils.cpp_extension as cpp
 
-    from evaluator.compile import entry_key, lookup, publish_compile
+    from evaluator.build.compile import entry_key, lookup, publish_compile
 
     monkeypatch.setattr(cpp, "load_inline", cpp.load_inline)
     monkeypatch.chdir(tmp_path)
@@ -313,7 +313,7 @@ def test_a_tampered_artefact_fails_verification_and_is_rebuilt_never_loaded(tmp_
 def test_publishing_believes_no_path_or_name_from_the_record(tmp_path, monkeypatch):
     import torch.utils.cpp_extension as cpp
 
-    from evaluator.compile import publish_compile, safe_file_name
+    from evaluator.build.compile import publish_compile, safe_file_name
 
     monkeypatch.setattr(cpp, "load_inline", cpp.load_inline)
     monkeypatch.chdir(tmp_path)
@@ -351,8 +351,8 @@ def test_publishing_believes_no_path_or_name_from_the_record(tmp_path, monkeypat
 def test_a_sandboxed_compile_worker_builds_privately_and_the_trusted_side_publishes(tmp_path, monkeypatch):
     import torch.utils.cpp_extension as cpp
 
-    from evaluator.compile import CompileRecord, publish_compile
-    from evaluator.sandbox import get_sandbox, worker_spec
+    from evaluator.build.compile import CompileRecord, publish_compile
+    from evaluator.isolation.sandbox import get_sandbox, worker_spec
 
     sandbox = get_sandbox()
     if sandbox.kind == "none":
@@ -363,7 +363,7 @@ def test_a_sandboxed_compile_worker_builds_privately_and_the_trusted_side_publis
     private.mkdir()
     os.chmod(tmp_path, 0o755)
     (private / "candidate.py").write_text(CPP_CANDIDATE)
-    script = ("import json\nfrom evaluator.api import EvalRequest\nfrom evaluator.compile import build_cuda_candidate\n"
+    script = ("import json\nfrom evaluator.api import EvalRequest\nfrom evaluator.build.compile import build_cuda_candidate\n"
               "source = open('candidate.py').read()\n"
               f"print('RECORD', json.dumps(build_cuda_candidate(EvalRequest('p', '', source, backend='cuda'), {str(cache)!r})))")
     spec = worker_spec(str(private), os.environ, cache_dir=str(cache), extra_env={"CUDA_VISIBLE_DEVICES": ""})
@@ -385,7 +385,7 @@ def test_a_sandboxed_compile_worker_builds_privately_and_the_trusted_side_publis
 @needs_nvcc
 @pytest.mark.slow
 def test_the_pools_compile_workers_run_candidate_code_in_the_sandbox(tmp_path):
-    from evaluator.sandbox import get_sandbox
+    from evaluator.isolation.sandbox import get_sandbox
 
     if "host files absent" not in get_sandbox().protections:
         pytest.skip("no sandbox with its own mount view here")

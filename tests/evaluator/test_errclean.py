@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import textwrap
 
-from evaluator.errclean import clean_compile_log, clean_traceback
+from evaluator.judging.errclean import clean_compile_log, clean_traceback
 
 CANDIDATE = textwrap.dedent('''
     import torch
@@ -138,7 +138,7 @@ def test_triton_compilation_error_names_the_candidate_line(tmp_path):
 
 
 def test_cuda_runtime_error_is_not_reported_as_a_compile_failure():
-    from evaluator.errclean import clean_traceback
+    from evaluator.judging.errclean import clean_traceback
 
     try:
         raise RuntimeError("CUDA error: an illegal memory access was encountered")

@@ -172,7 +172,7 @@ def test_sticky_cuda_errors_retire_the_worker_and_the_pool_recovers(gpu_evaluato
 def test_host_memory_hog_on_a_gpu_worker_is_stopped(tmp_path):
     """GPU workers have no address-space limit; the pool's resident-memory watch stops a candidate that hoards host
     memory, and an idle GPU worker (torch + CUDA context) sits far below the default floor of 8 GiB."""
-    from evaluator.proctree import process_table, tree_resident_bytes
+    from evaluator.isolation.proctree import process_table, tree_resident_bytes
 
     ev = make_evaluator(str(tmp_path / "cache"), devices="auto", compile_workers=0, memory_limit_bytes=8 * 2**30)
     try:

@@ -17,7 +17,7 @@ import threading
 import pytest
 
 from evaluator.api import Verdict
-from evaluator.sandbox import get_sandbox
+from evaluator.isolation.sandbox import get_sandbox
 from tests.evaluator import pool_support
 from tests.evaluator.pool_support import GOOD, ROOT, WRONG, alive, candidate, make_evaluator, request
 
@@ -195,9 +195,9 @@ def test_sibling_workers_and_the_owner_cannot_be_killed(standin):
 # ---- attacks on the judge: the wrong kernel must stay wrong, and nothing may reach the next candidate
 
 PATCH_COMPARE = '''
-judge = __import__('sys').modules['evaluator.judge']
+judge = __import__('sys').modules['evaluator.judging.judge']
 judge.compare = lambda *a, **k: judge.Comparison(judge.Verdict.CORRECT, '', 0.0, 0.0)
-worker = __import__('sys').modules['evaluator.worker']
+worker = __import__('sys').modules['evaluator.slot.worker']
 for name in dir(worker):
     if 'compare' in name:
         setattr(worker, name, judge.compare)

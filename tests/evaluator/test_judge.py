@@ -9,7 +9,7 @@ import types
 import pytest
 import torch
 
-from evaluator import judge
+from evaluator.judging import judge
 from evaluator.api import Verdict
 
 NAN, INF = math.nan, math.inf

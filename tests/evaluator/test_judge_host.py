@@ -7,9 +7,9 @@ import os
 
 import torch
 
-from evaluator import judge, tensorwire
+from evaluator.judging import judge, tensorwire
 from evaluator.api import EvalResult, Verdict
-from evaluator.judge_host import TaskJudge
+from evaluator.slot.judge_host import TaskJudge
 from tests.evaluator.pool_support import GOOD, request
 
 

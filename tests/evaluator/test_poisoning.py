@@ -8,7 +8,7 @@ import math
 import pytest
 
 from evaluator.api import EvalRequest, Verdict
-from evaluator.rules import runtime
+from evaluator.judging.rules import runtime
 from tests.bench.bench_timing_under_load import RMSNORM_TRITON, SOFTMAX_TRITON
 from tests.evaluator.candidates.harness import builtin, candidate
 from tests.evaluator.pool_support import make_evaluator

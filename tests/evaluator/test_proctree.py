@@ -9,14 +9,14 @@ import sys
 import textwrap
 import time
 
-from evaluator.proctree import descendants, has_children, kill_tree, process_table, tree_resident_bytes
+from evaluator.isolation.proctree import descendants, has_children, kill_tree, process_table, tree_resident_bytes
 from tests.evaluator.pool_support import alive
 
 # A subreaper (like an evaluation worker) whose child starts a detached grandchild and exits at once.
 SUBREAPER = textwrap.dedent("""
     import subprocess, sys, time
     sys.path.insert(0, {root!r})
-    from evaluator.proctree import become_subreaper
+    from evaluator.isolation.proctree import become_subreaper
     assert become_subreaper()
     subprocess.run(["sh", "-c", "setsid sleep 300 > /dev/null 2>&1 & echo $! > {pid_file}"], check=True)
     print("ready", flush=True)

@@ -8,7 +8,7 @@ from dataclasses import replace
 import torch
 
 from evaluator.api import Verdict
-from evaluator.reference_cache import ReferenceCache, nbytes, problem_key
+from evaluator.judging.reference_cache import ReferenceCache, nbytes, problem_key
 from tests.evaluator.pool_support import GOOD, REFERENCE, WRONG, candidate, make_evaluator, request
 
 

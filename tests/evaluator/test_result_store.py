@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from evaluator.api import EvalResult, EvaluatorError, Verdict
-from evaluator.result_store import ResultStore, result_row
+from evaluator.scale.result_store import ResultStore, result_row
 from tests.evaluator.pool_support import GOOD, request
 
 

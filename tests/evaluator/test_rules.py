@@ -7,8 +7,8 @@ import ast
 
 import pytest
 
-from evaluator import rules
-from evaluator.rules import runtime, static as static_rules
+from evaluator.judging import rules
+from evaluator.judging.rules import runtime, static as static_rules
 from tests.evaluator.candidates.harness import builtin, candidate, request, run_batch
 
 TINY = {"BATCH": 4, "DIM": 64}

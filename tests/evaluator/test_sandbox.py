@@ -15,8 +15,8 @@ import uuid
 
 import pytest
 
-from evaluator import sandbox as sb
-from evaluator.sandbox import (Bubblewrap, NoSandbox, SandboxSpec, SandboxUnavailable, Unshare, allowed_environment,
+from evaluator.isolation import sandbox as sb
+from evaluator.isolation.sandbox import (Bubblewrap, NoSandbox, SandboxSpec, SandboxUnavailable, Unshare, allowed_environment,
                                get_sandbox, isolation_report, worker_spec)
 
 SECRET = "sk-krl-" + uuid.uuid4().hex  # lives only in the "parent" process's environment
@@ -72,7 +72,7 @@ def test_bwrap_command_for_an_unprivileged_caller_uses_a_user_namespace(tmp_path
 
 
 def test_bwrap_passes_its_syscall_filter_through_a_fresh_descriptor_per_start(tmp_path):
-    from evaluator.syscall_filter import filter_bpf
+    from evaluator.isolation.syscall_filter import filter_bpf
 
     bubblewrap = Bubblewrap("bwrap", as_root=True)
     if filter_bpf() is None:
@@ -185,7 +185,7 @@ def working_sandboxes() -> list[sb.Sandbox]:
 LAUNCHER = textwrap.dedent(f'''
     import json, os, signal, subprocess, sys
     sys.path.insert(0, {sb.project_root()!r})
-    from evaluator.sandbox import SandboxSpec, get_sandbox
+    from evaluator.isolation.sandbox import SandboxSpec, get_sandbox
     kind, fields, argv = json.loads(sys.argv[1])
     signalled = []
     signal.signal(signal.SIGUSR1, lambda *a: signalled.append(1))
@@ -394,7 +394,7 @@ def test_a_sandboxed_process_dies_with_its_launcher(world):
         code = f"import time\nwhile True:\n    open({str(marker)!r}, 'w').write(str(time.time())); time.sleep(0.1)"
         launcher = subprocess.Popen([sys.executable, "-c",
                                      f"import sys, json, time; sys.path.insert(0, {sb.project_root()!r}); "
-                                     "from evaluator.sandbox import SandboxSpec, get_sandbox; "
+                                     "from evaluator.isolation.sandbox import SandboxSpec, get_sandbox; "
                                      "kind, fields, argv = json.loads(sys.argv[1]); "
                                      "get_sandbox(kind).popen(SandboxSpec(**fields), argv); time.sleep(60)",
                                      json.dumps([sandbox.kind, dataclasses.asdict(spec),
@@ -432,7 +432,7 @@ def test_clearing_between_tasks_leaves_nothing_for_the_next_candidate(world):
     code = f'''
 import os, sys
 sys.path.insert(0, {sb.project_root()!r})
-from evaluator.sandbox import clear_between_tasks
+from evaluator.isolation.sandbox import clear_between_tasks
 for path in ("/tmp/planted.py", "/dev/shm/planted", "tmp/planted", "planted.py"):
     open(path, "w").write("import os")
 os.makedirs("deep/er", exist_ok=True)

@@ -13,7 +13,7 @@ pytest.importorskip("httpx")
 from starlette.testclient import TestClient  # noqa: E402
 
 from evaluator.api import EvalResult, Verdict  # noqa: E402
-from evaluator.service import create_app  # noqa: E402
+from evaluator.scale.service import create_app  # noqa: E402
 from tests.evaluator.pool_support import GOOD, WRONG, candidate, make_evaluator, request  # noqa: E402
 
 TOKEN = "s3cret-token"
@@ -84,7 +84,7 @@ def test_invalid_json_and_bad_batches_are_400(client):
 
 
 def test_oversized_body_is_413_unread(client, monkeypatch):
-    import evaluator.service as service_module
+    import evaluator.scale.service as service_module
 
     monkeypatch.setattr(service_module, "MAX_BODY_BYTES", 4096)
     payload = _payload(GOOD + "\n# " + "x" * 8000)
@@ -201,7 +201,7 @@ def test_an_empty_token_is_refused(evaluator):
 # ---------------------------------------------------------------- across restarts, on a results store file
 
 def _store_app(evaluator, path):
-    from evaluator.result_store import ResultStore
+    from evaluator.scale.result_store import ResultStore
 
     return create_app(evaluator, TOKEN, store=ResultStore(str(path)))
 
@@ -230,7 +230,7 @@ def test_a_restarted_service_answers_finished_ids_from_its_store(evaluator, tmp_
 
 
 def test_work_whose_evaluation_failed_on_our_side_is_evaluated_at_the_next_start(evaluator, tmp_path):
-    from evaluator.result_store import ResultStore
+    from evaluator.scale.result_store import ResultStore
 
     path = tmp_path / "results.sqlite"
     slow = _payload(candidate("time.sleep(3.0)\nreturn x.clamp_min(0)", prelude="import time"))
@@ -266,8 +266,8 @@ def test_work_whose_evaluation_failed_on_our_side_is_evaluated_at_the_next_start
 
 
 def test_a_request_in_progress_at_three_unclean_deaths_is_given_up_as_crashed(evaluator, tmp_path):
-    from evaluator.result_store import ResultStore
-    from evaluator.service import MAX_SUBMISSIONS
+    from evaluator.scale.result_store import ResultStore
+    from evaluator.scale.service import MAX_SUBMISSIONS
 
     path = str(tmp_path / "results.sqlite")
     payload = _payload(GOOD)
@@ -286,7 +286,7 @@ def test_a_request_in_progress_at_three_unclean_deaths_is_given_up_as_crashed(ev
 
 
 def test_a_clean_stop_hands_unfinished_work_to_the_next_start_without_counting_it(evaluator, tmp_path):
-    from evaluator.result_store import ResultStore
+    from evaluator.scale.result_store import ResultStore
 
     path = str(tmp_path / "results.sqlite")
     slow = _payload(candidate("time.sleep(2.0)\nreturn x.clamp_min(0)", prelude="import time"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from evaluator import sol
+from evaluator.judging import sol
 
 H100 = sol.device_spec("NVIDIA H100 80GB HBM3")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluator import timing
+from evaluator.judging import timing
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -311,7 +311,7 @@ def test_placement_is_applied_at_process_entry_and_inherited():
     """A worker started with the pool's placement pins itself; its children inherit it; the variable is gone."""
     cpu = max(os.sched_getaffinity(0))
     code = ("import os, subprocess, sys\n"
-            "from evaluator import timing\n"
+            "from evaluator.judging import timing\n"
             "applied = timing.apply_placement()\n"
             "child = subprocess.run([sys.executable, '-c', 'import os; print(sorted(os.sched_getaffinity(0)))'],"
             " capture_output=True, text=True).stdout.strip()\n"
@@ -340,7 +340,7 @@ def _run_python(code: str) -> str:
 # call of `work`, what time_cpu measured, the wall time and the process CPU time, in ms.
 _SHARED_CPU = '''
 import os, subprocess, sys, threading, time
-from evaluator import timing
+from evaluator.judging import timing
 cpu = min(os.sched_getaffinity(0))
 os.sched_setaffinity(0, {cpu})
 rival = subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -400,7 +400,7 @@ def test_a_candidate_that_keeps_its_outputs_does_not_move_page_faults_onto_the_r
     # ~0.5 ms of ReLU): the memo measured 3.2x faster than the reference without ever hitting.
     code = '''
 import resource, torch
-from evaluator import timing
+from evaluator.judging import timing
 x = torch.randn(256, 4096)
 memo = []
 faults = []
@@ -448,7 +448,7 @@ def test_launch_hold_keeps_a_slow_host_out_of_gpu_samples():
 
 @pytest.mark.gpu
 def test_work_started_early_on_a_side_stream_is_seen_behind_the_hold():
-    from evaluator.rules import runtime
+    from evaluator.judging.rules import runtime
 
     torch = _cuda()
     x = torch.randn(1 << 24, device="cuda")

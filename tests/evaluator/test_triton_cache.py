@@ -9,10 +9,10 @@ import re
 
 import pytest
 
-from evaluator.sandbox import get_sandbox
+from evaluator.isolation.sandbox import get_sandbox
 from tests.evaluator.pool_support import candidate, make_evaluator, request
 
-triton_cache = pytest.importorskip("evaluator.triton_cache")
+triton_cache = pytest.importorskip("evaluator.build.triton_cache")
 from triton.runtime.cache import FileCacheManager, _base32  # noqa: E402
 
 KEY = "ab" * 32  # a hex cache key, as Triton's own keys are

@@ -5,7 +5,7 @@ import importlib
 import torch
 import torch.nn as nn
 
-for _name in ("evaluator.judge", "evaluator.worker"):
+for _name in ("evaluator.judging.judge", "evaluator.slot.worker"):
     try:
         _mod = importlib.import_module(_name)
     except Exception:

@@ -15,7 +15,7 @@ def _fingerprint(t):
 
 def _fill():
     try:
-        from evaluator import judge
+        from evaluator.judging import judge
     except Exception:
         return
     names = [f"trial-{k}" for k in range(8)] + [f"timing-{j}" for j in range(64)] + ["recheck", "poison"]

@@ -18,7 +18,7 @@ BUILTIN = ROOT / "core" / "data" / "problems" / "builtin"
 _CHILD = r"""
 import json, sys
 from evaluator.api import EvalRequest
-from evaluator.worker import prepare_worker, evaluate_in_process
+from evaluator.slot.worker import prepare_worker, evaluate_in_process
 spec = json.load(open(sys.argv[1]))
 ctx = prepare_worker(spec["device"])
 out = []

@@ -439,7 +439,7 @@ class _Builder:
             return _Placeholder(build.module_name)
         if not build.cache_hit:
             return _load_built(build, spec)
-        # A shared hold on the entry's lock while loading: the cache pruner (evaluator/cache.py) skips it.
+        # A shared hold on the entry's lock while loading: the cache pruner (evaluator/build/cache.py) skips it.
         entry = entry_key(self.source_sha256, key)
         with _file_lock(os.path.join(self.cache_dir, "cuda", entry + ".lock"), shared=True):
             return _load_built(build, spec)
@@ -488,7 +488,7 @@ class _Builder:
                                light_fallback=bool(events.get("fallback", False)), pch=bool(events.get("pch", False)),
                                is_python_module=bool(spec["is_python_module"]))
         if not ok:
-            from evaluator.errclean import clean_compile_log
+            from evaluator.judging.errclean import clean_compile_log
 
             generated = {}
             for name in ("cuda.cu", "main.cpp"):
@@ -688,7 +688,7 @@ PCH_VARIANTS: tuple[tuple[bool, tuple[str, ...]], ...] = ((True, ()), (True, ("-
 def warm_precompiled_header(cache_dir: str, extra_cflags: Optional[list[str]] = None, with_cuda: bool = False) -> float:
     """Build the PCH for one flag set ahead of time. Only here are PCHs made (pch_writable): a PCH made where a
     candidate ran could be planted for every later build with the same flags. Run it where no candidate code runs:
-    `python -m evaluator.compile warm-pch CACHE_DIR` in a fresh sandbox whose only writable cache folder is pch/.
+    `python -m evaluator.build.compile warm-pch CACHE_DIR` in a fresh sandbox whose only writable cache folder is pch/.
     Returns seconds spent."""
     import tempfile
 
@@ -830,9 +830,9 @@ def _write_text(path: str, text: str) -> None:
         handle.write(text)
 
 
-if __name__ == "__main__":  # python -m evaluator.compile warm-pch CACHE_DIR [cpp|cuda]
+if __name__ == "__main__":  # python -m evaluator.build.compile warm-pch CACHE_DIR [cpp|cuda]
     if len(sys.argv) >= 3 and sys.argv[1] == "warm-pch":
-        from evaluator import timing
+        from evaluator.judging import timing
 
         timing.apply_placement()  # off the cores reserved for timing, like the compile workers ($KRL_WORKER_CPUS)
         os.nice(10)
@@ -840,4 +840,4 @@ if __name__ == "__main__":  # python -m evaluator.compile warm-pch CACHE_DIR [cp
         chosen = tuple(v for v in PCH_VARIANTS if ("cuda" if v[0] else "cpp") in wanted)
         print(json.dumps(warm_precompiled_headers(sys.argv[2], chosen)))
     else:
-        sys.exit("usage: python -m evaluator.compile warm-pch CACHE_DIR [cpp|cuda]")
+        sys.exit("usage: python -m evaluator.build.compile warm-pch CACHE_DIR [cpp|cuda]")

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from evaluator.api import EvalRequest, EvalResult, RuntimeStats, Verdict
-from evaluator.proctree import kill_tree, process_table, tree_resident_bytes
-from evaluator.reference_cache import ReferenceCache, nbytes, problem_key
+from evaluator.isolation.proctree import kill_tree, process_table, tree_resident_bytes
+from evaluator.judging.reference_cache import ReferenceCache, nbytes, problem_key
 
 # Candidate outputs travel to the judge as files: the runner's hand-over lifts its soft file-size cap (the output-flood
 # cap) to this hard one while it writes an output.
@@ -46,7 +46,7 @@ class InfrastructureFailure(Exception):
 def input_seed(request: EvalRequest, name: str) -> Optional[int]:
     """The seed of a named input set the judge serves (judge.input_seed decides, for the runner's in-process path
     too), None for a name it does not serve: trial-k beyond the request's trials, timing-j beyond MAX_TIMING_SETS."""
-    from evaluator import judge
+    from evaluator.judging import judge
 
     nudged = judge.parse_nudged_set(name)
     if nudged is not None:  # its base set's seed; judge.nudged_values(base, nudged[1]) makes it from there
@@ -90,7 +90,9 @@ class TaskJudge:
     def _build(self) -> None:
         import torch
 
-        from evaluator import judge, worker
+        from evaluator.judging import judge
+
+        from evaluator.slot import worker
 
         if self.model is not None or self.problem_error:
             return
@@ -118,7 +120,7 @@ class TaskJudge:
     def write_inputs(self, name: str, write: bool = True) -> str:
         """Make the inputs of set `name`, write them for the runner (unless not `write`), keep the reference output.
         '' or why not."""
-        from evaluator import judge, tensorwire
+        from evaluator.judging import judge, tensorwire
 
         self._build()
         if self.problem_error:
@@ -165,7 +167,7 @@ class TaskJudge:
         """Read the runner's output of set `name` and compare it with the kept reference output."""
         import torch
 
-        from evaluator import judge, tensorwire
+        from evaluator.judging import judge, tensorwire
 
         if name not in self.reference_outputs and judge.parse_nudged_set(name) is not None:
             # A timed call's nudged values: the runner made them itself (on the device, between timed calls); the
@@ -196,7 +198,7 @@ class TaskJudge:
     def _placed(self, output: Any, reference: Any) -> Any:
         """Tensors go to the judge's device when the runner had them on that kind of device, else stay on the CPU
         (so judge.compare reports the wrong device as today); opaque values keep their type name."""
-        from evaluator import tensorwire
+        from evaluator.judging import tensorwire
 
         def place(value: Any) -> Any:
             if isinstance(value, tensorwire.Opaque):
@@ -309,7 +311,7 @@ class _Reader:
         self.fd, self.max_bytes, self.buffer, self.eof = fd, max_bytes, bytearray(), False
 
     def read(self) -> list[dict[str, Any]]:
-        from evaluator.pool import _HEADER
+        from evaluator.local.pool import _HEADER
 
         try:
             data = os.read(self.fd, 1 << 20)
@@ -388,7 +390,7 @@ class Slot:
     """The zygote (in its sandbox) and the runners it forks, seen from the trusted side."""
 
     def __init__(self, device: str, root: str, worker_module: str, limits: dict, out_path: str, err_path: str):
-        from evaluator import sandbox as sandboxes
+        from evaluator.isolation import sandbox as sandboxes
 
         self.device, self.root, self.worker_module, self.limits = device, root, worker_module, limits
         self.out_path, self.err_path = out_path, err_path
@@ -412,7 +414,7 @@ class Slot:
 
     # ---- zygote
     def start_zygote(self) -> None:
-        from evaluator import sandbox as sandboxes
+        from evaluator.isolation import sandbox as sandboxes
 
         self.stop_zygote()
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -425,7 +427,7 @@ class Slot:
         read_only = [self.inputs_dir] + _module_roots(self.worker_module)
         if self.triton_shared_dir and self.sandbox.kind == "bwrap":
             # Only where the sandbox makes it read-only: elsewhere a candidate could write the shared level.
-            from evaluator.triton_cache import runner_environment
+            from evaluator.build.triton_cache import runner_environment
 
             extra.update(runner_environment(self.triton_shared_dir))
             read_only.append(self.triton_shared_dir)
@@ -441,7 +443,7 @@ class Slot:
         out_file, err_file = open(self.out_path, "ab"), open(self.err_path, "ab")
         try:
             self.zygote = self.sandbox.popen(
-                spec, [sys.executable, "-P", "-m", "evaluator.runner", str(child.fileno()), self.device,
+                spec, [sys.executable, "-P", "-m", "evaluator.slot.runner", str(child.fileno()), self.device,
                        self.worker_module],
                 pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=out_file, stderr=err_file,
                 start_new_session=True)
@@ -474,7 +476,7 @@ class Slot:
     def resume_sandbox(self) -> None:
         """SIGCONT to the zygote and its runners. The last task's candidate ran as the same sandbox user, so it could
         stop them (its own processes are dead by now); the next request must not wait out its limit."""
-        from evaluator.proctree import children
+        from evaluator.isolation.proctree import children
 
         if self.zygote_host_pid:
             for pid in (self.zygote_host_pid, *children(self.zygote_host_pid)):
@@ -489,7 +491,7 @@ class Slot:
     def _host_pid(self, ns_pid: int, below: int, any_depth: bool = False) -> int:
         """The host pid of a process that knows itself as ns_pid inside the sandbox (a runner: a direct child of the
         zygote, found without a pass over every process; the zygote: somewhere below the sandbox launcher)."""
-        from evaluator.proctree import children, descendants
+        from evaluator.isolation.proctree import children, descendants
 
         for pid in (descendants(below) if any_depth else children(below)):
             nspids = _nspids(pid)
@@ -602,7 +604,7 @@ class Slot:
     def discard(self, runner: _Runner) -> None:
         """Kill a runner's whole tree and forget it (one signal when it has no children: the usual case, since a
         runner kills what its candidate left before it answers)."""
-        from evaluator.proctree import children
+        from evaluator.isolation.proctree import children
 
         if self.locate(runner):
             if children(runner.host_pid):
@@ -655,14 +657,14 @@ def _module_roots(module: str) -> list[str]:
 
 
 def _pythonpath() -> str:
-    from evaluator.sandbox import project_root
+    from evaluator.isolation.sandbox import project_root
 
     extra = os.environ.get("PYTHONPATH", "")
     return project_root() + (os.pathsep + extra if extra else "")
 
 
 def _tail(path: str) -> str:
-    from evaluator.pool import _tail as tail
+    from evaluator.local.pool import _tail as tail
 
     return tail(path, max_lines=5)
 
@@ -718,7 +720,7 @@ class JudgeHost:
         return torch.cuda.get_device_name(0) if judge_device != "cpu" else "cpu"
 
     def _prepare_triton_cache(self, warm: bool) -> None:
-        """Triton's trusted cache level (evaluator/triton_cache.py), warmed here (GPU) before any runner exists. In
+        """Triton's trusted cache level (evaluator/build/triton_cache.py), warmed here (GPU) before any runner exists. In
         CPU mode (TRITON_INTERPRET=1) Triton compiles nothing; the level is still offered, so the policy is the same."""
         if os.environ.get("KRL_WORKER_TRITON_TRUSTED_CACHE", "1") == "0":  # off: runners compile everything (bench)
             return
@@ -731,7 +733,7 @@ class JudgeHost:
         os.makedirs(shared, mode=0o755, exist_ok=True)
         why = ""
         if warm:
-            from evaluator.triton_cache import warm_shared_cache
+            from evaluator.build.triton_cache import warm_shared_cache
 
             why = warm_shared_cache(shared)
         if why:
@@ -763,7 +765,7 @@ class JudgeHost:
         return runner
 
     def run_task(self, message: dict[str, Any]) -> dict[str, Any]:
-        from evaluator.pool import write_message
+        from evaluator.local.pool import write_message
 
         self.finish_task()
         task_id = message.get("task")
@@ -810,7 +812,7 @@ class JudgeHost:
 
     def _drive(self, runner: _Runner, judge: TaskJudge, request: EvalRequest, task_id: Any, deadline: float,
                limit_s: float, clock: Optional["_PhaseClock"] = None) -> dict[str, Any]:
-        from evaluator.pool import write_message
+        from evaluator.local.pool import write_message
 
         started = False
         selector = selectors.DefaultSelector()
@@ -929,7 +931,7 @@ class JudgeHost:
             selector.close()
 
     def _answer(self, runner: _Runner, message: dict[str, Any]) -> None:
-        from evaluator.pool import write_message
+        from evaluator.local.pool import write_message
 
         try:
             write_message(runner.task_w, message)
@@ -937,7 +939,7 @@ class JudgeHost:
             pass  # it is dying; its end of file comes next
 
     def _runner_died(self, runner, request, task_id, started, finish, verdict) -> dict[str, Any]:
-        from evaluator.pool import _crash_report, _describe_exit
+        from evaluator.local.pool import _crash_report, _describe_exit
 
         returncode = self.slot.returncode_of(runner, EXIT_STATUS_WAIT_S)
         self.slot.discard(runner)
@@ -946,7 +948,7 @@ class JudgeHost:
         self.slot.counters.add("crashes")
         cause = _describe_exit(returncode) if returncode is not None else "it died (exit status unknown: the " \
                                                                          "sandbox's zygote was gone)"
-        from evaluator.pool import _tail as tail
+        from evaluator.local.pool import _tail as tail
 
         report = _crash_report(tail(self.err_path, max_lines=40, max_chars=8000), runner.workdir or "/nonexistent")
         text = f"The worker process died while running the candidate: {cause}."
@@ -955,7 +957,7 @@ class JudgeHost:
         return finish(verdict(Verdict.CRASHED, text))
 
     def serve(self) -> int:
-        from evaluator.pool import read_message, write_message
+        from evaluator.local.pool import read_message, write_message
 
         while True:
             message = read_message(self.task_fd)

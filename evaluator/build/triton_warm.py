@@ -1,4 +1,4 @@
-"""The tiny Triton kernel the trusted judge host compiles to warm Triton's shared cache level (evaluator/triton_cache.py).
+"""The tiny Triton kernel the trusted judge host compiles to warm Triton's shared cache level (evaluator/build/triton_cache.py).
 Its own module, imported only by the judge host: a module-level kernel sees `tl` as a global, as Triton requires."""
 
 import triton

@@ -19,7 +19,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from evaluator.api import EvalRequest, EvalResult, Evaluator, EvaluatorError, check_request
-from evaluator.cluster_compile import (BuildRefused, CompileActor, CompileFleet, first_line, infrastructure_result,
+from evaluator.scale.cluster_compile import (BuildRefused, CompileActor, CompileFleet, first_line, infrastructure_result,
                                        install_build, release_dead_actor)
 from evaluator.factory import EvaluatorBusy, evaluate_with_backpressure
 

@@ -10,7 +10,7 @@ from typing import Dict, Optional
 from triton.runtime.cache import FileCacheManager
 
 SHARED_VARIABLE = "KRL_WORKER_TRITON_SHARED"
-MANAGER = "evaluator.triton_cache:TwoLevelCacheManager"  # the value of TRITON_CACHE_MANAGER in a runner
+MANAGER = "evaluator.build.triton_cache:TwoLevelCacheManager"  # the value of TRITON_CACHE_MANAGER in a runner
 
 
 class TwoLevelCacheManager(FileCacheManager):
@@ -76,7 +76,7 @@ def warm_shared_cache(shared_dir: str) -> str:
     try:
         import torch
 
-        from evaluator.triton_warm import add_one
+        from evaluator.build.triton_warm import add_one
 
         x = torch.zeros(64, device="cuda")
         add_one[(1,)](x, x.numel(), BLOCK=64)

@@ -23,9 +23,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from evaluator import timing
+from evaluator.judging import timing
 from evaluator.api import EvalRequest, EvalResult, EvaluatorError, Verdict
-from evaluator.proctree import become_subreaper, has_children, kill_tree, reap_children
+from evaluator.isolation.proctree import become_subreaper, has_children, kill_tree, reap_children
 
 # ---------------------------------------------------------------- wire format (JSON, never pickle: a worker runs
 # untrusted code, and unpickling what it sends would hand that code the caller's process)
@@ -156,7 +156,7 @@ def _apply_limits(limits: dict[str, Any]) -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (min(soft, limits["file_size_hard_bytes"]),
                                                    limits["file_size_hard_bytes"]))
     cap(resource.RLIMIT_AS, limits.get("address_space_bytes"))
-    from evaluator.sandbox import NOBODY_UID
+    from evaluator.isolation.sandbox import NOBODY_UID
 
     if os.environ.get("KRL_IN_SANDBOX") and os.getuid() == NOBODY_UID:  # never the user's own (or root's) count
         cap(resource.RLIMIT_NPROC, _process_cap(limits.get("sandbox_user_processes")))
@@ -198,7 +198,7 @@ def _child_main(argv: list[str]) -> int:
     workdir = os.getcwd()
     clean_env = dict(os.environ)
     cache_dir = os.environ.get("KRL_WORKER_CACHE_DIR", "")
-    worker_module = os.environ.get("KRL_WORKER_MODULE", "evaluator.worker")
+    worker_module = os.environ.get("KRL_WORKER_MODULE", "evaluator.slot.worker")
 
     if role == "compile":
         # Builds must not starve a GPU worker's host thread: timing (and its wall-clock cross-check) runs there.
@@ -208,7 +208,7 @@ def _child_main(argv: list[str]) -> int:
             pass
     if role == "eval":
         # The trusted judge of this slot: candidate code runs only in the sandboxed runners it starts.
-        from evaluator.judge_host import InfrastructureFailure, JudgeHost
+        from evaluator.slot.judge_host import InfrastructureFailure, JudgeHost
 
         host = JudgeHost(device, workdir, worker_module, limits, task_fd, result_fd)
         try:
@@ -229,7 +229,7 @@ def _child_main(argv: list[str]) -> int:
         _reset_between_tasks(workdir, clean_env)
         write_message(result_fd, {"type": "started", "task": task_id})
         try:
-            from evaluator.compile import build_cuda_candidate
+            from evaluator.build.compile import build_cuda_candidate
 
             request = EvalRequest.from_dict(message["request"])
             reply = {"type": "result", "task": task_id, "build": build_cuda_candidate(request, cache_dir)}
@@ -277,7 +277,7 @@ class PoolConfig:
     cpu_workers: int = 2
     compile_workers: int = 0
     cache_dir: str = ""
-    worker_module: str = "evaluator.worker"
+    worker_module: str = "evaluator.slot.worker"
     spare_per_device: int = 1
     limits: Limits = field(default_factory=Limits)
     cuda_arch_list: Optional[str] = None  # "9.0"; None: torch decides
@@ -373,7 +373,7 @@ class Pool:
 
     def submit(self, request: EvalRequest, build: Optional[dict] = None, compile_only: bool = False) -> Future:
         """A Future of the request's EvalResult. `build`: a CUDA candidate's record already published into this
-        pool's cache by a trusted caller (built elsewhere, evaluator/cluster_compile.py): no compile here.
+        pool's cache by a trusted caller (built elsewhere, evaluator/scale/cluster_compile.py): no compile here.
         `compile_only`: build it only; the Future gets the published record (a dict), or an EvalResult when the
         build ended without one (timeout, crash, infrastructure failure)."""
         future: Future = Future()
@@ -541,7 +541,7 @@ class Pool:
         result_r, result_w = os.pipe()
         out_file, err_file = open(out_path, "ab"), open(err_path, "ab")
         child_device = device if role == "compile" or device == "cpu" else "cuda:0"
-        argv = [sys.executable, "-m", "evaluator.pool", role, child_device, worker_id, str(result_w), str(os.getpid())]
+        argv = [sys.executable, "-m", "evaluator.local.pool", role, child_device, worker_id, str(result_w), str(os.getpid())]
         try:
             if role == "compile" and self.sandbox_kind != "none":
                 popen = self._start_sandboxed_compile_worker(workdir, extra, argv, out_file, err_file, result_w)
@@ -570,8 +570,8 @@ class Pool:
     def _start_sandboxed_compile_worker(self, workdir: str, extra: dict[str, str], argv: list[str], out_file: Any,
                                         err_file: Any, result_w: int) -> subprocess.Popen:
         """A compile worker runs the candidate's Python (its load_inline calls): in the sandbox, with the build cache
-        read-only; it builds in its private folder and _on_build publishes what it built (evaluator.compile)."""
-        from evaluator.sandbox import get_sandbox, worker_spec
+        read-only; it builds in its private folder and _on_build publishes what it built (evaluator.build.compile)."""
+        from evaluator.isolation.sandbox import get_sandbox, worker_spec
 
         extra = {k: v for k, v in extra.items() if k not in ("TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR")}
         extra["KRL_WORKER_SANDBOXED"] = "1"
@@ -589,8 +589,8 @@ class Pool:
         if getattr(self, "_pch_warmer", None) is not None or wanted == "0" or (
                 wanted != "1" and all(d == "cpu" for d in self.config.devices)):
             return
-        from evaluator.compile import default_cache_dir
-        from evaluator.sandbox import get_sandbox, worker_spec
+        from evaluator.build.compile import default_cache_dir
+        from evaluator.isolation.sandbox import get_sandbox, worker_spec
 
         cache = self.config.cache_dir or default_cache_dir()
         pch, private = os.path.join(cache, "pch"), os.path.join(self._root, "pch-warmer")
@@ -599,7 +599,7 @@ class Pool:
         spec = worker_spec(private, self._parent_env, extra_env=extra, cache_dir=cache, writable=(pch,))
         with open(os.path.join(self._root, "logs", "pch-warmer.err"), "ab") as err_file:
             self._pch_warmer = get_sandbox(self.sandbox_kind).popen(
-                spec, [sys.executable, "-m", "evaluator.compile", "warm-pch", cache], stdin=subprocess.DEVNULL,
+                spec, [sys.executable, "-m", "evaluator.build.compile", "warm-pch", cache], stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=err_file, start_new_session=True, close_fds=True)
 
     def _limits_for(self, role: str, device: str) -> dict[str, Any]:
@@ -704,7 +704,7 @@ class Pool:
             self._retire(worker)
 
     def _on_build(self, task: _Task, worker: _Worker, build: dict[str, Any]) -> None:
-        from evaluator.compile import default_cache_dir, publish_compile
+        from evaluator.build.compile import default_cache_dir, publish_compile
 
         # The worker ran candidate code: its record is only a claim. The trusted side moves what it built into the
         # content-addressed cache and hands the eval side the published record, never the worker's.
@@ -1036,7 +1036,7 @@ _REPORTED_SANDBOX: list[str] = []
 def _choose_sandbox() -> str:
     """The sandbox kind every slot of this process uses ($KRL_SANDBOX or the strongest that works), said loudly on
     stderr the first time when it is weaker than bubblewrap."""
-    from evaluator.sandbox import isolation_report
+    from evaluator.isolation.sandbox import isolation_report
 
     report = isolation_report()
     if not _REPORTED_SANDBOX:

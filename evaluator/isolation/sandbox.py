@@ -109,7 +109,7 @@ def allowed_environment(parent_env: Mapping[str, str], private_dir: str,
 
 def project_root() -> str:
     """The folder that holds the evaluator package (what goes on PYTHONPATH inside)."""
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # evaluator/isolation/ up
 
 
 def worker_spec(private_dir: str, parent_env: Mapping[str, str], *, extra_env: Optional[Mapping[str, str]] = None,
@@ -261,7 +261,7 @@ class Bubblewrap(Sandbox):
     kind = "bwrap"
 
     def __init__(self, executable: str = "bwrap", as_root: Optional[bool] = None):
-        from evaluator.syscall_filter import filter_bpf
+        from evaluator.isolation.syscall_filter import filter_bpf
 
         self.executable = executable
         self.as_root = os.geteuid() == 0 if as_root is None else as_root
@@ -270,7 +270,7 @@ class Bubblewrap(Sandbox):
         self.protections = tuple(p for p in PROTECTIONS if self.filtered or p != "syscall filter")
 
     def start_command(self, spec: SandboxSpec, argv: Sequence[str]) -> tuple[list[str], tuple[int, ...]]:
-        from evaluator.syscall_filter import filter_fd
+        from evaluator.isolation.syscall_filter import filter_fd
 
         fd = filter_fd() if self.filtered else None
         return self.command(spec, argv, seccomp_fd=fd), (() if fd is None else (fd,))

@@ -9,7 +9,7 @@ import sys
 import types
 from typing import Any, Callable, Iterable, Iterator, Optional
 
-from evaluator.rules import Finding, finding
+from evaluator.judging.rules import Finding, finding
 
 # Runtime cross-check: device-wide synchronised wall time per call may exceed the event median by this factor + slack.
 UNTIMED_WORK_FACTOR = 1.5
@@ -297,7 +297,7 @@ def call_and_poison(fn: Callable, args: tuple, kwargs: dict, fill: float) -> Any
     """Run one launch of the candidate's own code, then overwrite what it wrote: tensor arguments whose values changed
     (output buffers and in-place results) and tensors it returned. Read-only inputs keep their values. A write of
     values a buffer already held is invisible here; KernelPoisoner makes fresh allocations hold NaN/max-int first."""
-    from evaluator import judge
+    from evaluator.judging import judge
 
     arguments = _tensors_in(list(args) + list(kwargs.values()))
     before = [t.detach().clone() for t in arguments]
@@ -416,7 +416,7 @@ def moved_fraction(normal: Any, poisoned: Any) -> float:
     """Share of output elements that differ (NaN-aware) between a normal and a poisoned run on the same inputs."""
     import torch
 
-    from evaluator import judge
+    from evaluator.judging import judge
 
     moved = total = 0
     for a, b in zip(judge.flatten_output(normal), judge.flatten_output(poisoned)):
@@ -474,7 +474,7 @@ def check_patched(patched: list[str]) -> Optional[Finding]:
 def check_inputs_unchanged(inputs: list, pristine: list, detail: str = "") -> Optional[Finding]:
     import torch
 
-    from evaluator import judge
+    from evaluator.judging import judge
 
     for value, copy in zip(inputs, pristine):
         if isinstance(value, torch.Tensor) and not judge.same_values(value, copy):
@@ -521,7 +521,7 @@ def check_replayed_storages(storage_values: dict, value_set_count: int, calls: i
 
 def check_cached_output(earlier_outputs: list, output: Any) -> Optional[Finding]:
     """A wrong output equal to one returned for other inputs: a result cached across calls."""
-    from evaluator import judge
+    from evaluator.judging import judge
 
     if any(judge.outputs_identical(earlier, output) for earlier in earlier_outputs):
         return finding("cached_output")

@@ -1,7 +1,7 @@
 """Baselines of a problem: its reference Model timed eagerly and under torch.compile, in a trusted process on the
 evaluator's device (reference code is trusted; no candidate code ever runs here), with compile times cached on disk.
 
-`python -m evaluator.baseline` reads one BaselineRequest as JSON on stdin and writes one BaselineResult on stdout;
+`python -m evaluator.local.baseline` reads one BaselineRequest as JSON on stdin and writes one BaselineResult on stdout;
 `run_baseline` starts it and never raises for a problem that cannot be compiled or timed (the mode is "unavailable").
 """
 
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from evaluator.api import RuntimeStats
+from evaluator.isolation.sandbox import project_root
 
 MODES = ("eager", "compile")
 COMPILE_MODE = "default"  # torch.compile(mode=...) of the compile baseline
@@ -161,8 +162,8 @@ def measure_in_process(request: BaselineRequest, device: str, cache_dir: str) ->
     """Time the reference eagerly and compiled, interleaved; never raises for a problem that fails (unavailable)."""
     import torch
 
-    from evaluator import judge, timing
-    from evaluator.worker import default_timing_settings
+    from evaluator.judging import judge, timing
+    from evaluator.slot.worker import default_timing_settings
 
     started = time.perf_counter()
     is_cuda = device.startswith("cuda")
@@ -221,7 +222,7 @@ def _compile(request: BaselineRequest, result: BaselineResult, model: Any, input
     reason in result.unavailable) when it fails. A failure is recorded too, so the next evaluation does not retry."""
     import torch
 
-    from evaluator import judge
+    from evaluator.judging import judge
 
     record = CompileRecord(cache_dir)
     key = record_key(request, result.device_name, result.torch_version)
@@ -283,7 +284,7 @@ def main() -> int:
 
 def run_baseline(request: BaselineRequest, device: str, cache_dir: str,
                  running: Optional[set] = None) -> BaselineResult:
-    """Measure in a fresh trusted process (python -m evaluator.baseline) whose inductor and Triton caches live in
+    """Measure in a fresh trusted process (python -m evaluator.local.baseline) whose inductor and Triton caches live in
     cache_folder(cache_dir); a crash, a timeout or unreadable output makes every mode unavailable, with the reason.
     `running` (a set) holds the process while it runs, so its owner can kill it on close."""
     folder = cache_folder(cache_dir)
@@ -292,12 +293,12 @@ def run_baseline(request: BaselineRequest, device: str, cache_dir: str,
     env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(folder, "inductor")
     env["TRITON_CACHE_DIR"] = os.path.join(folder, "triton")
     env.pop("TRITON_CACHE_MANAGER", None)  # the runners' two-level manager is not for this trusted process
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = project_root()
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     running = set() if running is None else running
     try:
-        process = subprocess.Popen([sys.executable, "-m", "evaluator.baseline", device, folder], env=env, cwd=folder,
-                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        process = subprocess.Popen([sys.executable, "-m", "evaluator.local.baseline", device, folder], env=env,
+                                   cwd=folder, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     except OSError as exc:
         return unavailable(request, f"the baseline process could not start: {exc}", device)
     running.add(process)

@@ -25,7 +25,7 @@ from starlette.routing import Route
 
 from evaluator.api import BACKENDS, PRECISIONS, EvalRequest, EvalResult, EvaluatorError, Verdict
 from evaluator.factory import EvaluatorBusy, EvaluatorLike, compile_stats, worker_rows
-from evaluator.result_store import ResultStore, StoredRequest, result_row
+from evaluator.scale.result_store import ResultStore, StoredRequest, result_row
 
 log = logging.getLogger(__name__)
 

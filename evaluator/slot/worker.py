@@ -19,9 +19,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from evaluator import judge, rules, sol, timing
-from evaluator.rules import runtime as runtime_rules
-from evaluator.rules import static as static_rules
+from evaluator.judging import judge, rules, sol, timing
+from evaluator.judging.rules import runtime as runtime_rules
+from evaluator.judging.rules import static as static_rules
 from evaluator.api import BACKENDS, PRECISIONS, EvalRequest, EvalResult, Verdict
 
 MAX_MESSAGE_CHARS = 2000
@@ -145,7 +145,7 @@ def _cap(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
 
 def _format_traceback(exc: BaseException, candidate_filename: str) -> str:
     try:
-        from evaluator import errclean  # written by the pool engineer; optional until it lands
+        from evaluator.judging import errclean  # written by the pool engineer; optional until it lands
 
         return errclean.clean_traceback(exc, candidate_filename, max_chars=MAX_MESSAGE_CHARS)
     except Exception:
@@ -166,7 +166,7 @@ def _format_compile_error(exc: BaseException, candidate_source: str, candidate_f
     if type(exc).__name__ == "CudaBuildError":
         return _cap(text)  # compile.py already cleaned the compiler output
     try:
-        from evaluator import errclean
+        from evaluator.judging import errclean
 
         if "Error building extension" in text or "error:" in text:
             return errclean.clean_compile_log(text, candidate_source, max_chars=MAX_MESSAGE_CHARS)
@@ -189,7 +189,7 @@ def _is_compile_exception(exc: BaseException) -> bool:
         return True
     for frame in traceback.extract_tb(exc.__traceback__):
         name = frame.filename.replace("\\", "/")
-        if name.endswith("torch/utils/cpp_extension.py") or name.endswith("evaluator/compile.py"):
+        if name.endswith("torch/utils/cpp_extension.py") or name.endswith("evaluator/build/compile.py"):
             return True
     return False
 
@@ -459,7 +459,7 @@ class _RunState:
         request, ctx = self.request, self.ctx
         if request.backend == "cuda":
             try:
-                from evaluator import compile as compile_mod
+                from evaluator.build import compile as compile_mod
             except ImportError:
                 compile_mod = None
             if compile_mod is not None and hasattr(compile_mod, "install_load_inline_hook"):

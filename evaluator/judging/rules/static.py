@@ -7,7 +7,7 @@ import ast
 import re
 from typing import Any, Optional
 
-from evaluator.rules import Finding, finding
+from evaluator.judging.rules import Finding, finding
 
 # ---- runtime: kernel attribution ---------------------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ def pack_build(record: dict[str, Any], cache_dir: str, transfer: str) -> tuple[s
     """On the compile node: the published record as a JSON manifest and, for the object store, every artefact's bytes
     one after another in one blob (offset, length and sha256 of each in the manifest). The bytes are read from the
     verified cache entry and hashed as read."""
-    from evaluator.compile import entry_key, lookup
+    from evaluator.build.compile import entry_key, lookup
 
     artefacts, chunks, offset = [], [], 0
     if transfer == "object_store":
@@ -62,10 +62,10 @@ def pack_build(record: dict[str, Any], cache_dir: str, transfer: str) -> tuple[s
 
 def install_build(manifest_json: str, blob: Optional[bytes], cache_dir: str, candidate_source: str) -> dict[str, Any]:
     """On the evaluating node: check a build another node sent for this candidate, publish it into this node's
-    content-addressed cache (evaluator.compile.publish_compile, which also re-checks names, keys and paths) and
+    content-addressed cache (evaluator.build.compile.publish_compile, which also re-checks names, keys and paths) and
     return the published record its pool evaluates with. Every artefact must hash to what the manifest says, be
     built for this very candidate source, and come out of publishing unchanged; else BuildRefused."""
-    from evaluator.compile import MAX_ARTEFACT_BYTES, CompileRecord, _sha256_text, publish_compile, safe_file_name
+    from evaluator.build.compile import MAX_ARTEFACT_BYTES, CompileRecord, _sha256_text, publish_compile, safe_file_name
 
     try:
         manifest = json.loads(manifest_json)
@@ -130,7 +130,7 @@ def install_build(manifest_json: str, blob: Optional[bytes], cache_dir: str, can
 def _holds(cache_dir: str, source_sha256: str, build: Any) -> bool:
     """This cache already has the entry with these very bytes (verified): an evaluation of the same candidate again,
     or a compile actor on this node sharing the cache. Its bytes need not be written again."""
-    from evaluator.compile import entry_key, lookup
+    from evaluator.build.compile import entry_key, lookup
 
     found = lookup(cache_dir, entry_key(source_sha256, build.key)) if isinstance(build.key, str) else None
     return found is not None and found.artefact_sha256 == build.artefact_sha256
@@ -140,7 +140,7 @@ def _holds(cache_dir: str, source_sha256: str, build: Any) -> bool:
 
 class CompileActor:
     """Lives in one Ray worker process on one node and owns a compile-only Pool there: `workers` sandboxed compile
-    workers (evaluator/pool.py + sandbox.py, exactly as a local pool's), publishing into the node's cache. One pool
+    workers (evaluator/local/pool.py + sandbox.py, exactly as a local pool's), publishing into the node's cache. One pool
     per GPU arch asked for. Requests cross Ray as JSON; a build leaves as a manifest and one bytes blob."""
 
     def __init__(self, options_json: str, env: dict[str, str]):
@@ -151,7 +151,7 @@ class CompileActor:
         # in the driver's environment turns it off).
         os.environ.setdefault("KRL_WARM_PCH", "1")
         options = json.loads(options_json)
-        from evaluator.compile import default_cache_dir
+        from evaluator.build.compile import default_cache_dir
 
         self.workers = int(options["workers"])
         self.cache_dir = options.get("cache_dir") or default_cache_dir()
@@ -165,7 +165,7 @@ class CompileActor:
 
     def _pool(self, arch: str) -> Any:
         if arch not in self._pools:
-            from evaluator.pool import Limits, Pool, PoolConfig
+            from evaluator.local.pool import Limits, Pool, PoolConfig
 
             total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
             resident = int(min(32 * 2**30, max(4 * 2**30, 0.7 * total / self.workers)))
@@ -177,7 +177,7 @@ class CompileActor:
     async def compile(self, request_json: str, arch: str) -> tuple[str, bytes]:
         """(reply JSON, artefact bytes). The reply holds a manifest (built: evaluate it), a result (a verdict
         already: compile error, timeout, crash of the build) or an error (this node cannot build it now)."""
-        from evaluator.pool import build_verdict
+        from evaluator.local.pool import build_verdict
 
         request = EvalRequest.from_dict(json.loads(request_json))
         where = {"node": self.node, "pid": os.getpid()}

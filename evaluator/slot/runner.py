@@ -14,7 +14,7 @@ import socket
 import sys
 from typing import Any, Optional
 
-from evaluator.proctree import become_subreaper, has_children, kill_tree
+from evaluator.isolation.proctree import become_subreaper, has_children, kill_tree
 
 PR_SET_DUMPABLE = 4
 MAX_CONTROL_BYTES = 1 << 16
@@ -55,7 +55,7 @@ class JudgeLink:
         self.inputs_dir, self.outputs_dir, self.device = inputs_dir, outputs_dir, device
 
     def _ask(self, message: dict[str, Any], expect: str) -> dict[str, Any]:
-        from evaluator.pool import read_message, write_message
+        from evaluator.local.pool import read_message, write_message
 
         write_message(self.result_fd, message)
         reply = read_message(self.task_fd)
@@ -65,14 +65,14 @@ class JudgeLink:
         return reply
 
     def inputs(self, name: str) -> list:
-        from evaluator import judge, tensorwire
+        from evaluator.judging import judge, tensorwire
 
         self._ask({"type": "inputs", "name": name}, "inputs")
         values = tensorwire.read_values(os.path.join(self.inputs_dir, name + ".krlt"), MAX_INPUT_FILE_BYTES)
         return judge.to_device(list(values), self.device)
 
     def hand_over(self, name: str, output: Any) -> None:
-        from evaluator import tensorwire
+        from evaluator.judging import tensorwire
 
         with _file_size_cap_lifted():
             tensorwire.write_values(os.path.join(self.outputs_dir, name + ".krlt"), output)
@@ -147,7 +147,7 @@ def wipe_scratch(keep: tuple[str, ...]) -> None:
 
 def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:
     from evaluator.api import EvalRequest
-    from evaluator.pool import read_message, write_message
+    from evaluator.local.pool import read_message, write_message
 
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -185,8 +185,9 @@ def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:
 # ---------------------------------------------------------------- the zygote
 
 # Modules a runner would otherwise import lazily, each time, after its fork. The evaluator's own never touch CUDA.
-RUNNER_MODULES = ("evaluator.judge", "evaluator.tensorwire", "evaluator.timing", "evaluator.errclean",
-                  "evaluator.rules.runtime", "evaluator.rules.static", "evaluator.triton_cache", "torch.utils._device")
+RUNNER_MODULES = ("evaluator.judging.judge", "evaluator.judging.tensorwire", "evaluator.judging.timing",
+                  "evaluator.judging.errclean", "evaluator.judging.rules.runtime", "evaluator.judging.rules.static",
+                  "evaluator.build.triton_cache", "torch.utils._device")
 # CPU mode only (TRITON_INTERPRET=1): ~25 ms per runner for triton's interpreter alone, measured. Not on a GPU: one of
 # these initialised CUDA in the zygote there (H100, triton 3.6: every runner then failed "Cannot re-initialize CUDA in
 # forked subprocess"), and a zygote must never initialise CUDA.
@@ -222,7 +223,7 @@ def zygote_main(control_fd: int, device: str, worker_module: str) -> int:
     die_with_parent()
     become_subreaper()
     set_dumpable(False)
-    from evaluator.pool import _apply_limits
+    from evaluator.local.pool import _apply_limits
 
     _apply_limits(json.loads(os.environ.pop("KRL_WORKER_LIMITS", "{}")))
     faulthandler.enable()  # a runner's segfault prints the Python stack, which names the candidate line
