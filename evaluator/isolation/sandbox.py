@@ -13,7 +13,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
-from evaluator.api import EvaluatorError
+from evaluator.contract.types import EvaluatorError
+from evaluator.isolation.environment import allowed_environment, looks_secret, project_root  # noqa: F401 (re-exported)
 
 NOBODY_UID = NOBODY_GID = 65534
 DEFAULT_TMP_MIB = 512
@@ -66,50 +67,6 @@ class SandboxSpec:
     def all_read_only(self) -> list[str]:
         paths = (system_read_only_paths() if self.system else []) + list(self.read_only)
         return _dedupe([p for p in paths if os.path.lexists(p)])
-
-
-# Variables a worker may inherit: exact names, then prefixes. Everything else (keys, tokens, the user's settings) stays out.
-_ALLOWED_NAMES = frozenset({
-    "PATH", "LANG", "LANGUAGE", "TZ", "TERM", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "CUDA_MODULE_LOADING",
-    "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "TORCH_CUDA_ARCH_LIST", "PYTORCH_CUDA_ALLOC_CONF",
-    "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "CC", "CXX", "MAX_JOBS",
-    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TRITON_INTERPRET",
-})
-_ALLOWED_PREFIXES = ("LC_", "NVCC_", "KRL_WORKER_", "KRL_EVAL_")
-_SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION",
-                   "PRIVATE", "CERT")
-_SECRET_PREFIXES = ("AWS_", "TINKER_", "OPENAI_", "HF_", "HUGGING", "ANTHROPIC_", "GOOGLE_", "AZURE_", "GITHUB_",
-                    "WANDB_", "GH_", "GCP_")
-
-
-def looks_secret(name: str) -> bool:
-    upper = name.upper()
-    return any(marker in upper for marker in _SECRET_MARKERS) or upper.startswith(_SECRET_PREFIXES)
-
-
-def allowed_environment(parent_env: Mapping[str, str], private_dir: str,
-                        extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
-    """The environment inside a sandbox: the allow-listed parent variables, HOME/TMPDIR and every tool cache in
-    private_dir, then `extra` (ours, trusted). A name that looks secret never passes, from either side."""
-    env = {name: value for name, value in parent_env.items()
-           if (name in _ALLOWED_NAMES or name.startswith(_ALLOWED_PREFIXES)) and not looks_secret(name)}
-    tmp = os.path.join(private_dir, "tmp")
-    cache = os.path.join(private_dir, ".cache")
-    env.update(HOME=private_dir, TMPDIR=tmp, TMP=tmp, TEMP=tmp, XDG_CACHE_HOME=cache, USER="nobody", LOGNAME="nobody",
-               TRITON_CACHE_DIR=os.path.join(cache, "triton"), TORCH_EXTENSIONS_DIR=os.path.join(cache, "torch_extensions"),
-               TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"), CUDA_CACHE_PATH=os.path.join(cache, "nv"),
-               PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1", MALLOC_ARENA_MAX="2")
-    env.setdefault("PATH", os.defpath)
-    for name, value in (extra or {}).items():
-        if looks_secret(name):
-            raise ValueError(f"refusing to put {name!r} into a sandbox: the name looks like a secret")
-        env[name] = value
-    return env
-
-
-def project_root() -> str:
-    """The folder that holds the evaluator package (what goes on PYTHONPATH inside)."""
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # evaluator/isolation/ up
 
 
 def worker_spec(private_dir: str, parent_env: Mapping[str, str], *, extra_env: Optional[Mapping[str, str]] = None,

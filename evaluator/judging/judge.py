@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import torch
 
-from evaluator.api import Verdict
+from evaluator.contract.types import Verdict
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 

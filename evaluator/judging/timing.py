@@ -9,7 +9,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from evaluator.api import RuntimeStats
+from evaluator.contract.types import RuntimeStats
 
 CLOCK_CUDA = "cuda_events"
 CLOCK_MONOTONIC = "monotonic"

@@ -18,8 +18,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from evaluator.api import RuntimeStats
-from evaluator.isolation.sandbox import project_root
+from evaluator.contract.types import RuntimeStats
+from evaluator.isolation.environment import project_root
+from evaluator.judging.reference import load_reference
 
 MODES = ("eager", "compile")
 COMPILE_MODE = "default"  # torch.compile(mode=...) of the compile baseline
@@ -114,7 +115,7 @@ def record_key(request: BaselineRequest, device_name: str, torch_version: str) -
     return "|".join([request.source_hash(), sizes, request.precision, device_name, torch_version, COMPILE_MODE])
 
 
-class CompileRecord:
+class CompileTimeRecord:
     """A small JSON file of measured cold compile times (and compile failures), one entry per record_key, shared by
     every baseline process of one cache folder (flock around read-modify-write)."""
 
@@ -173,12 +174,8 @@ def measure_in_process(request: BaselineRequest, device: str, cache_dir: str) ->
                             device_name=torch.cuda.get_device_name(torch.device(device)) if is_cuda else "cpu",
                             timing_clock=timing.CLOCK_CUDA if is_cuda else timing.CLOCK_MONOTONIC)
     try:
-        module: dict[str, Any] = {"__name__": f"krl_baseline_{request.problem_id}"}
-        exec(compile(request.reference_source, "<reference>", "exec"), module)
-        reference = type(sys)("krl_baseline_reference")
-        reference.__dict__.update(module)
-        for name, value in (request.size_overrides or {}).items():
-            setattr(reference, name, value)
+        reference = load_reference(request.reference_source, request.size_overrides,
+                                   name=f"krl_baseline_{request.problem_id}")
         judge.set_seed(request.seed)
         with torch.device(device):
             model = reference.Model(*reference.get_init_inputs())
@@ -224,7 +221,7 @@ def _compile(request: BaselineRequest, result: BaselineResult, model: Any, input
 
     from evaluator.judging import judge
 
-    record = CompileRecord(cache_dir)
+    record = CompileTimeRecord(cache_dir)
     key = record_key(request, result.device_name, result.torch_version)
     known = record.get(key)
     if known and known.get("error") and time.time() - float(known.get("at", 0)) < FAILURE_RETRY_S:
@@ -259,7 +256,7 @@ def _compile(request: BaselineRequest, result: BaselineResult, model: Any, input
 
 
 def _tolerance(precision: str) -> tuple[float, float]:
-    from evaluator.api import DEFAULT_TOLERANCE
+    from evaluator.contract.types import DEFAULT_TOLERANCE
 
     return DEFAULT_TOLERANCE[precision], DEFAULT_TOLERANCE[precision]
 

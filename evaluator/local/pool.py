@@ -7,11 +7,8 @@ import atexit
 import collections
 import json
 import os
-import re
 import selectors
 import shutil
-import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -20,313 +17,18 @@ import time
 import traceback
 import weakref
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from evaluator.contract.framing import HEADER, MAX_MESSAGE_BYTES, write_message
+from evaluator.contract.types import EvalRequest, EvalResult, EvaluatorError, Verdict
+from evaluator.isolation.environment import worker_environment
+from evaluator.isolation.exits import describe_exit, tail
+from evaluator.isolation.proctree import kill_tree
 from evaluator.judging import timing
-from evaluator.api import EvalRequest, EvalResult, EvaluatorError, Verdict
-from evaluator.isolation.proctree import become_subreaper, has_children, kill_tree, reap_children
+from evaluator.local.outcomes import build_verdict, crash_result, memory_result, timeout_result
+from evaluator.local.records import KillReason, PoolConfig, Role, Stage, Task, Worker, WorkerState
 
-# ---------------------------------------------------------------- wire format (JSON, never pickle: a worker runs
-# untrusted code, and unpickling what it sends would hand that code the caller's process)
-
-_HEADER = struct.Struct(">I")
-MAX_MESSAGE_BYTES = 64 * 2**20
 JUDGE_GRACE_S = 15.0  # beyond a task's limit before the pool kills an eval slot whose judge did not answer
-
-
-def encode_message(message: dict[str, Any]) -> bytes:
-    body = json.dumps(message).encode()
-    return _HEADER.pack(len(body)) + body
-
-
-def write_message(fd: int, message: dict[str, Any]) -> None:
-    data = memoryview(encode_message(message))
-    while data:
-        written = os.write(fd, data)
-        data = data[written:]
-
-
-def read_message(fd: int) -> Optional[dict[str, Any]]:
-    """Blocking read of one message; None at end of file."""
-    header = _read_exactly(fd, _HEADER.size)
-    if header is None:
-        return None
-    (length,) = _HEADER.unpack(header)
-    body = _read_exactly(fd, length)
-    if body is None:
-        return None
-    return json.loads(body)
-
-
-def _read_exactly(fd: int, n: int) -> Optional[bytes]:
-    chunks, remaining = [], n
-    while remaining:
-        chunk = os.read(fd, remaining)
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks)
-
-
-# ---------------------------------------------------------------- environment and limits for workers
-
-# Only these variables reach a worker (prefix match), and then only if no part of the name looks secret.
-_ENV_ALLOW_PREFIXES = (
-    "PATH", "LANG", "LANGUAGE", "LC_", "TZ", "TERM", "CUDA_", "NVIDIA_", "NCCL_", "NVSHMEM_", "TORCH_", "PYTORCH_",
-    "TRITON_", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "PYTHONPATH",
-    "VIRTUAL_ENV", "CONDA_PREFIX", "CC", "CXX", "NVCC_", "MAX_JOBS", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "USER",
-    "LOGNAME", "SHELL", "KRL_WORKER_", "KRL_BWRAP", "KRL_SANDBOX",
-)
-# The evaluator's own settings that slots need (where bwrap is, the sandbox kind, the syscall filter switch).
-_ENV_KRL_SETTINGS = ("KRL_WORKER_", "KRL_BWRAP", "KRL_SANDBOX")
-_ENV_SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION", "PRIVATE")
-_ENV_SECRET_PREFIXES = ("AWS_", "TINKER_", "OPENAI_", "HF_", "HUGGING", "ANTHROPIC_", "GOOGLE_", "AZURE_", "GITHUB_",
-                        "WANDB_", "GH_", "GCP_", "KRL_")
-
-
-def looks_secret(name: str) -> bool:
-    upper = name.upper()
-    if upper.startswith(_ENV_KRL_SETTINGS):
-        return False
-    return any(marker in upper for marker in _ENV_SECRET_MARKERS) or upper.startswith(_ENV_SECRET_PREFIXES)
-
-
-def scrubbed_environment(parent_env: dict[str, str], private_dir: str, extra: dict[str, str]) -> dict[str, str]:
-    """The parent's environment reduced to what a compiler and torch need; HOME and TMPDIR point at private_dir."""
-    env = {
-        name: value
-        for name, value in parent_env.items()
-        if name.upper().startswith(_ENV_ALLOW_PREFIXES) and not looks_secret(name)
-    }
-    tmp = os.path.join(private_dir, "tmp")
-    os.makedirs(tmp, exist_ok=True)
-    env.update(HOME=private_dir, TMPDIR=tmp, TMP=tmp, TEMP=tmp, PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1",
-               MALLOC_ARENA_MAX="2")
-    env.update(extra)
-    return env
-
-
-@dataclass
-class Limits:
-    """Resource limits applied by each worker to itself before it imports anything heavy."""
-
-    address_space_bytes: Optional[int] = None  # CPU mode only: CUDA reserves huge virtual ranges
-    # Resident memory of a worker's whole process tree while it runs a task, checked by the pool (GPU mode has no
-    # address-space limit, so this is what stops a candidate from exhausting the host).
-    resident_bytes: Optional[int] = None
-    file_size_bytes: int = 64 * 2**20  # also caps a stdout/stderr flood (files, truncated per task)
-    open_files: int = 4096
-    core_dump_bytes: int = 0
-    # Processes and threads of the sandbox user (uid 65534, shared by every slot's candidates): bounds a fork bomb
-    # below the host's pid_max. Applied only inside a sandbox that runs as that user (see _apply_limits).
-    sandbox_user_processes: int = 16384
-
-
-TRUSTED_LIMIT_KEYS = ("core_dump_bytes", "open_files")
-
-
-def _process_cap(wanted: Optional[int]) -> Optional[int]:
-    """At most half the host's pid_max, so a fork bomb in the sandbox leaves the host room to act."""
-    try:
-        with open("/proc/sys/kernel/pid_max") as handle:
-            pid_max = int(handle.read())
-    except (OSError, ValueError):
-        return wanted
-    return None if wanted is None else min(wanted, pid_max // 2)
-
-
-def _apply_limits(limits: dict[str, Any]) -> None:
-    import resource
-
-    def cap(which: int, value: Optional[int]) -> None:
-        if value is None:
-            return
-        soft, hard = resource.getrlimit(which)
-        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-        resource.setrlimit(which, (value, hard))
-
-    cap(resource.RLIMIT_CORE, limits.get("core_dump_bytes"))
-    cap(resource.RLIMIT_NOFILE, limits.get("open_files"))
-    cap(resource.RLIMIT_FSIZE, limits.get("file_size_bytes"))
-    if limits.get("file_size_hard_bytes"):
-        # A soft cap (what a flood of output hits) under a hard one that a trusted write may lift the soft cap to.
-        soft = limits.get("file_size_bytes") or limits["file_size_hard_bytes"]
-        resource.setrlimit(resource.RLIMIT_FSIZE, (min(soft, limits["file_size_hard_bytes"]),
-                                                   limits["file_size_hard_bytes"]))
-    cap(resource.RLIMIT_AS, limits.get("address_space_bytes"))
-    from evaluator.isolation.sandbox import NOBODY_UID
-
-    if os.environ.get("KRL_IN_SANDBOX") and os.getuid() == NOBODY_UID:  # never the user's own (or root's) count
-        cap(resource.RLIMIT_NPROC, _process_cap(limits.get("sandbox_user_processes")))
-    # Past the size cap a write fails with EFBIG instead of the signal killing the worker.
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-
-
-def _die_with_parent() -> None:
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
-
-
-# ---------------------------------------------------------------- the worker side
-
-def _child_main(argv: list[str]) -> int:
-    role, device, worker_id, result_fd_text, parent_pid_text = argv[:5]
-    result_fd, parent_pid = int(result_fd_text), int(parent_pid_text)
-    limits = json.loads(os.environ.pop("KRL_WORKER_LIMITS", "{}"))
-    # The judge host is trusted and moves whole tensors through files: the candidates' caps are for the runners it
-    # starts (runner.py applies them), not for itself.
-    _apply_limits(limits if role != "eval" else {k: v for k, v in limits.items() if k in TRUSTED_LIMIT_KEYS})
-    timing.apply_placement()  # GPU slots on reserved cores, compiles off them (timing under load); children inherit
-    _die_with_parent()
-    become_subreaper()  # a candidate's setsid'd or double-forked processes stay in this tree
-    if os.getppid() != parent_pid and not os.environ.get("KRL_WORKER_SANDBOXED"):
-        return 0  # (inside a sandbox's PID namespace the parent is the sandbox's init: it dies with us instead)
-    import faulthandler
-
-    faulthandler.enable()  # a segfault prints the Python stack, which names the candidate line
-    # Tasks come on stdin; move it away so a candidate reading stdin cannot steal the next task or block on it.
-    task_fd = os.dup(0)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    workdir = os.getcwd()
-    clean_env = dict(os.environ)
-    cache_dir = os.environ.get("KRL_WORKER_CACHE_DIR", "")
-    worker_module = os.environ.get("KRL_WORKER_MODULE", "evaluator.slot.worker")
-
-    if role == "compile":
-        # Builds must not starve a GPU worker's host thread: timing (and its wall-clock cross-check) runs there.
-        try:
-            os.nice(10)
-        except OSError:
-            pass
-    if role == "eval":
-        # The trusted judge of this slot: candidate code runs only in the sandboxed runners it starts.
-        from evaluator.slot.judge_host import InfrastructureFailure, JudgeHost
-
-        host = JudgeHost(device, workdir, worker_module, limits, task_fd, result_fd)
-        try:
-            device_name = host.start()
-        except InfrastructureFailure as exc:
-            print("evaluation slot could not start: " + str(exc).replace("\n", " | "), file=sys.stderr, flush=True)
-            host.slot.stop_zygote()
-            return 1
-        write_message(result_fd, {"type": "ready", "worker_id": worker_id, "pid": os.getpid(),
-                                  "device_name": device_name})
-        return host.serve()
-    write_message(result_fd, {"type": "ready", "worker_id": worker_id, "pid": os.getpid()})
-    while True:
-        message = read_message(task_fd)
-        if message is None or message.get("type") == "exit":
-            return 0
-        task_id = message["task"]
-        _reset_between_tasks(workdir, clean_env)
-        write_message(result_fd, {"type": "started", "task": task_id})
-        try:
-            from evaluator.build.compile import build_cuda_candidate
-
-            request = EvalRequest.from_dict(message["request"])
-            reply = {"type": "result", "task": task_id, "build": build_cuda_candidate(request, cache_dir)}
-        except BaseException:  # a bug of the evaluator itself, not of the candidate
-            reply = {"type": "error", "task": task_id, "traceback": traceback.format_exc()[-4000:]}
-        leftovers = kill_tree(os.getpid(), include_root=False) if has_children() else []
-        if leftovers:
-            reap_children()
-            reply["leftovers"], reply["retire"] = len(leftovers), True
-        sys.stdout.flush()
-        sys.stderr.flush()
-        write_message(result_fd, reply)
-
-
-def _reset_between_tasks(workdir: str, clean_env: dict[str, str]) -> None:
-    """Each task starts with empty output files, an empty private directory and the worker's original environment."""
-    for stream, fd in ((sys.stdout, 1), (sys.stderr, 2)):
-        try:
-            stream.flush()
-            os.ftruncate(fd, 0)
-        except (OSError, ValueError):
-            pass
-    try:
-        os.chdir(workdir)
-        for entry in os.listdir(workdir):
-            if entry == "tmp":
-                continue
-            path = os.path.join(workdir, entry)
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                os.unlink(path)
-    except OSError:
-        pass
-    os.environ.clear()
-    os.environ.update(clean_env)
-
-
-# ---------------------------------------------------------------- the pool side
-
-@dataclass
-class PoolConfig:
-    devices: list[str]  # "cpu" or "cuda:N" (N = index among the GPUs the parent sees)
-    workers_per_device: int = 1
-    cpu_workers: int = 2
-    compile_workers: int = 0
-    cache_dir: str = ""
-    worker_module: str = "evaluator.slot.worker"
-    spare_per_device: int = 1
-    limits: Limits = field(default_factory=Limits)
-    cuda_arch_list: Optional[str] = None  # "9.0"; None: torch decides
-    start_timeout_s: float = 300.0
-    max_start_failures: int = 3
-
-    def active_target(self, device: str) -> int:
-        return self.cpu_workers if device == "cpu" else self.workers_per_device
-
-
-@dataclass(eq=False)
-class _Task:
-    request: EvalRequest
-    future: Future
-    submitted_at: float
-    stage: str = "eval"  # "compile" then "eval" for cuda candidates with compile workers
-    attempts: int = 1
-    prebuilt: Optional[dict] = None
-    build: Optional[dict] = None  # what the compile worker returned
-    done: bool = False
-    compile_only: bool = False  # Pool.submit(compile_only=True): the future gets the published build record
-
-
-@dataclass(eq=False)
-class _Worker:
-    worker_id: str
-    role: str  # "eval" | "compile"
-    device: str
-    popen: subprocess.Popen
-    task_fd: int  # parent writes tasks here
-    result_fd: int  # parent reads messages here
-    pidfd: Optional[int]
-    workdir: str
-    out_path: str
-    err_path: str
-    spawned_at: float
-    state: str = "starting"  # starting | idle | busy | retiring | dead
-    spare: bool = False
-    device_name: str = ""
-    buffer: bytearray = field(default_factory=bytearray)
-    task: Optional[_Task] = None
-    task_started: bool = False
-    deadline: Optional[float] = None
-    dispatched_at: float = 0.0
-    kill_reason: str = ""  # "timeout" | "memory" | "ipc" | "channel" | "retire" | "close" | "start_timeout"
-    channel_closed: bool = False
-    timeout_limit_s: float = 0.0
-    memory_used: int = 0  # resident bytes of its tree when the memory limit killed it
-
 
 _LIVE_POOLS: "weakref.WeakSet[Pool]" = weakref.WeakSet()
 
@@ -352,9 +54,9 @@ class Pool:
         os.set_blocking(self._wake_w, False)
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._wake_r, selectors.EVENT_READ, ("wake", None))
-        self._workers: list[_Worker] = []
-        self._eval_queue: collections.deque[_Task] = collections.deque()
-        self._compile_queue: collections.deque[_Task] = collections.deque()
+        self._workers: list[Worker] = []
+        self._eval_queue: collections.deque[Task] = collections.deque()
+        self._compile_queue: collections.deque[Task] = collections.deque()
         self._start_failures: dict[str, int] = collections.defaultdict(int)
         self._broken: dict[str, str] = {}  # device (or "compile") -> why its workers cannot start
         self._respawn_at: dict[str, float] = {}
@@ -382,7 +84,7 @@ class Pool:
             if not self._accepting:
                 future.set_exception(EvaluatorError("the evaluator is closed; create a new Evaluator."))
                 return future
-            self._inbox.append(_Task(request=request, future=future, submitted_at=time.monotonic(), build=build,
+            self._inbox.append(Task(request=request, future=future, submitted_at=time.monotonic(), build=build,
                                      compile_only=compile_only))
             self._wake()
         return future
@@ -466,7 +168,7 @@ class Pool:
             elif task.compile_only and (self.config.compile_workers < 1 or "compile" in self._broken):
                 self._fail(task, EvaluatorError("this pool has no compile workers: " + self._broken.get("compile", "")))
             elif task.request.backend == "cuda" and self.config.compile_workers > 0 and "compile" not in self._broken:
-                task.stage = "compile"
+                task.stage = Stage.COMPILE
                 self._compile_wanted = True
                 self._compile_queue.append(task)
             else:
@@ -480,21 +182,23 @@ class Pool:
             if device in self._broken or self._respawn_at.get(device, 0) > now:
                 continue
             self._respawn_at.pop(device, None)
-            alive = [w for w in self._workers if w.role == "eval" and w.device == device and w.state != "dead"
-                     and w.state != "retiring"]
+            alive = [w for w in self._workers if w.role == Role.EVAL and w.device == device
+                     and w.state not in (WorkerState.DEAD, WorkerState.RETIRING)]
             want = self.config.active_target(device) + self.config.spare_per_device
             for _ in range(want - len(alive)):
-                self._spawn("eval", device)
+                self._spawn(Role.EVAL, device)
             self._balance_spares(device)
         if self._compile_wanted and "compile" not in self._broken and self._respawn_at.get("compile", 0) <= now:
             self._respawn_at.pop("compile", None)
-            alive = [w for w in self._workers if w.role == "compile" and w.state not in ("dead", "retiring")]
+            alive = [w for w in self._workers
+                     if w.role == Role.COMPILE and w.state not in (WorkerState.DEAD, WorkerState.RETIRING)]
             for _ in range(self.config.compile_workers - len(alive)):
-                self._spawn("compile", "cpu")
+                self._spawn(Role.COMPILE, "cpu")
 
     def _balance_spares(self, device: str) -> None:
         """Ready workers beyond the active target wait as spares; a spare is promoted as soon as a slot frees."""
-        ready = [w for w in self._workers if w.role == "eval" and w.device == device and w.state in ("idle", "busy")]
+        ready = [w for w in self._workers
+                 if w.role == Role.EVAL and w.device == device and w.state in (WorkerState.IDLE, WorkerState.BUSY)]
         active = [w for w in ready if not w.spare]
         target = self.config.active_target(device)
         for worker in ready:
@@ -503,10 +207,10 @@ class Pool:
                 active.append(worker)
                 self.stats["spare_promotions"] += 1
         for worker in active[target:]:
-            if worker.state == "idle":
+            if worker.state == WorkerState.IDLE:
                 worker.spare = True
 
-    def _spawn(self, role: str, device: str) -> None:
+    def _spawn(self, role: Role, device: str) -> None:
         self._next_id += 1
         worker_id = f"{role[0]}{self._next_id}-{device}"
         workdir = os.path.join(self._root, worker_id)
@@ -527,7 +231,7 @@ class Pool:
         if self.config.cuda_arch_list:
             extra["TORCH_CUDA_ARCH_LIST"] = self.config.cuda_arch_list
         extra.update(timing.placement_env(role, device, self.config.devices))
-        if role == "compile":
+        if role == Role.COMPILE:
             extra["CUDA_VISIBLE_DEVICES"] = ""  # compile workers never touch a GPU
             extra["MAX_JOBS"] = "2"
         elif device == "cpu":
@@ -537,13 +241,14 @@ class Pool:
             extra["OMP_NUM_THREADS"] = str(threads)
         else:
             extra["CUDA_VISIBLE_DEVICES"] = _physical_gpu(int(device.split(":")[1]))
-        env = scrubbed_environment(self._parent_env, workdir, extra)
+        env = worker_environment(self._parent_env, workdir, extra)
         result_r, result_w = os.pipe()
         out_file, err_file = open(out_path, "ab"), open(err_path, "ab")
-        child_device = device if role == "compile" or device == "cpu" else "cuda:0"
-        argv = [sys.executable, "-m", "evaluator.local.pool", role, child_device, worker_id, str(result_w), str(os.getpid())]
+        child_device = device if role == Role.COMPILE or device == "cpu" else "cuda:0"
+        argv = [sys.executable, "-m", "evaluator.slot.entry", str(role), child_device, worker_id, str(result_w),
+                str(os.getpid())]
         try:
-            if role == "compile" and self.sandbox_kind != "none":
+            if role == Role.COMPILE and self.sandbox_kind != "none":
                 popen = self._start_sandboxed_compile_worker(workdir, extra, argv, out_file, err_file, result_w)
             else:
                 popen = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out_file, stderr=err_file, cwd=workdir,
@@ -558,7 +263,7 @@ class Pool:
             pidfd = os.pidfd_open(popen.pid)
         except (AttributeError, OSError):
             pass  # old kernel: the result pipe's end of file still tells us
-        worker = _Worker(worker_id=worker_id, role=role, device=device, popen=popen, task_fd=popen.stdin.fileno(),
+        worker = Worker(worker_id=worker_id, role=role, device=device, popen=popen, task_fd=popen.stdin.fileno(),
                          result_fd=result_r, pidfd=pidfd, workdir=workdir, out_path=out_path, err_path=err_path,
                          spawned_at=time.monotonic(), deadline=time.monotonic() + self.config.start_timeout_s)
         self._selector.register(result_r, selectors.EVENT_READ, ("result", worker))
@@ -602,9 +307,9 @@ class Pool:
                 spec, [sys.executable, "-m", "evaluator.build.compile", "warm-pch", cache], stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=err_file, start_new_session=True, close_fds=True)
 
-    def _limits_for(self, role: str, device: str) -> dict[str, Any]:
+    def _limits_for(self, role: Role, device: str) -> dict[str, Any]:
         limits = dict(vars(self.config.limits))
-        if role == "compile":
+        if role == Role.COMPILE:
             # Precompiled headers and objects are large; a flood is still bounded per task.
             limits["file_size_bytes"] = max(limits["file_size_bytes"], 2 * 2**30)
             limits["address_space_bytes"] = None
@@ -614,7 +319,7 @@ class Pool:
 
     # ---- messages
 
-    def _on_readable(self, worker: _Worker) -> None:
+    def _on_readable(self, worker: Worker) -> None:
         try:
             data = os.read(worker.result_fd, 1 << 20)
         except BlockingIOError:
@@ -627,27 +332,27 @@ class Pool:
             self._selector.unregister(worker.result_fd)
             os.close(worker.result_fd)
             worker.result_fd = -1
-            if worker.state != "dead" and not worker.kill_reason:
+            if worker.state != WorkerState.DEAD and not worker.kill_reason:
                 worker.channel_closed = True
                 worker.deadline = time.monotonic() + 1.0
                 if worker.pidfd is None:
                     try:
                         worker.popen.wait(1.0)
                     except subprocess.TimeoutExpired:
-                        worker.kill_reason = "channel"
+                        worker.kill_reason = KillReason.CHANNEL
                         kill_tree(worker.popen.pid)
                     self._on_exit(worker)
             return
         worker.buffer += data
-        while len(worker.buffer) >= _HEADER.size:
-            (length,) = _HEADER.unpack_from(worker.buffer)
+        while len(worker.buffer) >= HEADER.size:
+            (length,) = HEADER.unpack_from(worker.buffer)
             if length > MAX_MESSAGE_BYTES:
                 self._ipc_failure(worker, f"message of {length} bytes")
                 return
-            if len(worker.buffer) < _HEADER.size + length:
+            if len(worker.buffer) < HEADER.size + length:
                 return
-            body = bytes(worker.buffer[_HEADER.size:_HEADER.size + length])
-            del worker.buffer[:_HEADER.size + length]
+            body = bytes(worker.buffer[HEADER.size:HEADER.size + length])
+            del worker.buffer[:HEADER.size + length]
             try:
                 message = json.loads(body)
             except ValueError:
@@ -655,21 +360,21 @@ class Pool:
                 return
             self._on_message(worker, message)
 
-    def _ipc_failure(self, worker: _Worker, why: str) -> None:
+    def _ipc_failure(self, worker: Worker, why: str) -> None:
         self.stats["ipc_failures"] += 1
-        worker.kill_reason = "ipc"
+        worker.kill_reason = KillReason.IPC
         worker.buffer.clear()
         kill_tree(worker.popen.pid)
 
-    def _on_message(self, worker: _Worker, message: dict[str, Any]) -> None:
+    def _on_message(self, worker: Worker, message: dict[str, Any]) -> None:
         kind = message.get("type")
         if kind == "ready":
-            worker.state = "idle"
+            worker.state = WorkerState.IDLE
             worker.deadline = None
             worker.device_name = message.get("device_name", "")
-            worker.spare = worker.role == "eval"  # _balance_spares promotes it if a slot is free
-            self._start_failures[worker.device if worker.role == "eval" else "compile"] = 0
-            if worker.role == "eval":
+            worker.spare = worker.role == Role.EVAL  # _balance_spares promotes it if a slot is free
+            self._start_failures[worker.device if worker.role == Role.EVAL else "compile"] = 0
+            if worker.role == Role.EVAL:
                 self._balance_spares(worker.device)
             return
         task = worker.task
@@ -681,7 +386,7 @@ class Pool:
             worker.task_started = True
             return
         worker.task, worker.task_started, worker.deadline = None, False, None
-        worker.state = "idle"
+        worker.state = WorkerState.IDLE
         counters = message.get("counters")
         if isinstance(counters, dict):  # the judge's own account of its runners (crashes, timeouts, restarts)
             for name, count in counters.items():
@@ -693,7 +398,7 @@ class Pool:
         elif kind == "error":
             self.stats["worker_errors"] += 1
             self._infrastructure_failure(task, "the evaluator's worker raised an internal error:\n" + message.get("traceback", ""))
-        elif worker.role == "compile":
+        elif worker.role == Role.COMPILE:
             self._on_build(task, worker, message.get("build") or {})
         else:
             self._on_result(task, worker, message.get("result") or {})
@@ -703,8 +408,9 @@ class Pool:
             self.stats["retired"] += 1
             self._retire(worker)
 
-    def _on_build(self, task: _Task, worker: _Worker, build: dict[str, Any]) -> None:
-        from evaluator.build.compile import default_cache_dir, publish_compile
+    def _on_build(self, task: Task, worker: Worker, build: dict[str, Any]) -> None:
+        from evaluator.build.artefacts import publish_compile
+        from evaluator.build.compile import default_cache_dir
 
         # The worker ran candidate code: its record is only a claim. The trusted side moves what it built into the
         # content-addressed cache and hands the eval side the published record, never the worker's.
@@ -717,7 +423,7 @@ class Pool:
             return
         self._after_build(task, build)
 
-    def _after_build(self, task: _Task, build: dict[str, Any]) -> None:
+    def _after_build(self, task: Task, build: dict[str, Any]) -> None:
         """A published build: a verdict already (it failed; CPU mode cannot run CUDA), or on to an eval worker."""
         task.build = build
         result = build_verdict(task.request, build, cpu_mode=all(d == "cpu" for d in self.config.devices))
@@ -725,10 +431,10 @@ class Pool:
             self._finish(task, result)
             return
         task.prebuilt = build
-        task.stage = "eval"
+        task.stage = Stage.EVAL
         self._eval_queue.appendleft(task)  # it already waited for its compile
 
-    def _on_result(self, task: _Task, worker: _Worker, data: dict[str, Any]) -> None:
+    def _on_result(self, task: Task, worker: Worker, data: dict[str, Any]) -> None:
         try:
             result = EvalResult.from_dict(data)
         except Exception as exc:
@@ -752,12 +458,12 @@ class Pool:
 
     # ---- deaths, timeouts, retries
 
-    def _on_exit(self, worker: _Worker) -> None:
-        if worker.state == "dead":
+    def _on_exit(self, worker: Worker) -> None:
+        if worker.state == WorkerState.DEAD:
             return
         if worker.result_fd >= 0:  # a message written just before dying still counts
             self._on_readable(worker)
-            if worker.result_fd >= 0 and worker.state != "dead":
+            if worker.result_fd >= 0 and worker.state != WorkerState.DEAD:
                 self._selector.unregister(worker.result_fd)
                 os.close(worker.result_fd)
                 worker.result_fd = -1
@@ -770,77 +476,48 @@ class Pool:
             worker.popen.stdin.close()
         except OSError:
             pass
-        was_starting = worker.state == "starting"
-        worker.state = "dead"
+        was_starting = worker.state == WorkerState.STARTING
+        worker.state = WorkerState.DEAD
         worker.deadline = None
         self._workers.remove(worker)
-        cause = _describe_exit(returncode)
-        key = worker.device if worker.role == "eval" else "compile"
-        if was_starting and worker.kill_reason != "close":
+        cause = describe_exit(returncode)
+        key = worker.device if worker.role == Role.EVAL else "compile"
+        if was_starting and worker.kill_reason != KillReason.CLOSE:
             self.stats["start_failures"] += 1
             self._start_failures[key] += 1
             if self._start_failures[key] >= self.config.max_start_failures:
-                self._mark_broken(key, f"{cause}: {_tail(worker.err_path, max_lines=3)}")
+                self._mark_broken(key, f"{cause}: {tail(worker.err_path, max_lines=3)}")
             else:
                 self._respawn_at[key] = time.monotonic() + 0.5 * self._start_failures[key]
         task = worker.task
         worker.task = None
         if task is not None:
             self._report_death(task, worker, cause)
-        if worker.role == "eval" and worker.device not in self._broken:
+        if worker.role == Role.EVAL and worker.device not in self._broken:
             self._balance_spares(worker.device)
         shutil.rmtree(worker.workdir, ignore_errors=True)
 
-    def _report_death(self, task: _Task, worker: _Worker, cause: str) -> None:
-        request = task.request
-        if worker.kill_reason == "timeout":
+    def _report_death(self, task: Task, worker: Worker, cause: str) -> None:
+        elapsed_s = time.monotonic() - task.submitted_at
+        if worker.kill_reason == KillReason.TIMEOUT:
             self.stats["timeouts"] += 1
-            phase = "compilation" if worker.role == "compile" else "evaluation"
-            result = EvalResult(
-                request_id=request.request_id, problem_id=request.problem_id, verdict=Verdict.TIMEOUT,
-                compiled=worker.role == "eval" and bool(task.build and task.build.get("ok")),
-                error_message=f"The {phase} did not finish within {worker.timeout_limit_s:.0f} s and was stopped.",
-                phase_times_s={"total": time.monotonic() - task.submitted_at}, attempts=task.attempts,
-                worker_id=worker.worker_id,
-            )
-            self._finish(task, result)
-        elif worker.kill_reason == "memory":
+            self._finish(task, timeout_result(task, worker, elapsed_s))
+        elif worker.kill_reason == KillReason.MEMORY:
             self.stats["memory_kills"] += 1
-            limit = self.config.limits.resident_bytes or 0
-            self._finish(task, EvalResult(
-                request_id=request.request_id, problem_id=request.problem_id, verdict=Verdict.RUNTIME_ERROR,
-                compiled=bool(task.build and task.build.get("ok")),
-                error_message=(f"The candidate used {worker.memory_used / 2**30:.1f} GiB of host memory, over the "
-                               f"{limit / 2**30:.1f} GiB limit per evaluation, and was stopped. Keep host-side "
-                               "buffers small; work on the GPU tensors you are given."),
-                phase_times_s={"total": time.monotonic() - task.submitted_at}, attempts=task.attempts,
-                worker_id=worker.worker_id,
-            ))
-        elif not worker.task_started or worker.kill_reason == "ipc" or worker.role == "eval":
+            self._finish(task, memory_result(task, worker, self.config.limits.resident_bytes or 0, elapsed_s))
+        elif not worker.task_started or worker.kill_reason == KillReason.IPC or worker.role == Role.EVAL:
             # (An eval slot is the trusted judge: the candidate runs in its runners, so its death is ours.)
             # The candidate never ran (or the channel broke): not the candidate's fault, so try once more.
             self._infrastructure_failure(task, f"the worker process failed before it could run the request ({cause}).")
         else:
             self.stats["crashes"] += 1
-            tail = _crash_report(_tail(worker.err_path, max_lines=40, max_chars=8000), worker.workdir)
-            if worker.kill_reason == "channel":
-                cause = "the candidate closed the worker's result channel, so the worker was killed"
-            message = f"The worker process died while {'compiling' if worker.role == 'compile' else 'running'} the candidate: {cause}."
-            if tail:
-                message += "\nLast lines of its stderr:\n" + tail
-            result = EvalResult(
-                request_id=request.request_id, problem_id=request.problem_id, verdict=Verdict.CRASHED,
-                compiled=worker.role == "eval" and bool(task.build and task.build.get("ok")),
-                error_message=message[-2000:], phase_times_s={"total": time.monotonic() - task.submitted_at},
-                attempts=task.attempts, worker_id=worker.worker_id,
-            )
-            self._finish(task, result)
+            self._finish(task, crash_result(task, worker, cause, elapsed_s))
 
-    def _infrastructure_failure(self, task: _Task, why: str) -> None:
+    def _infrastructure_failure(self, task: Task, why: str) -> None:
         if task.attempts < 2:
             task.attempts += 1
             self.stats["retries"] += 1
-            queue = self._compile_queue if task.stage == "compile" else self._eval_queue
+            queue = self._compile_queue if task.stage == Stage.COMPILE else self._eval_queue
             queue.appendleft(task)
             return
         self._finish(task, EvalResult(
@@ -855,27 +532,27 @@ class Pool:
             if worker.deadline is None or worker.deadline > now or worker.kill_reason:
                 continue
             if worker.channel_closed:
-                worker.kill_reason = "channel"
-            elif worker.state == "starting":
-                worker.kill_reason = "start_timeout"
-            elif worker.state == "retiring":
-                worker.kill_reason = "retire"
+                worker.kill_reason = KillReason.CHANNEL
+            elif worker.state == WorkerState.STARTING:
+                worker.kill_reason = KillReason.START_TIMEOUT
+            elif worker.state == WorkerState.RETIRING:
+                worker.kill_reason = KillReason.RETIRE
             else:
-                worker.kill_reason = "timeout"
+                worker.kill_reason = KillReason.TIMEOUT
             kill_tree(worker.popen.pid)
             worker.deadline = None
             if worker.pidfd is None:  # no pidfd: reap here rather than wait for the pipe
                 self._on_exit(worker)
 
-    def _retire(self, worker: _Worker) -> None:
-        worker.state = "retiring"
-        worker.kill_reason = "retire"
+    def _retire(self, worker: Worker) -> None:
+        worker.state = WorkerState.RETIRING
+        worker.kill_reason = KillReason.RETIRE
         try:
             write_message(worker.task_fd, {"type": "exit"})
         except OSError:
             pass
         worker.deadline = time.monotonic() + 5.0
-        if worker.role == "eval":
+        if worker.role == Role.EVAL:
             self._balance_spares(worker.device)
 
     def _mark_broken(self, key: str, why: str) -> None:
@@ -885,7 +562,7 @@ class Pool:
             # Without compile workers, GPU workers build candidates themselves.
             while self._compile_queue:
                 task = self._compile_queue.popleft()
-                task.stage = "eval"
+                task.stage = Stage.EVAL
                 self._eval_queue.append(task)
             return
         if all(device in self._broken for device in self.config.devices):
@@ -901,18 +578,18 @@ class Pool:
                 self._fail(self._eval_queue.popleft(), EvaluatorError(
                     "no evaluation worker could start: " + next(iter(self._broken.values()))[-1500:]))
         for worker in self._workers:
-            if worker.state != "idle" or worker.spare:
+            if worker.state != WorkerState.IDLE or worker.spare:
                 continue
-            queue = self._compile_queue if worker.role == "compile" else self._eval_queue
+            queue = self._compile_queue if worker.role == Role.COMPILE else self._eval_queue
             if not queue:
                 continue
             task = queue.popleft()
             self._send(worker, task)
 
-    def _send(self, worker: _Worker, task: _Task) -> None:
+    def _send(self, worker: Worker, task: Task) -> None:
         request = task.request
         message: dict[str, Any] = {"type": worker.role, "task": id(task), "request": request.to_dict()}
-        if worker.role == "compile":
+        if worker.role == Role.COMPILE:
             limit = request.compile_timeout_s
         else:
             message["prebuilt"] = task.prebuilt
@@ -926,17 +603,17 @@ class Pool:
         worker.timeout_limit_s = limit
         # An eval slot's judge enforces the limit on its runner; the pool's deadline only backs it up.
         message["limit_s"] = limit
-        worker.deadline = worker.dispatched_at + limit + (JUDGE_GRACE_S if worker.role == "eval" else 0.0)
+        worker.deadline = worker.dispatched_at + limit + (JUDGE_GRACE_S if worker.role == Role.EVAL else 0.0)
         try:
             write_message(worker.task_fd, message)
         except OSError:
             # Its death will be reported by the exit handler, which retries the task.
-            worker.kill_reason = "ipc"
+            worker.kill_reason = KillReason.IPC
             kill_tree(worker.popen.pid)
 
     # ---- results
 
-    def _finish(self, task: _Task, result: EvalResult) -> None:
+    def _finish(self, task: Task, result: EvalResult) -> None:
         if task.done:
             self.stats["duplicate_results_dropped"] += 1
             return
@@ -945,7 +622,7 @@ class Pool:
         result.phase_times_s.setdefault("total", time.monotonic() - task.submitted_at)
         task.future.set_result(result)
 
-    def _fail(self, task: _Task, error: BaseException) -> None:
+    def _fail(self, task: Task, error: BaseException) -> None:
         if task.done:
             return
         task.done = True
@@ -974,7 +651,7 @@ class Pool:
             kill_tree(warmer.pid)
         self._fail_everything("the evaluator was closed before this request finished.")
         for worker in self._workers:
-            worker.kill_reason = worker.kill_reason or "close"
+            worker.kill_reason = worker.kill_reason or KillReason.CLOSE
             try:
                 write_message(worker.task_fd, {"type": "exit"})
             except OSError:
@@ -1015,21 +692,6 @@ class Pool:
 
 # ---------------------------------------------------------------- helpers
 
-def build_verdict(request: EvalRequest, build: dict[str, Any], cpu_mode: bool) -> Optional[EvalResult]:
-    """The result a published build decides on its own: it failed (compile_error), or it built but CPU mode cannot
-    run CUDA kernels (runtime_error). None: it goes on to be evaluated."""
-    common = {"request_id": request.request_id, "problem_id": request.problem_id,
-              "phase_times_s": {"compile": float(build.get("seconds", 0.0))},
-              "cache_hits": ["compile"] if build.get("cache_hit") else []}
-    if not build.get("ok"):
-        return EvalResult(verdict=Verdict.COMPILE_ERROR, compiled=False,
-                          error_message=build.get("error_message") or "compilation failed", **common)
-    if cpu_mode and build.get("artifacts"):
-        return EvalResult(verdict=Verdict.RUNTIME_ERROR, compiled=True,
-                          error_message="compiled, but CUDA kernels cannot run in CPU mode (no GPU).", **common)
-    return None
-
-
 _REPORTED_SANDBOX: list[str] = []
 
 
@@ -1053,49 +715,6 @@ def _drain_fd(fd: int) -> None:
         pass
 
 
-def _describe_exit(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        meaning = {"SIGSEGV": "segmentation fault", "SIGABRT": "abort", "SIGKILL": "killed", "SIGBUS": "bus error",
-                   "SIGFPE": "arithmetic error", "SIGILL": "illegal instruction"}.get(name, "")
-        return f"killed by {name}" + (f" ({meaning})" if meaning else "")
-    return f"exited with code {returncode}"
-
-
-def _tail(path: str, max_lines: int = 15, max_chars: int = 1500) -> str:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - 16384))
-            text = handle.read().decode(errors="replace")
-    except OSError:
-        return ""
-    lines = [line for line in text.splitlines() if line.strip()][-max_lines:]
-    return "\n".join(lines)[-max_chars:]
-
-
-_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<name>.*)$')
-
-
-def _crash_report(tail: str, workdir: str) -> str:
-    """faulthandler's dump reduced to the fatal error and the candidate's own frames ("line N in forward")."""
-    kept = []
-    for line in tail.splitlines():
-        frame = _FRAME.match(line)
-        if frame:
-            if frame.group("path").startswith(workdir):
-                kept.append(f"  line {frame.group('line')} in {frame.group('name')}")
-            continue
-        if line.startswith(("Extension modules:", "Current thread", "Thread 0x", "Stack (most recent")):
-            continue
-        kept.append(line)
-    return "\n".join(kept[-15:])[-1500:]
-
-
 def _physical_gpu(index: int) -> str:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible:
@@ -1105,5 +724,3 @@ def _physical_gpu(index: int) -> str:
     return str(index)
 
 
-if __name__ == "__main__":
-    sys.exit(_child_main(sys.argv[1:]))

@@ -11,8 +11,9 @@ from typing import Any, Iterable, Iterator, Optional
 
 import httpx
 
-from evaluator.api import EvalRequest, EvalResult, EvaluatorError, check_request
-from evaluator.factory import compile_stats, evaluate_with_backpressure
+from evaluator.contract.types import EvalRequest, EvalResult, EvaluatorError, check_request
+from evaluator.scale.backpressure import evaluate_with_backpressure
+from evaluator.scale.stats import compile_stats
 
 DEFAULT_TOKEN_ENV = "KRL_EVAL_TOKEN"
 _RETRY_STATUS = (502, 503, 504)

@@ -18,10 +18,11 @@ from typing import Any, Iterable, Iterator, Optional
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from evaluator.api import EvalRequest, EvalResult, Evaluator, EvaluatorError, check_request
+from evaluator.contract.types import EvalRequest, EvalResult, EvaluatorBusy, EvaluatorError, check_request
+from evaluator.local.evaluator import Evaluator
+from evaluator.scale.backpressure import evaluate_with_backpressure
 from evaluator.scale.cluster_compile import (BuildRefused, CompileActor, CompileFleet, first_line, infrastructure_result,
-                                       install_build, release_dead_actor)
-from evaluator.factory import EvaluatorBusy, evaluate_with_backpressure
+                                             install_build, release_dead_actor)
 
 MAINTAIN_EVERY_S = 2.0  # how often nodes are re-read, missing actors started and actor stats refreshed
 THROUGHPUT_WINDOW_S = 60.0

@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from evaluator.api import EvalRequest, EvalResult, EvaluatorError, Verdict
+from evaluator.contract.types import EvalRequest, EvalResult, EvaluatorError, Verdict
 
 TRANSFERS = ("object_store", "shared_folder")
 THROUGHPUT_WINDOW_S = 60.0
@@ -38,7 +38,7 @@ def pack_build(record: dict[str, Any], cache_dir: str, transfer: str) -> tuple[s
     """On the compile node: the published record as a JSON manifest and, for the object store, every artefact's bytes
     one after another in one blob (offset, length and sha256 of each in the manifest). The bytes are read from the
     verified cache entry and hashed as read."""
-    from evaluator.build.compile import entry_key, lookup
+    from evaluator.build.artefacts import entry_key, lookup
 
     artefacts, chunks, offset = [], [], 0
     if transfer == "object_store":
@@ -62,10 +62,11 @@ def pack_build(record: dict[str, Any], cache_dir: str, transfer: str) -> tuple[s
 
 def install_build(manifest_json: str, blob: Optional[bytes], cache_dir: str, candidate_source: str) -> dict[str, Any]:
     """On the evaluating node: check a build another node sent for this candidate, publish it into this node's
-    content-addressed cache (evaluator.build.compile.publish_compile, which also re-checks names, keys and paths) and
+    content-addressed cache (evaluator.build.artefacts.publish_compile, which also re-checks names, keys and paths) and
     return the published record its pool evaluates with. Every artefact must hash to what the manifest says, be
     built for this very candidate source, and come out of publishing unchanged; else BuildRefused."""
-    from evaluator.build.compile import MAX_ARTEFACT_BYTES, CompileRecord, _sha256_text, publish_compile, safe_file_name
+    from evaluator.build.artefacts import MAX_ARTEFACT_BYTES, publish_compile, safe_file_name, sha256_text
+    from evaluator.build.records import CompileRecord
 
     try:
         manifest = json.loads(manifest_json)
@@ -75,7 +76,7 @@ def install_build(manifest_json: str, blob: Optional[bytes], cache_dir: str, can
         raise BuildRefused(f"its manifest is unreadable ({type(exc).__name__}: {exc})") from None
     if transfer not in TRANSFERS or not isinstance(artefacts, list):
         raise BuildRefused("its manifest names no known way of transfer")
-    if record.source_sha256 != _sha256_text(candidate_source):
+    if record.source_sha256 != sha256_text(candidate_source):
         raise BuildRefused("it was built for another candidate source")
     blob = memoryview(blob or b"")
     received: dict[int, tuple[memoryview, str]] = {}  # build index -> (its bytes, their sha256)
@@ -130,7 +131,7 @@ def install_build(manifest_json: str, blob: Optional[bytes], cache_dir: str, can
 def _holds(cache_dir: str, source_sha256: str, build: Any) -> bool:
     """This cache already has the entry with these very bytes (verified): an evaluation of the same candidate again,
     or a compile actor on this node sharing the cache. Its bytes need not be written again."""
-    from evaluator.build.compile import entry_key, lookup
+    from evaluator.build.artefacts import entry_key, lookup
 
     found = lookup(cache_dir, entry_key(source_sha256, build.key)) if isinstance(build.key, str) else None
     return found is not None and found.artefact_sha256 == build.artefact_sha256
@@ -165,7 +166,8 @@ class CompileActor:
 
     def _pool(self, arch: str) -> Any:
         if arch not in self._pools:
-            from evaluator.local.pool import Limits, Pool, PoolConfig
+            from evaluator.isolation.limits import Limits
+            from evaluator.local.pool import Pool, PoolConfig
 
             total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
             resident = int(min(32 * 2**30, max(4 * 2**30, 0.7 * total / self.workers)))
@@ -177,7 +179,7 @@ class CompileActor:
     async def compile(self, request_json: str, arch: str) -> tuple[str, bytes]:
         """(reply JSON, artefact bytes). The reply holds a manifest (built: evaluate it), a result (a verdict
         already: compile error, timeout, crash of the build) or an error (this node cannot build it now)."""
-        from evaluator.local.pool import build_verdict
+        from evaluator.local.outcomes import build_verdict
 
         request = EvalRequest.from_dict(json.loads(request_json))
         where = {"node": self.node, "pid": os.getpid()}

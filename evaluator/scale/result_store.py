@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any, Iterator, Optional
 
-from evaluator.api import EvaluatorError
+from evaluator.contract.types import EvaluatorError
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 5.0  # how long a write waits for another process's lock before failing with what to do

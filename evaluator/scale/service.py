@@ -23,9 +23,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from evaluator.api import BACKENDS, PRECISIONS, EvalRequest, EvalResult, EvaluatorError, Verdict
-from evaluator.factory import EvaluatorBusy, EvaluatorLike, compile_stats, worker_rows
+from evaluator.contract.protocol import EvaluatorLike
+from evaluator.contract.types import (BACKENDS, PRECISIONS, EvalRequest, EvalResult, EvaluatorBusy, EvaluatorError,
+                                      Verdict)
 from evaluator.scale.result_store import ResultStore, StoredRequest, result_row
+from evaluator.scale.stats import compile_stats, worker_rows
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from evaluator.api import EvalRequest, EvalResult, RuntimeStats, Verdict
+from evaluator.contract.types import EvalRequest, EvalResult, RuntimeStats, Verdict
 from evaluator.isolation.proctree import kill_tree, process_table, tree_resident_bytes
 from evaluator.judging.reference_cache import ReferenceCache, nbytes, problem_key
 
@@ -311,7 +311,7 @@ class _Reader:
         self.fd, self.max_bytes, self.buffer, self.eof = fd, max_bytes, bytearray(), False
 
     def read(self) -> list[dict[str, Any]]:
-        from evaluator.local.pool import _HEADER
+        from evaluator.contract.framing import HEADER as _HEADER
 
         try:
             data = os.read(self.fd, 1 << 20)
@@ -657,14 +657,14 @@ def _module_roots(module: str) -> list[str]:
 
 
 def _pythonpath() -> str:
-    from evaluator.isolation.sandbox import project_root
+    from evaluator.isolation.environment import project_root
 
     extra = os.environ.get("PYTHONPATH", "")
     return project_root() + (os.pathsep + extra if extra else "")
 
 
 def _tail(path: str) -> str:
-    from evaluator.local.pool import _tail as tail
+    from evaluator.isolation.exits import tail
 
     return tail(path, max_lines=5)
 
@@ -765,7 +765,7 @@ class JudgeHost:
         return runner
 
     def run_task(self, message: dict[str, Any]) -> dict[str, Any]:
-        from evaluator.local.pool import write_message
+        from evaluator.contract.framing import write_message
 
         self.finish_task()
         task_id = message.get("task")
@@ -812,7 +812,7 @@ class JudgeHost:
 
     def _drive(self, runner: _Runner, judge: TaskJudge, request: EvalRequest, task_id: Any, deadline: float,
                limit_s: float, clock: Optional["_PhaseClock"] = None) -> dict[str, Any]:
-        from evaluator.local.pool import write_message
+        from evaluator.contract.framing import write_message
 
         started = False
         selector = selectors.DefaultSelector()
@@ -931,7 +931,7 @@ class JudgeHost:
             selector.close()
 
     def _answer(self, runner: _Runner, message: dict[str, Any]) -> None:
-        from evaluator.local.pool import write_message
+        from evaluator.contract.framing import write_message
 
         try:
             write_message(runner.task_w, message)
@@ -939,7 +939,7 @@ class JudgeHost:
             pass  # it is dying; its end of file comes next
 
     def _runner_died(self, runner, request, task_id, started, finish, verdict) -> dict[str, Any]:
-        from evaluator.local.pool import _crash_report, _describe_exit
+        from evaluator.isolation.exits import crash_report as _crash_report, describe_exit as _describe_exit
 
         returncode = self.slot.returncode_of(runner, EXIT_STATUS_WAIT_S)
         self.slot.discard(runner)
@@ -948,7 +948,7 @@ class JudgeHost:
         self.slot.counters.add("crashes")
         cause = _describe_exit(returncode) if returncode is not None else "it died (exit status unknown: the " \
                                                                          "sandbox's zygote was gone)"
-        from evaluator.local.pool import _tail as tail
+        from evaluator.isolation.exits import tail
 
         report = _crash_report(tail(self.err_path, max_lines=40, max_chars=8000), runner.workdir or "/nonexistent")
         text = f"The worker process died while running the candidate: {cause}."
@@ -957,7 +957,7 @@ class JudgeHost:
         return finish(verdict(Verdict.CRASHED, text))
 
     def serve(self) -> int:
-        from evaluator.local.pool import read_message, write_message
+        from evaluator.contract.framing import read_message, write_message
 
         while True:
             message = read_message(self.task_fd)

@@ -55,7 +55,7 @@ class JudgeLink:
         self.inputs_dir, self.outputs_dir, self.device = inputs_dir, outputs_dir, device
 
     def _ask(self, message: dict[str, Any], expect: str) -> dict[str, Any]:
-        from evaluator.local.pool import read_message, write_message
+        from evaluator.contract.framing import read_message, write_message
 
         write_message(self.result_fd, message)
         reply = read_message(self.task_fd)
@@ -146,8 +146,8 @@ def wipe_scratch(keep: tuple[str, ...]) -> None:
 
 
 def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:
-    from evaluator.api import EvalRequest
-    from evaluator.local.pool import read_message, write_message
+    from evaluator.contract.types import EvalRequest
+    from evaluator.contract.framing import read_message, write_message
 
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -223,7 +223,7 @@ def zygote_main(control_fd: int, device: str, worker_module: str) -> int:
     die_with_parent()
     become_subreaper()
     set_dumpable(False)
-    from evaluator.local.pool import _apply_limits
+    from evaluator.isolation.limits import apply_limits as _apply_limits
 
     _apply_limits(json.loads(os.environ.pop("KRL_WORKER_LIMITS", "{}")))
     faulthandler.enable()  # a runner's segfault prints the Python stack, which names the candidate line

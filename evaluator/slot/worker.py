@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 from evaluator.judging import judge, rules, sol, timing
 from evaluator.judging.rules import runtime as runtime_rules
 from evaluator.judging.rules import static as static_rules
-from evaluator.api import BACKENDS, PRECISIONS, EvalRequest, EvalResult, Verdict
+from evaluator.contract.types import BACKENDS, PRECISIONS, EvalRequest, EvalResult, Verdict
 
 MAX_MESSAGE_CHARS = 2000
 # Calls in the device-wide synchronised cross-check of the event timing.

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from evaluator.api import Evaluator, EvaluatorError
-from evaluator.local.baseline import BaselineRequest, CompileRecord, cache_folder, run_baseline
+from evaluator.local.baseline import BaselineRequest, CompileTimeRecord, cache_folder, run_baseline
 
 ROOT = Path(__file__).resolve().parents[2]
 RELU = (ROOT / "core/data/problems/builtin/relu.py").read_text()
@@ -72,7 +72,7 @@ def test_eager_only_needs_no_compile_and_records_nothing(tmp_path):
     result = run_baseline(request(modes=("eager",)), "cpu", str(tmp_path))
     assert result.unavailable == {} and result.eager.median_ms > 0 and result.compiled is None
     assert result.compile_s is None
-    assert CompileRecord(cache_folder(str(tmp_path))).get("anything") is None
+    assert CompileTimeRecord(cache_folder(str(tmp_path))).get("anything") is None
     assert not os.path.exists(os.path.join(cache_folder(str(tmp_path)), "compile_times.json"))
 
 

@@ -18,7 +18,7 @@ from evaluator.api import Verdict  # noqa: E402
 from evaluator.scale.cluster import ClusterEvaluator  # noqa: E402
 from evaluator.scale.service import EvaluationService  # noqa: E402
 from evaluator.scale.cluster_compile import BuildRefused, CompileActor, install_build, pack_build  # noqa: E402
-from evaluator.build.compile import entry_key, lookup  # noqa: E402
+from evaluator.build.artefacts import entry_key, lookup  # noqa: E402
 from tests.evaluator.pool_support import ROOT, candidate, request, two_node_ray_cluster  # noqa: E402
 
 

@@ -244,7 +244,7 @@ def test_an_artefact_a_candidate_swaps_in_is_never_loaded_by_a_later_honest_cand
                                                                                       evil_so):
     import torch.utils.cpp_extension as cpp
 
-    from evaluator.build.compile import entry_key, publish_compile
+    from evaluator.build.artefacts import entry_key, publish_compile
 
     monkeypatch.setattr(cpp, "load_inline", cpp.load_inline)
     monkeypatch.chdir(tmp_path)
@@ -286,7 +286,7 @@ def test_an_artefact_a_candidate_swaps_in_is_never_loaded_by_a_later_honest_cand
 def test_a_tampered_artefact_fails_verification_and_is_rebuilt_never_loaded(tmp_path, monkeypatch, evil_so):
     import torch.utils.cpp_extension as cpp
 
-    from evaluator.build.compile import entry_key, lookup, publish_compile
+    from evaluator.build.artefacts import entry_key, lookup, publish_compile
 
     monkeypatch.setattr(cpp, "load_inline", cpp.load_inline)
     monkeypatch.chdir(tmp_path)
@@ -313,7 +313,7 @@ def test_a_tampered_artefact_fails_verification_and_is_rebuilt_never_loaded(tmp_
 def test_publishing_believes_no_path_or_name_from_the_record(tmp_path, monkeypatch):
     import torch.utils.cpp_extension as cpp
 
-    from evaluator.build.compile import publish_compile, safe_file_name
+    from evaluator.build.artefacts import publish_compile, safe_file_name
 
     monkeypatch.setattr(cpp, "load_inline", cpp.load_inline)
     monkeypatch.chdir(tmp_path)
@@ -351,7 +351,8 @@ def test_publishing_believes_no_path_or_name_from_the_record(tmp_path, monkeypat
 def test_a_sandboxed_compile_worker_builds_privately_and_the_trusted_side_publishes(tmp_path, monkeypatch):
     import torch.utils.cpp_extension as cpp
 
-    from evaluator.build.compile import CompileRecord, publish_compile
+    from evaluator.build.artefacts import publish_compile
+    from evaluator.build.records import CompileRecord
     from evaluator.isolation.sandbox import get_sandbox, worker_spec
 
     sandbox = get_sandbox()

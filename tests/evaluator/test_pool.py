@@ -238,7 +238,8 @@ def test_workers_that_cannot_start_fail_requests_with_an_error(cache_dir):
 def test_resident_memory_over_the_limit_stops_the_candidate(cache_dir):
     """GPU workers have no address-space limit (CUDA reserves huge virtual ranges); the pool watches resident
     memory instead. Exercised here on CPU workers, with the address-space limit left off as in GPU mode."""
-    from evaluator.local.pool import Limits, Pool, PoolConfig
+    from evaluator.isolation.limits import Limits
+    from evaluator.local.pool import Pool, PoolConfig
 
     hog = candidate("big = torch.ones(600_000_000)  # 2.4 GB, touched\nfor _ in range(400):\n    big.add_(1)\n"
                     "return x.clamp_min(0)")
