@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import functools
 import pathlib
+import re
 from dataclasses import dataclass
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -76,6 +77,30 @@ def imports_of(name: str, path: pathlib.Path, modules: dict) -> list[Import]:
                 elif base in modules:
                     found.append(Import(name, base, node.lineno, alias.name if is_private(alias.name) else ""))
     return sorted({i for i in found if i.target != name}, key=lambda i: (i.line, i.target, i.private_name))
+
+
+def unresolved_imports(root: pathlib.Path = ROOT) -> list[str]:
+    """Imports of a project package that name no module of it (a module left behind by a move), at any depth:
+    a deferred import that no test runs would otherwise only fail in use."""
+    modules = project_modules(root)
+    wrong = []
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                targets = [node.module]
+                package = modules.get(node.module)
+                if package is not None and package.name == "__init__.py":  # `from evaluator import pool`
+                    text = package.read_text()
+                    targets += [f"{node.module}.{alias.name}" for alias in node.names
+                                if not re.search(rf"\b{re.escape(alias.name)}\b", text)]
+            else:
+                continue
+            for target in targets:
+                if target.split(".")[0] in PACKAGES and target not in modules:
+                    wrong.append(f"{name} (line {node.lineno}) imports {target}, which is no module of the project")
+    return wrong
 
 
 def import_graph(root: pathlib.Path = ROOT) -> list[Import]:
@@ -186,9 +211,9 @@ def test_the_checker_sees_deferred_circles_upward_imports_arrows_privates_and_si
         "evaluator/contract/types.py": "def f():\n    from evaluator.local import pool\n",  # deferred, upward
         "evaluator/local/__init__.py": "",
         "evaluator/local/pool.py": "from ..contract.types import _secret\nfrom evaluator.contract import types\n",
-        "evaluator/api.py": "import core.train\n" + "x = 1\n" * 801,
+        "evaluator/api.py": "import core.train\nfrom evaluator.pool import Pool\n" + "x = 1\n" * 801,
         "core/__init__.py": "",
-        "core/train.py": "from evaluator import api\n",
+        "core/train.py": "from evaluator import api\nfrom evaluator import pool\n",
     })
     edges = import_graph(root)
     assert ["evaluator.contract.types", "evaluator.local.pool"] in circles(edges)
@@ -196,6 +221,9 @@ def test_the_checker_sees_deferred_circles_upward_imports_arrows_privates_and_si
     assert any("evaluator.api" in w and "core.train" in w for w in wrong_arrows(edges))
     assert private_imports(edges) == ["evaluator.local.pool (line 1) takes _secret from evaluator.contract.types"]
     assert list(oversized(root)) == ["evaluator.api"]
+    assert sorted(unresolved_imports(root)) == [
+        "core.train (line 2) imports evaluator.pool, which is no module of the project",
+        "evaluator.api (line 2) imports evaluator.pool, which is no module of the project"]
 
 
 def test_the_checker_passes_a_clean_project(tmp_path):
@@ -212,7 +240,7 @@ def test_the_checker_passes_a_clean_project(tmp_path):
     edges = import_graph(root)
     assert len(edges) == 5
     assert not circles(edges) and not upward_imports(edges) and not wrong_arrows(edges)
-    assert not private_imports(edges) and not oversized(root)
+    assert not private_imports(edges) and not oversized(root) and not unresolved_imports(root)
 
 
 # ---------------------------------------------------------------- the project itself
@@ -241,6 +269,11 @@ def test_package_arrows_point_one_way():
 def test_no_private_name_is_imported_from_another_module():
     found = private_imports(list(project_graph()))
     assert not found, "private names taken across modules (make them public where they are shared):\n" + "\n".join(found)
+
+
+def test_every_project_import_names_a_module():
+    found = unresolved_imports()
+    assert not found, "imports of modules that do not exist (moved? see ARCHITECTURE.md):\n" + "\n".join(found)
 
 
 def test_no_module_over_800_lines():
