@@ -598,7 +598,7 @@ class Pool:
                 limit += request.compile_timeout_s  # the worker builds it itself
             elif request.backend == "triton":
                 limit += min(request.compile_timeout_s, 120.0)  # Triton compiles on first launch
-        worker.task, worker.task_started, worker.state = task, False, "busy"
+        worker.task, worker.task_started, worker.state = task, False, WorkerState.BUSY
         worker.dispatched_at = time.monotonic()
         worker.timeout_limit_s = limit
         # An eval slot's judge enforces the limit on its runner; the pool's deadline only backs it up.

@@ -5,7 +5,6 @@ elsewhere once, then `crashed`."""
 from __future__ import annotations
 
 import collections
-import enum
 import json
 import os
 import subprocess
@@ -21,20 +20,14 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from evaluator.contract.types import EvalRequest, EvalResult, EvaluatorBusy, EvaluatorError, check_request
 from evaluator.local.evaluator import Evaluator
 from evaluator.scale.backpressure import evaluate_with_backpressure
-from evaluator.scale.cluster_compile import (BuildRefused, CompileActor, CompileFleet, first_line, infrastructure_result,
-                                             install_build, release_dead_actor)
+from evaluator.scale.cluster_compile import (ActorState, BuildRefused, CompileActor, CompileFleet, first_line,
+                                             infrastructure_result, install_build, release_dead_actor)
 
 MAINTAIN_EVERY_S = 2.0  # how often nodes are re-read, missing actors started and actor stats refreshed
 THROUGHPUT_WINDOW_S = 60.0
 MAX_START_FAILURES = 3  # an actor slot whose actor failed to start this often in a row is marked broken
 # Environment the driver passes on to its actors (where the cache lives, how workers import tests' stand-ins).
 FORWARDED_ENV = ("PYTHONPATH", "KRL_CACHE_DIR", "KRL_CACHE_MAX_GB", "TORCH_CUDA_ARCH_LIST", "KRL_WARM_PCH")
-
-
-class ActorState(str, enum.Enum):
-    STARTING = "starting"
-    READY = "ready"
-    DEAD = "dead"
 
 
 # ---------------------------------------------------------------- the actor (runs on a node)
@@ -307,7 +300,7 @@ class ClusterEvaluator:
     def compile_actor_handles(self) -> dict[str, Any]:
         """Slot key ("<node id>/compile") -> live compile actor handle (for tests and operators)."""
         with self._lock:
-            return {s.key: s.handle for s in self._fleet.slots.values() if s.state != "dead"}
+            return {s.key: s.handle for s in self._fleet.slots.values() if s.state != ActorState.DEAD}
 
     def close(self) -> None:
         with self._lock:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import enum
 import hashlib
 import json
 import os
@@ -211,6 +212,17 @@ class CompileActor:
 
 # ---------------------------------------------------------------- the driver side
 
+class ActorState(enum.StrEnum):
+    """Where a Ray actor slot (an evaluating actor per GPU, or a node's compile actor) is in its life."""
+
+    STARTING = "starting"
+    """Its actor was created and has not answered its first call yet."""
+    READY = "ready"
+    """Its actor answered and takes work."""
+    DEAD = "dead"
+    """Its actor died or was given up; the slot may get a new one."""
+
+
 @dataclass(eq=False)
 class CompileSlot:
     """One node's compile actor place; its actor may be replaced."""
@@ -220,7 +232,7 @@ class CompileSlot:
     workers: int
     gpu_node: bool  # its cores are shared with GPU timing: it gets builds only when the others are as busy
     handle: Any = None
-    state: str = "starting"  # starting | ready | dead
+    state: ActorState = ActorState.STARTING
     started_at: float = 0.0
     info: dict = field(default_factory=dict)
     in_flight: dict = field(default_factory=dict)  # reply ObjectRef -> job
@@ -288,7 +300,7 @@ class CompileFleet:
 
     def dispatch(self) -> Outcomes:
         outcomes: Outcomes = []
-        ready = [s for s in self.slots.values() if s.state == "ready"]
+        ready = [s for s in self.slots.values() if s.state == ActorState.READY]
         while self.queue or self.retry:
             free = sorted((s for s in ready if len(s.in_flight) < s.workers),
                           key=lambda s: (len(s.in_flight) / s.workers, s.gpu_node, s.done))
@@ -333,7 +345,7 @@ class CompileFleet:
                     self.graveyard[-1]["state"] = "broken"
                 return outcomes + self._fallback_if_none_can_build()
             self._start_failures[slot.key] = 0
-            slot.info, slot.state = value, "ready"
+            slot.info, slot.state = value, ActorState.READY
             return []
         if kind == "compile_stats":
             if error is None:
@@ -390,10 +402,10 @@ class CompileFleet:
         return [(job, infrastructure_result(job.request, why, job.compile_attempts, job.submitted_at))]
 
     def _died(self, slot: CompileSlot, error: BaseException) -> Outcomes:
-        if slot.state == "dead":
+        if slot.state == ActorState.DEAD:
             return []
-        started = slot.state == "ready"
-        slot.state, slot.why = "dead", first_line(error)
+        started = slot.state == ActorState.READY
+        slot.state, slot.why = ActorState.DEAD, first_line(error)
         self._counters["compile_actor_deaths" if started else "compile_actor_start_failures"] += 1
         jobs = release_dead_actor(slot, self._refs)
         outcomes: Outcomes = []
@@ -422,10 +434,10 @@ class CompileFleet:
                 self._counters["stalled_compile_actors"] += 1
                 outcomes += self._died(slot, TimeoutError(f"no answer to the build of {late[0].request.request_id} "
                                                           f"for {now - late[0].compile_dispatched_at:.0f} s"))
-            elif slot.state == "starting" and now - slot.started_at > self._start_timeout_s:
+            elif slot.state == ActorState.STARTING and now - slot.started_at > self._start_timeout_s:
                 self._start_failures[slot.key] += 1
                 outcomes += self._died(slot, TimeoutError(f"not ready after {self._start_timeout_s:.0f} s"))
-            elif slot.state == "ready" and not any(k == "compile_stats" and s is slot for k, s, _ in self._refs.values()):
+            elif slot.state == ActorState.READY and not any(k == "compile_stats" and s is slot for k, s, _ in self._refs.values()):
                 self._refs[slot.handle.stats.remote()] = ("compile_stats", slot, None)
         return outcomes + self._fallback_if_none_can_build()
 
@@ -476,7 +488,7 @@ class CompileFleet:
         for slot in self.slots.values():
             jobs += list(slot.in_flight.values())
             slot.in_flight.clear()
-        return jobs, [s.handle for s in self.slots.values() if s.handle is not None and s.state != "dead"]
+        return jobs, [s.handle for s in self.slots.values() if s.handle is not None and s.state != ActorState.DEAD]
 
     def summary(self) -> dict[str, Any]:
         now = time.monotonic()
