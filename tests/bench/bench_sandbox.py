@@ -60,7 +60,8 @@ def bench_start(repeats: int, torch_repeats: int) -> None:
 def bench_cache(repeats: int) -> None:
     """Publishing a real built extension (hash + copy + manifest) and verifying it at lookup."""
     from evaluator.api import EvalRequest
-    from evaluator.build.compile import compile_candidate, entry_key, lookup, publish_compile
+    from evaluator.build.artefacts import entry_key, lookup, publish_compile
+    from evaluator.build.compile import compile_candidate
 
     source = ("from torch.utils.cpp_extension import load_inline\n"
               "lib = load_inline(name='answer_ext', cpp_sources='extern \"C\" int krl_answer() { return 42; }', "

@@ -232,7 +232,8 @@ def test_bad_arguments_raise_evaluator_error(cache_dir):
 def test_workers_that_cannot_start_fail_requests_with_an_error(cache_dir):
     with make_evaluator(cache_dir, worker_module="tests.evaluator.no_such_worker_module", spare_per_device=0) as ev:
         with pytest.raises(EvaluatorError, match="(?s)no evaluation worker could start.*no_such_worker_module"):
-            ev.submit(request(GOOD)).result(timeout=60)
+            # Three failed slot starts (each a sandboxed zygote) took 60-80 s on a loaded 2-core machine, main too.
+            ev.submit(request(GOOD)).result(timeout=240)
 
 
 def test_resident_memory_over_the_limit_stops_the_candidate(cache_dir):
