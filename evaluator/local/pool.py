@@ -19,6 +19,7 @@ import weakref
 from concurrent.futures import Future
 from typing import Any, Optional
 
+from evaluator.build.records import CompileRecord
 from evaluator.contract.framing import HEADER, MAX_MESSAGE_BYTES, write_message
 from evaluator.contract.types import EvalRequest, EvalResult, EvaluatorError, Verdict
 from evaluator.isolation.environment import worker_environment
@@ -84,7 +85,12 @@ class Pool:
             if not self._accepting:
                 future.set_exception(EvaluatorError("the evaluator is closed; create a new Evaluator."))
                 return future
-            self._inbox.append(Task(request=request, future=future, submitted_at=time.monotonic(), build=build,
+            try:
+                record = CompileRecord.from_dict(build) if build is not None else None
+            except (ValueError, TypeError) as exc:
+                future.set_exception(EvaluatorError(f"the build record handed to the pool is unreadable ({exc})."))
+                return future
+            self._inbox.append(Task(request=request, future=future, submitted_at=time.monotonic(), build=record,
                                      compile_only=compile_only))
             self._wake()
         return future
@@ -414,23 +420,23 @@ class Pool:
 
         # The worker ran candidate code: its record is only a claim. The trusted side moves what it built into the
         # content-addressed cache and hands the eval side the published record, never the worker's.
-        build = publish_compile(build, worker.workdir, self.config.cache_dir or default_cache_dir(),
-                                task.request.candidate_source).to_dict()
+        record = publish_compile(build, worker.workdir, self.config.cache_dir or default_cache_dir(),
+                                 task.request.candidate_source)
         if task.compile_only:
             task.done = True
             self.stats["builds"] += 1
-            task.future.set_result(build)
+            task.future.set_result(record.to_dict())
             return
-        self._after_build(task, build)
+        self._after_build(task, record)
 
-    def _after_build(self, task: Task, build: dict[str, Any]) -> None:
+    def _after_build(self, task: Task, record: CompileRecord) -> None:
         """A published build: a verdict already (it failed; CPU mode cannot run CUDA), or on to an eval worker."""
-        task.build = build
-        result = build_verdict(task.request, build, cpu_mode=all(d == "cpu" for d in self.config.devices))
+        task.build = record
+        result = build_verdict(task.request, record, cpu_mode=all(d == "cpu" for d in self.config.devices))
         if result is not None:
             self._finish(task, result)
             return
-        task.prebuilt = build
+        task.prebuilt = record.to_dict()  # what the slot's worker reads (JSON on the wire)
         task.stage = Stage.EVAL
         self._eval_queue.appendleft(task)  # it already waited for its compile
 
@@ -443,11 +449,11 @@ class Pool:
         result.request_id = task.request.request_id
         result.attempts = task.attempts
         result.worker_id = worker.worker_id
-        if task.build:
-            result.phase_times_s["compile"] = float(task.build.get("seconds", 0.0))
-            if task.build.get("cache_hit") and "compile" not in result.cache_hits:
+        if task.build is not None:
+            result.phase_times_s["compile"] = task.build.seconds
+            if task.build.cache_hit and "compile" not in result.cache_hits:
                 result.cache_hits.append("compile")
-            result.compiled = result.compiled or bool(task.build.get("ok"))
+            result.compiled = result.compiled or task.build.ok
         now = time.monotonic()
         # queue: waiting for a free worker (and for a compile); overhead: the pool's own cost around the worker.
         result.phase_times_s["queue"] = round(worker.dispatched_at - task.submitted_at, 6)

@@ -9,6 +9,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Optional
 
+from evaluator.build.records import CompileRecord
 from evaluator.contract.types import EvalRequest
 from evaluator.isolation.limits import Limits
 
@@ -89,8 +90,8 @@ class Task:
     submitted_at: float
     stage: Stage = Stage.EVAL
     attempts: int = 1
-    prebuilt: Optional[dict] = None
-    build: Optional[dict] = None  # what the compile worker returned
+    prebuilt: Optional[dict] = None  # the published record as the slot's worker reads it (JSON)
+    build: Optional[CompileRecord] = None  # the published record of its compile
     done: bool = False
     compile_only: bool = False  # Pool.submit(compile_only=True): the future gets the published build record
 

@@ -180,6 +180,7 @@ class CompileActor:
     async def compile(self, request_json: str, arch: str) -> tuple[str, bytes]:
         """(reply JSON, artefact bytes). The reply holds a manifest (built: evaluate it), a result (a verdict
         already: compile error, timeout, crash of the build) or an error (this node cannot build it now)."""
+        from evaluator.build.records import CompileRecord
         from evaluator.local.outcomes import build_verdict
 
         request = EvalRequest.from_dict(json.loads(request_json))
@@ -189,7 +190,7 @@ class CompileActor:
         except EvaluatorError as exc:
             return json.dumps({"error": str(exc), **where}), b""
         if isinstance(outcome, dict):
-            verdict = build_verdict(request, outcome, cpu_mode=False)
+            verdict = build_verdict(request, CompileRecord.from_dict(outcome), cpu_mode=False)
             if verdict is None:
                 try:
                     manifest, blob = await asyncio.to_thread(pack_build, outcome, self.cache_dir, self.transfer)
