@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -17,7 +16,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from core.errors import KrlError
+# process_identity, process_start_time, pid_matches, run_process_alive stay part of procman's public API.
+from core.identity import (other_live_process, pid_matches, proc_stat, process_identity, process_start_time,
+                           run_is_local, run_process_alive)
 from core.registry import ACTIVE_STATUSES, Registry, check_run_name
+from core.segments import close_segment, last_segment, open_segment, request_segment_stop
 
 # Run lifecycle
 #     start_run → row `queued` → reconcile() spawns `python -m core.train <run-id> --workspace W` when its GPUs are free
@@ -51,7 +54,6 @@ from core.registry import ACTIVE_STATUSES, Registry, check_run_name
 HEARTBEAT_LIMIT_S = 60.0
 STARTUP_GRACE_S = 180.0  # before a job's first own heartbeat (imports, model load on a busy machine)
 STOP_GRACE_S = 30.0
-PID_START_TOLERANCE_S = 1.5  # /proc/stat btime can jitter by a second between reads
 ERROR_LOG_LINES = 30
 TERMINAL_STATUSES = ("stopped", "finished", "failed", "crashed")
 RESUMABLE_STATUSES = ("stopped", "failed", "crashed")
@@ -75,85 +77,7 @@ def stop_grace_s() -> float:
     return float(os.environ.get("KRL_STOP_GRACE_S") or STOP_GRACE_S)
 
 
-# ---------------------------------------------------------------- process identity
-
-_BOOT_TIME_S: Optional[float] = None
-
-
-def _boot_time_s() -> float:
-    global _BOOT_TIME_S
-    if _BOOT_TIME_S is None:
-        with open("/proc/stat") as handle:
-            for line in handle:
-                if line.startswith("btime"):
-                    _BOOT_TIME_S = float(line.split()[1])
-                    break
-            else:
-                _BOOT_TIME_S = 0.0
-    return _BOOT_TIME_S
-
-
-def _proc_stat(pid: int) -> Optional[tuple[str, float]]:
-    """(state letter, start time in epoch seconds) of a pid, or None when there is no such process."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            text = handle.read()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    # The command name may contain spaces and parentheses: fields start after the last ')'.
-    fields = text[text.rindex(")") + 2:].split()
-    state, start_ticks = fields[0], int(fields[19])
-    return state, _boot_time_s() + start_ticks / os.sysconf("SC_CLK_TCK")
-
-
-def process_start_time(pid: int) -> Optional[float]:
-    """Start time (epoch seconds) of a live process, None when it does not exist."""
-    if not os.path.exists("/proc/self/stat"):
-        return None
-    stat = _proc_stat(pid)
-    return stat[1] if stat else None
-
-
-def process_identity(pid: int | None = None) -> dict[str, Any]:
-    """{"pid", "pid_start_time", "host"} for a process (default: this one) — what a runs row records.
-    core.train's foreground mode records its own process with this."""
-    pid = os.getpid() if pid is None else pid
-    return {"pid": pid, "pid_start_time": process_start_time(pid), "host": socket.gethostname()}
-
-
-def pid_matches(pid: int | None, start_time: float | None) -> bool:
-    """True when `pid` is a live process that started at `start_time` (a recycled pid does not match)."""
-    if not pid:
-        return False
-    if not os.path.exists("/proc/self/stat"):  # no procfs: liveness only
-        try:
-            os.kill(pid, 0)
-            return True
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-    stat = _proc_stat(pid)
-    if stat is None or stat[0] in ("Z", "X"):
-        return False
-    if start_time is None:
-        return True
-    return abs(stat[1] - float(start_time)) <= PID_START_TOLERANCE_S
-
-
-def _run_is_local(row: dict[str, Any]) -> bool:
-    return not row.get("host") or row["host"] == socket.gethostname()
-
-
-def run_process_alive(row: dict[str, Any]) -> bool:
-    """Whether the run's recorded process is alive on this host (False for other hosts and recycled pids)."""
-    return _run_is_local(row) and pid_matches(row.get("pid"), row.get("pid_start_time"))
-
-
-def _other_live_process(row: dict[str, Any]) -> bool:
-    """A live process of the run other than this one (a foreground run records the process that ran it)."""
-    return row.get("pid") != os.getpid() and run_process_alive(row)
-
+# ---------------------------------------------------------------- signalling a run's process
 
 def _signal_run(row: dict[str, Any], sig: int) -> bool:
     """Send `sig` to the run's process group after checking its identity; False when it is not alive."""
@@ -174,7 +98,7 @@ def _orphans(row: dict[str, Any], workspace: Path) -> list[int]:
     """Live processes left in a dead job's process group (evaluator workers after a kill -9 of the job). Only those
     whose environment carries this run's KRL_RUN_ID and workspace count, so a recycled group id is never touched."""
     pgid = row.get("pid")
-    if not pgid or not _run_is_local(row) or not os.path.isdir("/proc"):
+    if not pgid or not run_is_local(row) or not os.path.isdir("/proc"):
         return []
     markers = (f"KRL_RUN_ID={row['id']}".encode(), f"KRL_WORKSPACE={workspace}".encode())
     found = []
@@ -214,7 +138,7 @@ def _child_exit_code(run_id: int, pid: int | None) -> Optional[int]:
         return None
     code = proc.poll()  # also reaps it; Popen keeps the code, so repeated calls agree
     if code is None and os.path.exists("/proc/self/stat"):
-        stat = _proc_stat(proc.pid)
+        stat = proc_stat(proc.pid)
         if stat is None or stat[0] in ("Z", "X"):
             # A killed multi-threaded job shows as a zombie before its last thread is gone and waitpid can reap it.
             try:
@@ -355,30 +279,15 @@ def _now() -> float:
     return time.time()
 
 
-def _last_segment(row: dict[str, Any]) -> dict[str, Any]:
-    segments = row.get("segments") or []
-    return segments[-1] if segments else {}
-
-
-def _finish_segment(row: dict[str, Any], status: str, note: str = "") -> list[dict[str, Any]]:
-    segments = [dict(s) for s in (row.get("segments") or [])]
-    if segments and segments[-1].get("ended_at") is None:
-        segments[-1]["ended_at"] = _now()
-        segments[-1]["end_status"] = status
-        if note:
-            segments[-1]["note"] = note
-    return segments
-
-
 def _diagnose(registry: Registry, row: dict[str, Any], limit_s: float) -> Optional[tuple[str, str, dict[str, Any], bool]]:
     """What an active run's status should become, or None when it is healthy: (status, message, extra columns,
     whether its process group must be SIGKILLed first). Has no side effects."""
     status = row["status"]
     if status not in ("running", "stopping"):
         return None
-    segment = _last_segment(row)
+    segment = last_segment(row)
     stop_requested = segment.get("stop_requested_at") is not None or status == "stopping"
-    local = _run_is_local(row)
+    local = run_is_local(row)
     exit_code = _child_exit_code(row["id"], row.get("pid")) if local else None
     alive = exit_code is None and local and pid_matches(row.get("pid"), row.get("pid_start_time"))
     now = _now()
@@ -416,7 +325,7 @@ def _diagnose(registry: Registry, row: dict[str, Any], limit_s: float) -> Option
 
 def _heartbeat_overdue(row: dict[str, Any], limit_s: float, now: float) -> Optional[tuple[float, float]]:
     """(seconds without a heartbeat, the limit that applied) when a running job's heartbeat is overdue, else None."""
-    segment = _last_segment(row)
+    segment = last_segment(row)
     reference = max(row.get("heartbeat_at") or 0.0, segment.get("started_at") or 0.0, row.get("started_at") or 0.0)
     if segment.get("started_at") and (row.get("heartbeat_at") or 0.0) <= segment["started_at"]:
         limit_s = max(limit_s, startup_grace_s())  # the job has not beaten yet: it may still be importing
@@ -484,7 +393,7 @@ def reconcile(registry: Registry, heartbeat_limit: float | None = None) -> list[
     # heartbeat is overdue. With such a job about, the lock is waited for briefly (a healthy writer holds it for
     # milliseconds); when it stays taken, those jobs are killed, their lock goes with them, and the changes are made.
     now = _now()
-    hung = [row for row in rows if row["status"] == "running" and _run_is_local(row)
+    hung = [row for row in rows if row["status"] == "running" and run_is_local(row)
             and pid_matches(row.get("pid"), row.get("pid_start_time")) and _heartbeat_overdue(row, limit_s, now)]
     if not hung:
         return _apply_changes(registry, limit_s, detected)
@@ -518,7 +427,7 @@ def _apply_changes(registry: Registry, limit_s: float, detected: list, busy_time
                 orphans = _kill_orphans(registry, row)
                 if orphans:
                     message += f"; killed {orphans} leftover process(es) of its group"
-            fields["segments"] = _finish_segment(row, status, message)
+            fields["segments"] = close_segment(row, status, message)
             # The status is re-read under the write lock: a job that wrote its final status wins.
             if registry.compare_and_set_status(row["id"], (row["status"],), status, message, **fields):
                 changes.append({"name": row["name"], "from": row["status"], "to": status, "message": message})
@@ -577,8 +486,7 @@ def _start_job(registry: Registry, row: dict[str, Any], gpus: list, detected: li
         "PYTHONUNBUFFERED": "1",
     })
     start_step, checkpoint = _start_step(registry, row)
-    segments = [dict(s) for s in (row.get("segments") or [])]
-    index = len(segments)
+    index = len(row.get("segments") or [])
     with open(run_dir / "logs.log", "ab") as log:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         log.write(f"=== krl: segment {index} of run {row['name']} starting at step {start_step} ({stamp}, "
@@ -592,10 +500,7 @@ def _start_job(registry: Registry, row: dict[str, Any], gpus: list, detected: li
     threading.Thread(target=proc.wait, name=f"krl-reap-{proc.pid}", daemon=True).start()
     identity = process_identity(proc.pid)
     now = _now()
-    segments.append({"index": index, "started_at": now, "ended_at": None, "end_status": None, "pid": proc.pid,
-                     "pid_start_time": identity["pid_start_time"], "host": identity["host"], "gpus": gpus,
-                     "start_step": start_step, "checkpoint": checkpoint, "stop_requested_at": None,
-                     "stop_grace_s": None, "note": ""})
+    segments = open_segment(row, identity, gpus=gpus, start_step=start_step, checkpoint=checkpoint, now=now)
     fields: dict[str, Any] = dict(identity, command={"argv": argv, "cwd": cwd}, gpus=gpus, segments=segments,
                                   heartbeat_at=now, exit_code=None, error=None, ended_at=None)
     if not row.get("started_at"):
@@ -742,12 +647,9 @@ def stop_run(registry: Registry, name: str, force: bool = False, grace_s: float 
             return registry.get_run(row["id"])
         hint = " (its process is still alive; --force kills it)" if alive else ""
         raise KrlError(f"run '{row['name']}' is {row['status']}, not running; nothing to stop{hint}.")
-    if not _run_is_local(row):
+    if not run_is_local(row):
         raise KrlError(f"run '{row['name']}' runs on host {row['host']}; stop it there.")
-    segments = [dict(s) for s in (row.get("segments") or [])]
-    if segments and segments[-1].get("stop_requested_at") is None:
-        segments[-1]["stop_requested_at"] = _now()
-        segments[-1]["stop_grace_s"] = grace
+    segments = request_segment_stop(row, grace)
     with registry.transaction():
         current = registry.get_run(row["id"])
         if current["status"] == "running":
@@ -760,7 +662,7 @@ def stop_run(registry: Registry, name: str, force: bool = False, grace_s: float 
         _wait_gone(row, 10.0)
         registry.compare_and_set_status(row["id"], ("stopping", "running"), "stopped",
                                         "killed with SIGKILL (--force, no final checkpoint)", ended_at=_now(),
-                                        segments=_finish_segment(registry.get_run(row["id"]), "stopped", "--force"))
+                                        segments=close_segment(registry.get_run(row["id"]), "stopped", "--force"))
         _child_exit_code(row["id"], row.get("pid"))
         reconcile(registry)
         return registry.get_run(row["id"])
@@ -780,7 +682,7 @@ def stop_run(registry: Registry, name: str, force: bool = False, grace_s: float 
         registry.compare_and_set_status(
             row["id"], ("stopping", "running"), "stopped",
             f"killed with SIGKILL after a {grace:g}s grace period (no final checkpoint)", ended_at=_now(),
-            segments=_finish_segment(current, "stopped", "SIGKILL after grace"))
+            segments=close_segment(current, "stopped", "SIGKILL after grace"))
     reconcile(registry)
     final = registry.get_run(row["id"])
     if final["status"] in TERMINAL_STATUSES:
@@ -800,9 +702,9 @@ def _wait_gone(row: dict[str, Any], timeout_s: float) -> None:
 
 def _close_segment(registry: Registry, row: dict[str, Any]) -> None:
     """Record how the current segment ended when the job wrote the final status itself."""
-    segment = _last_segment(row)
+    segment = last_segment(row)
     if segment and segment.get("ended_at") is None and row["status"] in TERMINAL_STATUSES:
-        registry.update_run(row["id"], segments=_finish_segment(row, row["status"]))
+        registry.update_run(row["id"], segments=close_segment(row, row["status"]))
 
 
 def resume_run(registry: Registry, name: str, detach: bool = True, gpus: int | None = None,
@@ -816,7 +718,7 @@ def resume_run(registry: Registry, name: str, detach: bool = True, gpus: int | N
                 "queued": " It is waiting for GPUs.", "running": "", "stopping": ""}.get(row["status"], "")
         raise KrlError(f"run '{row['name']}' is {row['status']}; only stopped, failed or crashed runs can be "
                        f"resumed.{hint}")
-    if _other_live_process(row):
+    if other_live_process(row):
         raise KrlError(f"run '{row['name']}' still has a live process (pid {row['pid']}). "
                        f"Kill it first with `krl runs stop --force {row['name']}`.")
     need = int(gpus if gpus is not None else row.get("gpus_requested") or 0)
@@ -877,10 +779,10 @@ def _refuse_while_live(row: dict[str, Any], doing: str) -> None:
         raise KrlError(f"run '{row['name']}' is {row['status']}; stop it first with `krl runs stop {row['name']}` "
                        f"before {doing} it.")
     deadline = time.monotonic() + EXIT_WAIT_S
-    while _other_live_process(row) and time.monotonic() < deadline:
+    while other_live_process(row) and time.monotonic() < deadline:
         _child_exit_code(row["id"], row.get("pid"))
         time.sleep(0.1)
-    if _other_live_process(row):
+    if other_live_process(row):
         raise KrlError(f"run '{row['name']}' is {row['status']} but its process (pid {row['pid']}) is still "
                        f"exiting after {EXIT_WAIT_S:g}s; try again in a moment, or kill it with "
                        f"`krl runs stop --force {row['name']}`.")

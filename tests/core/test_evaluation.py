@@ -10,8 +10,8 @@ import pytest
 from core import scores
 from core.config import load_config
 from core.errors import KrlError
-from core.evaluation import (compare_evals, eval_conversations, eval_records, eval_summary, evaluate_foreground,
-                             split_heldout)
+from core.evaluation import compare_evals, eval_conversations, eval_records, eval_summary, evaluate_foreground
+from core.heldout import split_heldout
 from core.problems import load_problem_set
 from core.registry import Registry
 
