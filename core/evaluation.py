@@ -15,7 +15,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Optional, Sequence
 
 from core import scores
-from core.backends.base import open_backend
+from core.backends.factory import open_backend
 from core.checkpoint import checkpoint_dir, load_trainer_state
 from core.config import RunConfig, config_from_dict
 from core.env import make_retriever

@@ -15,8 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from core.backends.base import (AdamParams, Datum, TrainingBackend, base_logprobs, open_backend,
+from core.backends.base import (AdamParams, Datum, TrainingBackend, base_logprobs,
                                 submit_forward_backward, submit_optim_step)
+from core.backends.factory import open_backend
 from core.checkpoint import (append_checkpoint_record, capture_rng, checkpoint_dir, checkpoint_name,
                              load_trainer_state, restore_rng, save_trainer_state)
 from core.config import RunConfig, config_from_dict

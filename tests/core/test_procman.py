@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from core import procman
+from core.identity import proc_stat
+from core.segments import last_segment
 from core.errors import KrlError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -114,7 +116,7 @@ def test_sigterm_ignored_escalates_to_sigkill_after_grace(pm):
     final = procman.stop_run(pm, "a", grace_s=1.0)
     assert 0.9 < time.monotonic() - t0 < 8
     assert final["status"] == "stopped"
-    assert "SIGKILL" in procman._last_segment(final)["note"]
+    assert "SIGKILL" in last_segment(final)["note"]
     assert not procman.pid_matches(row["pid"], row["pid_start_time"])
 
 
@@ -159,13 +161,13 @@ def test_kill_9_seen_by_another_reader_is_crashed_with_the_log_tail(pm):
     wait_for(lambda: status(pm, "a") == "crashed", timeout_s=10)
     crashed = pm.get_run("a")
     assert "standin: starting at step 0" in crashed["error"]
-    wait_for(lambda: procman._proc_stat(row["pid"]) is None, timeout_s=5)  # reaped by procman, no zombie
+    wait_for(lambda: proc_stat(row["pid"]) is None, timeout_s=5)  # reaped by procman, no zombie
 
 
 def test_stale_heartbeat_of_a_hung_job_is_crashed(pm, monkeypatch):
     monkeypatch.setenv("KRL_HEARTBEAT_LIMIT_S", "3")
     row = procman.start_run(standin(hang_at_step=3), name="a", registry=pm)  # alive, but no heartbeat any more
-    wait_for(lambda: (procman._proc_stat(row["pid"]) or ("?",))[0] == "T")
+    wait_for(lambda: (proc_stat(row["pid"]) or ("?",))[0] == "T")
     try:
         assert status(pm, "a") == "running"
         wait_for(lambda: status(pm, "a") == "crashed", timeout_s=12)
@@ -186,7 +188,7 @@ def test_a_job_hung_inside_a_write_transaction_is_killed_so_the_registry_can_be_
     then kills the job whose heartbeat is overdue and records it, instead of failing with 'database is locked'."""
     monkeypatch.setenv("KRL_HEARTBEAT_LIMIT_S", "2")
     row = procman.start_run(standin(hang_in_transaction_at_step=3), name="a", registry=pm)
-    wait_for(lambda: (procman._proc_stat(row["pid"]) or ("?",))[0] == "T")
+    wait_for(lambda: (proc_stat(row["pid"]) or ("?",))[0] == "T")
     wait_for(lambda: status(pm, "a") == "crashed", timeout_s=30)
     message = pm.events(row["id"])[-1]["message"]
     assert "write lock" in message and "heartbeat" in message
@@ -470,7 +472,7 @@ def test_a_job_started_here_leaves_no_zombie_without_further_reads(pm):
     still be reaped (no <defunct> entry left behind)."""
     row = procman.start_run(standin(max_steps=2, step_s=0.01), name="reaped", registry=pm)
     wait_for(lambda: pm.get_run("reaped")["status"] == "finished")
-    wait_for(lambda: procman._proc_stat(row["pid"]) is None, timeout_s=10)
+    wait_for(lambda: proc_stat(row["pid"]) is None, timeout_s=10)
 
 
 def test_deleting_a_just_stopped_run_waits_for_its_exiting_process(pm):
