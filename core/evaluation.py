@@ -25,6 +25,7 @@ from core.problems import Problem, load_problem_set
 from core.registry import Registry
 # eval_conversations and eval_records stay importable from here: the faces read an evaluation through this module.
 from core.records import eval_conversations, eval_records  # noqa: F401
+from core.run_status import RunStatus
 from core.rollouts import Rollout, RolloutRunner, StopRequested
 from evaluator.api import DEFAULT_TOLERANCE
 
@@ -467,7 +468,7 @@ def create_eval_run(registry: Registry, config: RunConfig, name: Optional[str] =
     cfg["name"] = name
     return registry.create_run(name, kind="eval", config=cfg, preset=config.preset, model=config.model,
                                backend=config.backend, problem_set=config.problems, gpus_requested=config.gpus,
-                               total_steps=None, tags=list(tags) + list(config.tags), status="queued")
+                               total_steps=None, tags=list(tags) + list(config.tags), status=RunStatus.QUEUED)
 
 
 def evaluate_foreground(config: RunConfig, name: Optional[str] = None, workspace: Any = None,

@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 
 from core.errors import KrlError
 from core.identity import process_identity
+from core.reconcile import reconcile
 from core.registry import Registry
 from core.rollouts import StopRequested
 from core.run_status import RESTARTABLE_STATUSES, RunStatus
@@ -220,8 +221,6 @@ def remove_logging(handlers: Sequence[logging.Handler]) -> None:
 def start_queued_runs(registry: Registry) -> None:
     """A job that ends frees its GPUs: start queued runs now rather than at the next reader's reconcile."""
     try:
-        from core.procman import reconcile
-
         reconcile(registry)
     except Exception as exc:  # never turn a finished run into a failed exit
         print(f"warning: could not start queued runs: {exc}", file=sys.stderr)

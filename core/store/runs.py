@@ -234,7 +234,8 @@ class RunsTable:
         return self.query_dicts("SELECT * FROM checkpoints WHERE run_id = ? ORDER BY step, id", (run_id,))
 
     def last_checkpoint(self, run_id: int) -> Optional[dict[str, Any]]:
-        rows = self.query_dicts("SELECT * FROM checkpoints WHERE run_id = ? ORDER BY step DESC, id DESC LIMIT 1", (run_id,))
+        rows = self.query_dicts("SELECT * FROM checkpoints WHERE run_id = ? ORDER BY step DESC, id DESC LIMIT 1",
+                                (run_id,))
         return rows[0] if rows else None
 
     def config_values(self, run_ids: Sequence[int], keys: Sequence[str]) -> dict[int, dict[str, Any]]:

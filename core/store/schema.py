@@ -117,10 +117,10 @@ CREATE TABLE events (
 CREATE INDEX events_run ON events(run_id, id)
 """
 
-# metric_blocks: per-block (BLOCK_STEPS consecutive steps) min and max points of each series, a cache that downsampling reads
-# instead of scanning every row (write_step fills a block when a run moves past it, readers fill what bulk loads
-# left; every write to a block deletes its cached row); and an index so deleting a run can find prompt texts no
-# other turn uses.
+# metric_blocks: per-block (BLOCK_STEPS consecutive steps) min and max points of each series, a cache that
+# downsampling reads instead of scanning every row (write_step fills a block when a run moves past it, readers fill
+# what bulk loads left; every write to a block deletes its cached row); and an index so deleting a run can find
+# prompt texts no other turn uses.
 METRIC_BLOCKS_SQL = """
 CREATE TABLE metric_blocks (
     run_id INTEGER NOT NULL,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from core import procman
+from core import procman, spawn
 from core.identity import proc_stat
 from core.segments import last_segment
 from core.errors import KrlError
@@ -37,15 +37,15 @@ def kill_all_runs(reg) -> None:
     """Leave no process behind: SIGKILL every live run group, then every child this process spawned."""
     for row in reg.list_runs():
         if row["pid"] != os.getpid() and procman.run_process_alive(row):
-            procman._signal_run(row, signal.SIGKILL)
-    for run_id, proc in list(procman._CHILDREN.items()):
+            spawn.signal_run(row, signal.SIGKILL)
+    for run_id, proc in list(spawn.CHILDREN.items()):
         if proc.poll() is None:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 proc.kill()
             proc.wait(10)
-        procman._CHILDREN.pop(run_id, None)
+        spawn.CHILDREN.pop(run_id, None)
 
 
 @pytest.fixture
@@ -156,7 +156,7 @@ def test_kill_9_is_crashed_on_the_next_read_and_its_leftover_workers_are_killed(
 def test_kill_9_seen_by_another_reader_is_crashed_with_the_log_tail(pm):
     row = procman.start_run(standin(), name="a", registry=pm)
     wait_for(lambda: pm.get_run("a")["last_step"] is not None)
-    procman._CHILDREN.pop(row["id"])  # this process is now just a reader, as the TUI would be
+    spawn.CHILDREN.pop(row["id"])  # this process is now just a reader, as the TUI would be
     os.kill(row["pid"], signal.SIGKILL)
     wait_for(lambda: status(pm, "a") == "crashed", timeout_s=10)
     crashed = pm.get_run("a")
@@ -274,7 +274,7 @@ def test_concurrent_readers_start_a_queued_run_once(pm, monkeypatch):
     monkeypatch.setenv("KRL_GPUS", "1")
     # Queued without anyone reconciling yet, as after a run ended while no reader was around.
     waiting = pm.create_run("waiting", config=standin(max_steps=3, gpus=1), gpus_requested=1)
-    pm.update_run(waiting["id"], command={"argv": procman._job_argv(waiting["id"], pm.workspace), "cwd": str(REPO)})
+    pm.update_run(waiting["id"], command={"argv": spawn.job_argv(waiting["id"], pm.workspace), "cwd": str(REPO)})
     # The readers import first, then all reconcile at the same moment (a start barrier), so they really race.
     script = textwrap.dedent(f"""
         import os, sys, time
@@ -387,7 +387,7 @@ def test_real_job_queue_stop_resume_continues_then_kill_9_crashes(real_pm, monke
     assert time.monotonic() - t0 < 10  # seen on the next read, not after the heartbeat limit
     crashed = reg.get_run("real")
     assert [s["end_status"] for s in crashed["segments"]] == ["stopped", "crashed"]
-    assert procman._orphans(crashed, reg.workspace) == []  # its evaluator workers went with it
+    assert spawn.orphans(crashed, reg.workspace) == []  # its evaluator workers went with it
 
 
 # ---------------------------------------------------------------- a workspace never wedges (issue 13, bug 4)
