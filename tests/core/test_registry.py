@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-import core.registry as registry_module
 import core.store.schema as schema_module
 from core.errors import KrlError
 from core.registry import (
