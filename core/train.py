@@ -154,7 +154,7 @@ class Trainer:
         return f"{stop} — checkpoint at step {self.last_checkpoint_step}"
 
     def finished_message(self) -> str:
-        return f"{self.name}: {self.config.max_steps} steps"
+        return f"{self.config.max_steps} steps"
 
     # ------------------------------------------------------------ setup
 
