@@ -283,9 +283,7 @@ class EvaluationJob:
     # ------------------------------------------------------------ the evaluation
 
     def _done(self) -> set[tuple[str, int]]:
-        rows = self.registry.conn.execute("SELECT problem_id, sample_index FROM trajectories WHERE run_id = ?",
-                                          (self.run_id,)).fetchall()
-        return {(pid, int(sample)) for pid, sample in rows}
+        return {(pid, int(sample)) for pid, sample in self.registry.trajectory_samples(self.run_id)}
 
     def _write(self, index: int, rollout: Rollout) -> None:
         record = rollout.env.trajectory.to_record(index, rollout.sample, gamma=self.config.reward.gamma)

@@ -103,6 +103,10 @@ class TrajectoriesTable:
         return self.query_dicts(f"SELECT * FROM trajectories WHERE {where} ORDER BY {order_by} LIMIT ? OFFSET ?",
                            (*params, limit, offset))
 
+    def trajectory_samples(self, run_id: int) -> list[tuple]:
+        """(problem id, sample index) of every stored trajectory of a run: what an evaluation has already played."""
+        return self.query_rows("SELECT problem_id, sample_index FROM trajectories WHERE run_id = ?", (run_id,))
+
     def trajectory_outcomes(self, run_id: int) -> list[tuple]:
         """(step, problem id, total return, best speedup, solved, id) of every trajectory of a run in step order:
         what the TUI's distributions and best-kernel-per-problem views aggregate (six columns, no turns)."""
