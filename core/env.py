@@ -14,6 +14,8 @@ from core.config import RunConfig
 from core.errors import KrlError
 from core.problems import Problem
 from core.registry import TrajectoryRecord, TurnRecord
+# OUTCOMES, ParsedResponse and parse_response stay importable from here (the environment's vocabulary).
+from core.response import OUTCOMES, ParseOutcome, ParsedResponse, parse_response  # noqa: F401
 from core.reward import StageSchedule, discounted_returns, score_turn
 from evaluator.api import EvalRequest, EvalResult, Verdict
 
@@ -156,95 +158,6 @@ def messages_to_text(messages: Sequence[Message]) -> str:
     return "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in messages)
 
 
-# ---------------------------------------------------------------- parsing
-
-OUTCOMES = ("ok", "fallback", "multiple_blocks", "no_code", "truncated")
-
-_THINK_RE = re.compile(r"<(think|thinking)>(.*?)</\1>", re.S | re.I)
-_THINK_CLOSE_RE = re.compile(r"</(think|thinking)>", re.I)
-_THINK_OPEN_RE = re.compile(r"<(think|thinking)>", re.I)
-_KERNEL_RE = re.compile(r"<KERNEL>(.*?)(?:</KERNEL>|$)", re.S | re.I)
-_FENCE_RE = re.compile(r"^[ \t]*```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)^[ \t]*```[ \t]*$", re.S | re.M)
-_OPEN_FENCE_RE = re.compile(r"^[ \t]*```[ \t]*([\w+#.-]*)[^\n]*\n(.*)\Z", re.S | re.M)
-_PYTHON_LANGS = ("", "python", "py", "python3")
-
-
-@dataclass
-class ParsedResponse:
-    """What a response contained. outcome: ok | fallback | multiple_blocks | no_code | truncated.
-
-    - ok: <KERNEL> holding exactly one fenced block (format_ok True).
-    - fallback: no usable <KERNEL>; the first fenced block after the thinking is used (format_ok False).
-    - multiple_blocks: <KERNEL> holds several blocks; the first Python block is used (format_ok False).
-    - no_code: no fenced block at all (kernel None).
-    - truncated: the response hit the token limit; the kernel is kept only if its block was complete.
-    """
-
-    thought: str
-    kernel: Optional[str]
-    format_ok: bool
-    truncated: bool
-    outcome: str
-    answer: str = ""  # the response after the thinking
-    language: str = ""
-    n_blocks: int = 0
-
-    @property
-    def has_thinking(self) -> bool:
-        return bool(self.thought.strip())
-
-
-def _split_thinking(text: str, prefilled_think: bool) -> tuple[str, str]:
-    """(thought, answer). A pre-filled <think> (renderer put it in the prompt) shows up as a lone </think>."""
-    closing = _THINK_CLOSE_RE.search(text)
-    opening = _THINK_OPEN_RE.search(text)
-    if closing and (prefilled_think or not opening or opening.start() > closing.start()):
-        return text[: closing.start()].strip(), text[closing.end():]
-    match = _THINK_RE.search(text)
-    if match:
-        return match.group(2).strip(), text[: match.start()] + text[match.end():]
-    if opening or prefilled_think:
-        # Thinking never closed: all of it is thought (usually truncation), unless a <KERNEL> follows it.
-        start = opening.end() if opening else 0
-        kernel_tag = _KERNEL_RE.search(text, start)
-        if kernel_tag:
-            return text[start:kernel_tag.start()].strip(), text[kernel_tag.start():]
-        return text[start:].strip(), ""
-    return "", text
-
-
-def _blocks(text: str, allow_open: bool) -> list[tuple[str, str]]:
-    blocks = [(m.group(1).lower(), m.group(2)) for m in _FENCE_RE.finditer(text)]
-    if allow_open:
-        tail_from = 0
-        for m in _FENCE_RE.finditer(text):
-            tail_from = m.end()
-        open_block = _OPEN_FENCE_RE.search(text, tail_from)
-        if open_block and open_block.group(2).strip():
-            blocks.append((open_block.group(1).lower(), open_block.group(2)))
-    return blocks
-
-
-def parse_response(text: str, truncated: bool = False, prefilled_think: bool = False) -> ParsedResponse:
-    """Thinking, then the kernel from <KERNEL>…</KERNEL>, else the first fenced block; see ParsedResponse."""
-    thought, answer = _split_thinking(text, prefilled_think)
-    # An unclosed fence is accepted when the model stopped on its own; after truncation its code is cut off.
-    allow_open = not truncated
-    kernel_match = _KERNEL_RE.search(answer)
-    kernel_blocks = _blocks(kernel_match.group(1), allow_open) if kernel_match else []
-    if kernel_blocks:
-        blocks, outcome = kernel_blocks, ("ok" if len(kernel_blocks) == 1 else "multiple_blocks")
-    else:
-        blocks, outcome = _blocks(answer, allow_open), "fallback"
-    if not blocks:
-        return ParsedResponse(thought, None, False, truncated, "truncated" if truncated else "no_code", answer)
-    chosen = next((b for b in blocks if b[0] in _PYTHON_LANGS), blocks[0]) if outcome == "multiple_blocks" else blocks[0]
-    kernel = chosen[1].rstrip() + "\n"
-    format_ok = outcome == "ok" and not truncated
-    return ParsedResponse(thought, kernel, format_ok, truncated, "truncated" if truncated else outcome, answer,
-                          chosen[0], len(blocks))
-
-
 # ---------------------------------------------------------------- feedback
 
 GUIDANCE: dict[str, str] = {
@@ -321,7 +234,7 @@ def format_feedback(result: Optional[EvalResult], parsed: ParsedResponse) -> str
         return "\n".join(lines)
     verdict = result.verdict.value if isinstance(result.verdict, Verdict) else str(result.verdict)
     lines.append(f"Verdict: {VERDICT_TITLES.get(verdict, verdict)}")
-    if parsed.kernel is not None and parsed.outcome in ("fallback", "multiple_blocks"):
+    if parsed.kernel is not None and parsed.outcome in (ParseOutcome.FALLBACK, ParseOutcome.MULTIPLE_BLOCKS):
         lines.append("Format: the code was not in a single fenced block inside <KERNEL>…</KERNEL>; "
                      "the first block was used.")
     lines.append(f"Compiled: {'yes' if result.compiled else 'no'}")

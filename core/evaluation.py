@@ -4,8 +4,6 @@ same feedback as training, one registry transaction per finished sample, summary
 
 from __future__ import annotations
 
-import argparse
-import hashlib
 import json
 import logging
 import math
@@ -17,19 +15,22 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Optional, Sequence
 
 from core import scores
-from core.backends.base import open_backend
+from core.backends.factory import open_backend
 from core.checkpoint import checkpoint_dir, load_trainer_state
 from core.config import RunConfig, config_from_dict
 from core.env import make_retriever
 from core.errors import KrlError
+from core.job import RunLifecycle, configure_logging, job_main, remove_logging, run_job, start_foreground
 from core.problems import Problem, load_problem_set
 from core.registry import Registry
-from core.rollouts import Rollout, RolloutRunner, StopRequested, wait_all
+# eval_conversations and eval_records stay importable from here: the faces read an evaluation through this module.
+from core.records import eval_conversations, eval_records  # noqa: F401
+from core.run_status import RunStatus
+from core.rollouts import Rollout, RolloutRunner, StopRequested
 from evaluator.api import DEFAULT_TOLERANCE
 
 log = logging.getLogger("krl.eval")
 
-HEARTBEAT_INTERVAL_S = 2.0
 MAX_ROLLOUT_THREADS = 64
 SUMMARY_STEP = 0  # the step the summary metrics are written at (an eval run has no training steps)
 SUMMARY_PREFIX = "eval/"
@@ -37,116 +38,6 @@ SUMMARY_EVERY_S = 30.0  # a long evaluation shows partial numbers (runs list, TU
 # What must match for two evaluations to be compared (the rest of the stamp is shown, not enforced).
 COMPARABLE_STAMP_KEYS = ("devices", "precision", "tolerance", "timing", "kernel_backend", "problem_sizes",
                          "torch", "max_turns", "baseline")
-
-
-# ---------------------------------------------------------------- held-out split (eval_every during training)
-
-def split_heldout(problems: Sequence[Problem], config: RunConfig) -> tuple[list[Problem], list[Problem]]:
-    """(training problems, held-out problems). evaluation.heldout names a set whose problems leave training;
-    otherwise a seeded share (evaluation.heldout_fraction, at least one) of `problems` is held out by hashing ids,
-    so the split does not depend on order and never overlaps."""
-    if config.evaluation.heldout:
-        heldout = load_problem_set(config.evaluation.heldout)
-        ids = {p.id for p in heldout}
-        train = [p for p in problems if p.id not in ids]
-        if not train:
-            raise KrlError(f"every training problem is in the held-out set '{config.evaluation.heldout}'; "
-                           "choose a held-out set that leaves problems to train on.")
-        return train, list(heldout)
-
-    def rank(problem: Problem) -> str:
-        return hashlib.sha256(f"heldout:{config.seed}:{problem.id}".encode()).hexdigest()
-
-    if len(problems) < 2:
-        raise KrlError("eval_every needs at least two problems to hold some out; set evaluation.heldout to a "
-                       "separate problem set.")
-    count = min(len(problems) - 1, max(1, round(config.evaluation.heldout_fraction * len(problems))))
-    held = {p.id for p in sorted(problems, key=rank)[:count]}
-    return [p for p in problems if p.id not in held], [p for p in problems if p.id in held]
-
-
-def heldout_metrics(runner: RolloutRunner, pool: ThreadPoolExecutor, problems: Sequence[Problem], samples: int,
-                    step: int, prefix: str = "eval/heldout/") -> dict[str, float]:
-    """Play every held-out problem `samples` times with the current weights and score it like `krl eval`:
-    the training run's metrics at this step (e.g. eval/heldout/fast_p/eager/kernelbench/1)."""
-    futures: list[Future] = []
-    for index, problem in enumerate(problems):
-        # A group index far from training's keeps the sampling seeds apart from the training rollouts'.
-        futures += runner.submit_group(pool, step, 1_000_000 + index, problem, 0, range(samples), samples)
-    rollouts = wait_all(futures)
-    records = [r for rollout in rollouts for r in rollout_records(rollout)]
-    summary = scores.summarise(records, [p.id for p in problems], samples, runner.config.max_turns)
-    return {prefix + key: value for key, value in summary.items()}
-
-
-# ---------------------------------------------------------------- records (what scores.py reads)
-
-def _sol_fraction(result: dict[str, Any]) -> Optional[float]:
-    # EvalResult.sol_fraction is a wave-2 field: older results do not have it.
-    value = result.get("sol_fraction")
-    return float(value) if isinstance(value, (int, float)) else None
-
-
-def _median(stats: Any) -> Optional[float]:
-    return float(stats["median_ms"]) if isinstance(stats, dict) and stats.get("median_ms") is not None else None
-
-
-def record_of_turn(problem_id: str, sample: int, turn: int, verdict: str, result: Optional[dict[str, Any]],
-                   tokens_in: int = 0, tokens_out: int = 0, trajectory_id: Optional[int] = None,
-                   compile_baseline_ms: Optional[float] = None,
-                   compile_over_eager: Optional[float] = None) -> dict[str, Any]:
-    """One exported record: the stored turn reduced to what the scores need (and SFT filtering wants)."""
-    result = result or {}
-    kernel_ms = _median(result.get("kernel_runtime"))
-    record: dict[str, Any] = {
-        "problem_id": problem_id, "sample": sample, "turn": turn, "verdict": verdict,
-        "speedup": result.get("speedup"), "compiled": bool(result.get("compiled")),
-        "hack_rule": result.get("hack_rule"), "sol_fraction": _sol_fraction(result),
-        "kernel_ms": kernel_ms, "eager_ms": _median(result.get("reference_runtime")),
-        "tokens_in": tokens_in, "tokens_out": tokens_out,
-        "device": result.get("gpu_name") or result.get("device_name") or "",
-    }
-    if compile_over_eager is not None and record["speedup"] is not None:
-        # Both medians from one baseline process (interleaved): the ratio carries over to the worker's eager time.
-        record["speedup_compile"] = record["speedup"] * compile_over_eager
-    elif compile_baseline_ms is not None and kernel_ms:
-        record["speedup_compile"] = compile_baseline_ms / kernel_ms
-    if trajectory_id is not None:
-        record["trajectory_id"] = trajectory_id
-    return record
-
-
-def rollout_records(rollout: Rollout) -> list[dict[str, Any]]:
-    return [record_of_turn(rollout.problem.id, rollout.sample, t.turn, t.eval_result.verdict.value,
-                           t.eval_result.to_dict(), t.tokens_in, t.tokens_out)
-            for t in rollout.env.trajectory.transitions]
-
-
-def eval_records(registry: Registry, run_id: int) -> list[dict[str, Any]]:
-    """Every stored turn of an eval run as a record (problem, sample, turn order), in one query."""
-    rows = registry.conn.execute(
-        "SELECT t.id, t.problem_id, t.sample_index, u.turn, u.verdict, u.eval_result, u.tokens_in, u.tokens_out "
-        "FROM trajectories t JOIN turns u ON u.trajectory_id = t.id WHERE t.run_id = ? "
-        "ORDER BY t.problem_id, t.sample_index, u.turn", (run_id,)).fetchall()
-    meta = (registry.get_run(run_id).get("summary") or {}).get("eval", {})
-    compile_ms, ratios = meta.get("compile_baseline_ms", {}), meta.get("compile_over_eager", {})
-    return [record_of_turn(pid, sample, turn, verdict, json.loads(result) if result else None, tokens_in or 0,
-                           tokens_out or 0, trajectory_id, compile_ms.get(pid), ratios.get(pid))
-            for trajectory_id, pid, sample, turn, verdict, result, tokens_in, tokens_out in rows]
-
-
-def eval_conversations(registry: Registry, run_id: int) -> list[dict[str, Any]]:
-    """One item per sample, for SFT or rejection sampling: each turn's full prompt (it already carries the earlier
-    attempts and their feedback), the response, its verdict and speedup, and the feedback the model got."""
-    out = []
-    for trajectory in registry.trajectories(run_id, order="step", limit=1 << 30):
-        turns = [{"turn": t["turn"], "prompt": t["prompt"], "response": t["response"], "verdict": t["verdict"],
-                  "speedup": (t.get("eval_result") or {}).get("speedup"), "feedback": t["feedback"]}
-                 for t in registry.trajectory_turns(trajectory["id"])]
-        out.append({"problem_id": trajectory["problem_id"], "sample": trajectory["sample_index"],
-                    "solved": bool(trajectory["solved"]), "solved_at_turn": trajectory["solved_at_turn"],
-                    "best_speedup": trajectory["best_speedup"], "hack": bool(trajectory["hack"]), "turns": turns})
-    return out
 
 
 def eval_summary(registry: Registry, name_or_id: str | int) -> dict[str, Any]:
@@ -332,8 +223,7 @@ class EvaluationJob:
         self.problems: list[Problem] = []
         self.samples_written = 0
         self._pool: Optional[ThreadPoolExecutor] = None
-        self._heartbeat_stop = threading.Event()
-        self._heartbeat: Optional[threading.Thread] = None
+        self.lifecycle = RunLifecycle(registry, run_id, thread_name="krl-eval-heartbeat")
         self._baselines: dict[str, Future] = {}
         self._cluster: Any = None  # cluster.json for the TUI's Cluster tab (eval.cluster / eval.endpoint only)
 
@@ -342,6 +232,12 @@ class EvaluationJob:
             self.stop_reason = reason
             self.stop_event.set()
             log.info("%s received: stopping; finished samples are kept", reason)
+
+    def stopped_message(self, stop: StopRequested) -> str:
+        return f"{stop} — {self.samples_written} sample(s) written this segment"
+
+    def finished_message(self) -> str:
+        return f"{len(self.problems)} problems x {self.samples} samples"
 
     # ------------------------------------------------------------ setup
 
@@ -361,17 +257,8 @@ class EvaluationJob:
         self.problems = problems
 
     def setup(self) -> None:
-        row = self.registry.get_run(self.run_id)
-        if row["status"] == "stopping":
-            self.request_stop("stop requested before start")
-        fields: dict[str, Any] = {"ended_at": None, "exit_code": None, "error": None}
-        if not row.get("started_at"):
-            fields["started_at"] = time.time()
-        if row["status"] != "running":
-            self.registry.compare_and_set_status(
-                self.run_id, ("queued", "stopped", "failed", "crashed", "finished"), "running", "job started",
-                **fields)
-        self._start_heartbeat()
+        self.lifecycle.mark_running(self.request_stop)
+        self.lifecycle.start_heartbeat()
         # evaluation.state_path: a training checkpoint's weights (krl eval --run NAME --checkpoint STEP).
         self.backend = open_backend(self.config, state_path=self.config.evaluation.state_path or None)
         self._load_problems()
@@ -393,24 +280,10 @@ class EvaluationJob:
         self._pool = ThreadPoolExecutor(max_workers=max(1, width), thread_name_prefix="krl-eval")
         self.registry.update_run(self.run_id, total_steps=len(self.problems) * self.samples)
 
-    def _start_heartbeat(self) -> None:
-        def beat() -> None:
-            while not self._heartbeat_stop.wait(HEARTBEAT_INTERVAL_S):
-                try:
-                    self.registry.heartbeat(self.run_id)
-                except Exception as exc:  # a busy database must not kill the job; the next beat retries
-                    log.warning("heartbeat failed: %s", exc)
-
-        self.registry.heartbeat(self.run_id)
-        self._heartbeat = threading.Thread(target=beat, name="krl-eval-heartbeat", daemon=True)
-        self._heartbeat.start()
-
     # ------------------------------------------------------------ the evaluation
 
     def _done(self) -> set[tuple[str, int]]:
-        rows = self.registry.conn.execute("SELECT problem_id, sample_index FROM trajectories WHERE run_id = ?",
-                                          (self.run_id,)).fetchall()
-        return {(pid, int(sample)) for pid, sample in rows}
+        return {(pid, int(sample)) for pid, sample in self.registry.trajectory_samples(self.run_id)}
 
     def _write(self, index: int, rollout: Rollout) -> None:
         record = rollout.env.trajectory.to_record(index, rollout.sample, gamma=self.config.reward.gamma)
@@ -452,6 +325,11 @@ class EvaluationJob:
                         self.request_stop(f"a sample failed: {type(exc).__name__}: {exc}")
                     continue
                 self._write(index, rollout)
+                if not self.lifecycle.still_ours():
+                    # A reader ended the run (its heartbeat looked stale): stop the other samples and write nothing
+                    # more, so the recorded status stays true.
+                    self.request_stop("the run was marked ended")
+                    self.lifecycle.check_alive()
                 turns += len(rollout.samples)
                 eval_s += sum(t.eval_result.phase_times_s.get("total", 0.0)
                               for t in rollout.env.trajectory.transitions if t.eval_result.request_id)
@@ -553,7 +431,7 @@ class EvaluationJob:
         return summary
 
     def close(self) -> None:
-        self._heartbeat_stop.set()
+        self.lifecycle.stop()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
         if self._cluster is not None:
@@ -567,8 +445,7 @@ class EvaluationJob:
                 self.backend.close()
             except Exception as exc:  # closing is best effort
                 log.warning("closing the backend failed: %s", exc)
-        if self._heartbeat is not None:
-            self._heartbeat.join(timeout=HEARTBEAT_INTERVAL_S + 1)
+        self.lifecycle.join()
 
 
 # ---------------------------------------------------------------- entry points
@@ -577,26 +454,7 @@ def execute(registry: Registry, run_id: int, install_signals: bool = True,
             stop_after_samples: Optional[int] = None) -> int:
     """Run a registered eval run to its end here; 0 finished/stopped, 1 failed. SIGTERM/SIGINT stop it (finished
     samples kept, resumable). stop_after_samples: stop like on SIGTERM once that many samples are written (tests)."""
-    from core.train import StopSignals, _finish, record_failure
-
-    signals = StopSignals(install_signals)
-    job: Optional[EvaluationJob] = None
-    try:
-        try:
-            job = signals.attach(EvaluationJob(registry, run_id, stop_after_samples))
-            job.run()
-        except StopRequested as stop:
-            written = job.samples_written if job else 0
-            _finish(registry, run_id, "stopped", f"{stop} — {written} sample(s) written this segment", 0)
-            return 0
-        except BaseException as exc:  # noqa: BLE001 - every failure must reach the registry
-            return record_failure(registry, run_id, exc)
-        _finish(registry, run_id, "finished", f"{len(job.problems)} problems x {job.samples} samples", 0)
-        return 0
-    finally:
-        if job is not None:
-            job.close()
-        signals.restore()
+    return run_job(registry, run_id, lambda: EvaluationJob(registry, run_id, stop_after_samples), install_signals)
 
 
 def create_eval_run(registry: Registry, config: RunConfig, name: Optional[str] = None,
@@ -608,38 +466,23 @@ def create_eval_run(registry: Registry, config: RunConfig, name: Optional[str] =
     cfg["name"] = name
     return registry.create_run(name, kind="eval", config=cfg, preset=config.preset, model=config.model,
                                backend=config.backend, problem_set=config.problems, gpus_requested=config.gpus,
-                               total_steps=None, tags=list(tags) + list(config.tags), status="queued")
+                               total_steps=None, tags=list(tags) + list(config.tags), status=RunStatus.QUEUED)
 
 
 def evaluate_foreground(config: RunConfig, name: Optional[str] = None, workspace: Any = None,
                         stop_after_samples: Optional[int] = None, resume: Optional[str] = None) -> dict[str, Any]:
     """Register an eval run (or take the stopped one named `resume`) and execute it in this process; progress on
     stderr and in <ws>/<name>/logs.log. Returns the final runs row."""
-    from core.procman import process_identity
-    from core.train import _configure_logging
-
     registry = Registry.for_workspace(workspace)
     handlers: list[logging.Handler] = []
     try:
         row = registry.get_run(resume) if resume else create_eval_run(registry, config, name)
-        handlers = _configure_logging(registry.run_dir(row["name"]) / "logs.log")
-        identity = process_identity()
-        now = time.time()
-        segments = [dict(s) for s in (row.get("segments") or [])]
-        segments.append({"index": len(segments), "started_at": now, "ended_at": None, "end_status": None,
-                         "pid": identity["pid"], "pid_start_time": identity["pid_start_time"],
-                         "host": identity["host"], "gpus": [], "start_step": 0, "checkpoint": None,
-                         "stop_requested_at": None, "stop_grace_s": None, "note": "foreground"})
-        registry.set_status(row["id"], "running", f"foreground, pid {identity['pid']}", started_at=now,
-                            heartbeat_at=now, segments=segments, command={"argv": sys.argv, "cwd": "."},
-                            ended_at=None, exit_code=None, error=None, **identity)
+        handlers = configure_logging(registry.run_dir(row["name"]) / "logs.log")
+        start_foreground(registry, row)
         execute(registry, row["id"], stop_after_samples=stop_after_samples)
         return registry.get_run(row["id"])
     finally:
-        logger = logging.getLogger("krl")
-        for handler in handlers:
-            logger.removeHandler(handler)
-            handler.close()
+        remove_logging(handlers)
         registry.close()
 
 
@@ -662,25 +505,7 @@ def checkpoint_state(registry: Registry, run_name: str, step: Optional[int]) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from core.train import _configure_logging, _start_queued_runs
-
-    parser = argparse.ArgumentParser(prog="python -m core.evaluation", description="Run a registered evaluation.")
-    parser.add_argument("run", help="run id or name (from the registry)")
-    parser.add_argument("--workspace", default=None, help="workspace folder (default $KRL_WORKSPACE or ./runs)")
-    args = parser.parse_args(argv)
-    handlers = _configure_logging()
-    try:
-        registry = Registry.for_workspace(args.workspace, create=False)
-        row = (registry.find_run(int(args.run)) if args.run.isdigit() else None) or registry.get_run(args.run)
-        code = execute(registry, row["id"])
-        _start_queued_runs(registry)
-        return code
-    except KrlError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        for handler in handlers:
-            handler.flush()
+    return job_main(argv, "python -m core.evaluation", "Run a registered evaluation.", execute)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from core.config import WEIGHT_NAMES, RewardConfig, RewardWeights, RunConfig, St
 from evaluator.api import EvalResult, Verdict
 
 if TYPE_CHECKING:
-    from core.env import ParsedResponse
+    from core.response import ParsedResponse
 
 CHARS_PER_TOKEN_ESTIMATE = 4  # only when the backend gave no token count
 CONSTANT_EPS = 1e-9

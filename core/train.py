@@ -3,39 +3,40 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
 import os
 import random
-import signal
 import sys
 import threading
 import time
-import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from core.backends.base import (AdamParams, Datum, TrainingBackend, base_logprobs, open_backend,
+from core.backends.base import (AdamParams, Datum, TrainingBackend, base_logprobs,
                                 submit_forward_backward, submit_optim_step)
+from core.backends.factory import open_backend
 from core.checkpoint import (append_checkpoint_record, capture_rng, checkpoint_dir, checkpoint_name,
                              load_trainer_state, restore_rng, save_trainer_state)
 from core.config import RunConfig, config_from_dict
 from core.env import make_retriever
 from core.errors import KrlError
+from core.heldout import heldout_metrics, split_heldout
+from core.job import (MarkedEnded, RunLifecycle, configure_logging, job_main, remove_logging, run_job,
+                      start_foreground)
 from core.losses import add_sums, apply_kl_penalty, loss_fn_config, sample_train_metrics
 from core.problems import Problem, load_problem_set
 from core.registry import Registry, TrajectoryRecord
 from core.rollouts import Rollout, RolloutRunner, StopRequested, context_metrics, derive_seed, wait_all
 from core.system_metrics import StepSampler, visible_gpu_indices
 from core.train_metrics import rollout_metrics
+from core.run_status import RunStatus
 from core.reward import BatchAdvantages, StageSchedule, per_turn_advantages
 
 log = logging.getLogger("krl.train")
 
-HEARTBEAT_INTERVAL_S = 2.0  # contract: at least every 5 s
 MAX_ROLLOUT_THREADS = 64
 
 
@@ -109,10 +110,6 @@ def update_policy(backend: TrainingBackend, datums: Sequence[Datum], substeps: i
 # ---------------------------------------------------------------- the trainer
 
 
-class MarkedEnded(Exception):
-    """The run was marked ended (crashed) by a reader while this job was frozen: the job must stop writing."""
-
-
 class Trainer:
     """Runs one registered run from its start (or last checkpoint) to max_steps, writing everything to the registry."""
 
@@ -134,13 +131,12 @@ class Trainer:
         self.retriever: Any = None
         self.env_config: RunConfig = self.config  # what episodes see (eval.size may be adapted to a CPU evaluator)
         self.problems: list[Problem] = []
-        self.heldout: list[Problem] = []  # eval_every: problems kept out of training (core/evaluation.py)
+        self.heldout: list[Problem] = []  # eval_every: problems kept out of training (core/heldout.py)
         self.last_completed_step: Optional[int] = None
         self.last_checkpoint_step: Optional[int] = None
         self.start_step = 0
-        self._heartbeat_stop = threading.Event()
-        self._heartbeat_thread: Optional[threading.Thread] = None
-        self.marked_ended = threading.Event()  # a reader ended the run (crashed) while this job was frozen
+        self.lifecycle = RunLifecycle(registry, run_id)  # heartbeat, and "a reader ended the run" (core/job.py)
+        self.marked_ended = self.lifecycle.marked_ended
         self._pool: Optional[ThreadPoolExecutor] = None
         self._tb: Any = None
         self._system: Optional[StepSampler] = None  # system/* metrics (GPU, CPU, RAM), a mean per step
@@ -154,33 +150,13 @@ class Trainer:
             self.stop_event.set()
             log.info("%s received: stopping after a checkpoint", reason)
 
-    def _start_heartbeat(self) -> None:
-        def beat() -> None:
-            while not self._heartbeat_stop.wait(HEARTBEAT_INTERVAL_S):
-                try:
-                    if not self.registry.heartbeat(self.run_id):
-                        self.marked_ended.set()  # the main loop leaves after the step it is in
-                except Exception as exc:  # a busy database must not kill the job; the next beat retries
-                    log.warning("heartbeat failed: %s", exc)
+    def stopped_message(self, stop: StopRequested) -> str:
+        return f"{stop} — checkpoint at step {self.last_checkpoint_step}"
 
-        self.registry.heartbeat(self.run_id)
-        self._heartbeat_thread = threading.Thread(target=beat, name="krl-heartbeat", daemon=True)
-        self._heartbeat_thread.start()
+    def finished_message(self) -> str:
+        return f"{self.config.max_steps} steps"
 
     # ------------------------------------------------------------ setup
-
-    def _mark_running(self) -> None:
-        row = self.registry.get_run(self.run_id)
-        if row["status"] == "stopping":
-            self.request_stop("stop requested before start")
-        fields: dict[str, Any] = {"ended_at": None, "exit_code": None, "error": None}
-        if not row.get("started_at"):
-            fields["started_at"] = time.time()
-        if row["status"] != "running":
-            self.registry.compare_and_set_status(
-                self.run_id, ("queued", "stopped", "failed", "crashed", "finished"), "running", "job started", **fields)
-        else:
-            self.registry.update_run(self.run_id, **{k: v for k, v in fields.items() if k == "started_at"})
 
     def _write_config(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -204,8 +180,6 @@ class Trainer:
                 raise KrlError(f"none of the problems in '{self.config.problems}' has recordings in "
                                f"{getattr(self.backend, 'path', 'the replay file')}.")
         if self.config.eval_every:
-            from core.evaluation import split_heldout
-
             problems, self.heldout = split_heldout(problems, self.config)
             self.registry.add_event(self.run_id, "heldout", f"held out of training for eval_every: "
                                                              f"{', '.join(p.id for p in self.heldout)}")
@@ -241,9 +215,9 @@ class Trainer:
         return checkpoint, checkpoint_dir(self.registry.run_dir(parent["name"]), checkpoint["name"]), False
 
     def setup(self) -> None:
-        self._mark_running()
+        self.lifecycle.mark_running(self.request_stop)
         self._write_config()
-        self._start_heartbeat()
+        self.lifecycle.start_heartbeat()
         checkpoint, folder, same_run = self._resume_point()
         state: dict[str, Any] = {}
         if checkpoint is not None and folder is not None:
@@ -395,8 +369,6 @@ class Trainer:
     def _evaluate_heldout(self, step: int) -> None:
         """eval_every: score the held-out problems with the current weights, as metrics of this step
         (eval/heldout/fast_p/eager/kernelbench/1 beside env/all/reward/total)."""
-        from core.evaluation import heldout_metrics
-
         metrics = heldout_metrics(self.rollout_runner, self._pool, self.heldout,
                                   self.config.evaluation.heldout_samples, step)
         self.registry.log_metrics(self.run_id, step, metrics)
@@ -488,7 +460,7 @@ class Trainer:
             raise StopRequested(self.stop_reason)
 
     def close(self) -> None:
-        self._heartbeat_stop.set()
+        self.lifecycle.stop()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
         if self._cluster is not None:
@@ -507,8 +479,7 @@ class Trainer:
             self._tb.close()
         if self._system is not None:
             self._system.stop()
-        if self._heartbeat_thread is not None:
-            self._heartbeat_thread.join(timeout=HEARTBEAT_INTERVAL_S + 1)
+        self.lifecycle.join()
 
 
 def _tensorboard_writer(run_dir: Path) -> Any:
@@ -524,119 +495,19 @@ def _tensorboard_writer(run_dir: Path) -> Any:
 
 # ---------------------------------------------------------------- job entry points
 
-def _close_segment(row: dict[str, Any], status: str, note: str = "") -> list[dict[str, Any]]:
-    segments = [dict(s) for s in (row.get("segments") or [])]
-    if segments and segments[-1].get("ended_at") is None:
-        segments[-1]["ended_at"] = time.time()
-        segments[-1]["end_status"] = status
-        if note:
-            segments[-1]["note"] = note
-    return segments
-
-
-def _finish(registry: Registry, run_id: int, status: str, message: str, exit_code: int,
-            error: str | None = None) -> None:
-    row = registry.get_run(run_id)
-    fields: dict[str, Any] = {"ended_at": time.time(), "exit_code": exit_code,
-                              "segments": _close_segment(row, status, message if status != "finished" else "")}
-    if error is not None:
-        fields["error"] = error
-    registry.set_status(run_id, status, message, **fields)
-
-
-class StopSignals:
-    """SIGTERM/SIGINT ask the attached job to stop; a signal that comes before the job exists is handed to it on
-    attach. Shared by training and evaluation jobs (core/evaluation.py)."""
-
-    def __init__(self, install: bool):
-        self.job: Any = None
-        self.pending: list[str] = []
-        self.previous: dict[int, Any] = {}
-        if install and threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                self.previous[sig] = signal.signal(sig, self._on_signal)
-
-    def _on_signal(self, signum: int, _frame: Any) -> None:
-        name = signal.Signals(signum).name
-        if self.job is not None:
-            self.job.request_stop(name)
-        else:
-            self.pending.append(name)
-
-    def attach(self, job: Any) -> Any:
-        self.job = job
-        if self.pending:
-            job.request_stop(self.pending[0])
-        return job
-
-    def restore(self) -> None:
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
-
-
-def record_failure(registry: Registry, run_id: int, exc: BaseException) -> int:
-    """Mark the run failed with what went wrong (a user error's message, or the traceback of anything else)."""
-    if isinstance(exc, KrlError):
-        _finish(registry, run_id, "failed", str(exc), 1, error=str(exc))
-        log.error("failed: %s", exc)
-    else:
-        text = "".join(traceback.format_exception(exc))
-        _finish(registry, run_id, "failed", f"{type(exc).__name__}: {exc}", 1, error=text[-4000:])
-        log.error("failed:\n%s", text)
-    return 1
-
-
 def execute(registry: Registry, run_id: int, install_signals: bool = True,
             stop_after_step: Optional[int] = None) -> int:
     """Run a registered run to its end in this process; returns the exit code (0 finished/stopped, 1 failed).
     Signals: SIGTERM (and SIGINT) → checkpoint → `stopped`. stop_after_step: stop (as on SIGTERM) once that step is
     done — a pause at a known point, e.g. to test resume."""
-    signals = StopSignals(install_signals)
-    trainer: Optional[Trainer] = None
-    try:
-        try:
-            trainer = signals.attach(Trainer(registry, run_id, stop_after_step=stop_after_step))
-            trainer.run()
-        except MarkedEnded as ended:
-            # Another process decided this run's end (stale heartbeat) and may have given its GPUs away: leave
-            # without writing a status, so the recorded one stays true.
-            registry.add_event(run_id, "status", f"the job found its run marked {ended} and stopped")
-            log.error("this run was marked %s while the job was not running (stopped or frozen); exiting", ended)
-            return 1
-        except StopRequested as stop:
-            last = trainer.last_checkpoint_step if trainer else None
-            _finish(registry, run_id, "stopped", f"{stop} — checkpoint at step {last}", 0)
-            log.info("stopped (%s); last checkpoint at step %s", stop, last)
-            return 0
-        except BaseException as exc:  # noqa: BLE001 - every failure must reach the registry
-            return record_failure(registry, run_id, exc)
-        _finish(registry, run_id, "finished", f"{trainer.config.max_steps} steps", 0)
-        log.info("finished %s", trainer.name)
-        return 0
-    finally:
-        if trainer is not None:
-            trainer.close()
-        signals.restore()
-
-
-def _configure_logging(log_file: Path | None = None) -> list[logging.Handler]:
-    logger = logging.getLogger("krl")
-    logger.setLevel(logging.INFO)
-    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
-    if log_file is not None:
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(log_file))
-    for handler in handlers:
-        handler.setFormatter(fmt)
-        logger.addHandler(handler)
-    return handlers
+    return run_job(registry, run_id, lambda: Trainer(registry, run_id, stop_after_step=stop_after_step),
+                   install_signals)
 
 
 def run_foreground(config: RunConfig, name: str | None = None, workspace: Any = None) -> dict[str, Any]:
     """Register a run and execute it in this process (`krl train` without --detach); progress goes to stderr and
     <ws>/<name>/logs.log. Returns the final runs row. Ctrl-C stops it with a checkpoint (resumable)."""
-    from core.procman import process_identity, unique_run_name
+    from core.procman import unique_run_name
 
     registry = Registry.for_workspace(workspace)
     handlers: list[logging.Handler] = []
@@ -647,59 +518,18 @@ def run_foreground(config: RunConfig, name: str | None = None, workspace: Any = 
         row = registry.create_run(
             name, kind="replay" if config.backend == "replay" else "train", config=cfg, preset=config.preset,
             model=config.model, backend=config.backend, problem_set=config.problems, gpus_requested=config.gpus,
-            total_steps=config.max_steps, tags=config.tags, status="queued")
-        run_dir = registry.run_dir(name)
-        handlers = _configure_logging(run_dir / "logs.log")
-        identity = process_identity()
-        now = time.time()
-        segment = {"index": 0, "started_at": now, "ended_at": None, "end_status": None, "pid": identity["pid"],
-                   "pid_start_time": identity["pid_start_time"], "host": identity["host"], "gpus": [],
-                   "start_step": 0, "checkpoint": None, "stop_requested_at": None, "stop_grace_s": None,
-                   "note": "foreground"}
-        registry.set_status(row["id"], "running", f"foreground, pid {identity['pid']}", started_at=now,
-                            heartbeat_at=now, segments=[segment], command={"argv": sys.argv, "cwd": os.getcwd()},
-                            **identity)
+            total_steps=config.max_steps, tags=config.tags, status=RunStatus.QUEUED)
+        handlers = configure_logging(registry.run_dir(name) / "logs.log")
+        start_foreground(registry, row)
         execute(registry, row["id"])
         return registry.get_run(row["id"])
     finally:
-        logger = logging.getLogger("krl")
-        for handler in handlers:
-            logger.removeHandler(handler)
-            handler.close()
+        remove_logging(handlers)
         registry.close()
 
 
-def _start_queued_runs(registry: Registry) -> None:
-    """A job that ends frees its GPUs: start queued runs now rather than at the next reader's reconcile."""
-    try:
-        from core import procman
-
-        procman.reconcile(registry)
-    except Exception as exc:  # never turn a finished run into a failed exit
-        print(f"warning: could not start queued runs: {exc}", file=sys.stderr)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m core.train", description="Run a registered kernelrl run.")
-    parser.add_argument("run", help="run id or name (from the registry)")
-    parser.add_argument("--workspace", default=None, help="workspace folder (default $KRL_WORKSPACE or ./runs)")
-    args = parser.parse_args(argv)
-    handlers = _configure_logging()
-    try:
-        registry = Registry.for_workspace(args.workspace, create=False)
-        # procman passes the numeric id; a name is accepted for hand-run jobs.
-        row = (registry.find_run(int(args.run)) if args.run.isdigit() else None) or registry.find_run(args.run)
-        if row is None:
-            registry.get_run(args.run)  # raises with did-you-mean
-        code = execute(registry, row["id"])
-        _start_queued_runs(registry)
-        return code
-    except KrlError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        for handler in handlers:
-            handler.flush()
+    return job_main(argv, "python -m core.train", "Run a registered kernelrl run.", execute)
 
 
 if __name__ == "__main__":

@@ -270,6 +270,7 @@ def stop(
 ) -> None:
     """Stop a run: SIGTERM → the job checkpoints → stopped. A queued run leaves the queue."""
     from core import procman
+    from core.segments import last_segment
 
     reg = _registry()
     console = _err()
@@ -277,7 +278,7 @@ def stop(
     if row["status"] == "running" and not force and not no_wait:
         console.print(f"stopping {row['name']} (waiting for its checkpoint)…")
     final = procman.stop_run(reg, name, force=force, grace_s=grace_s, wait=not no_wait)
-    note = procman._last_segment(final).get("note") or ""
+    note = last_segment(final).get("note") or ""
     console.print(f"{final['name']}: {_status_text(final['status'])}" + (f" — {note}" if note else ""))
 
 

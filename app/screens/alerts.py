@@ -49,7 +49,7 @@ def desktop_escape(title: str, body: str, environ: Optional[dict[str, str]] = No
 
 
 class AlertWatcher:
-    """Owned by the app: one cheap probe a tick (PRAGMA data_version), a read only when something committed."""
+    """Owned by the app: one cheap probe a tick (Registry.data_version), a read only when something committed."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -76,7 +76,7 @@ class AlertWatcher:
 
     def _check(self) -> None:
         reg = self.app.registry("alerts")
-        version = reg.conn.execute("PRAGMA data_version").fetchone()[0]
+        version = reg.data_version()
         if version == self._data_version:
             return
         self._data_version = version

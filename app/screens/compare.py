@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Static
 from app.screens.base import KrlScreen
 from app.screens.focus import leave_text_box
 from app.screens.loaders import compare_configs, default_curve_keys
-from app.screens.messages import SeriesLoaded, TableLoaded
+from app.screens.messages import ComparedRunsLoaded, SeriesLoaded
 from app.screens.view_data import load_series_range
 from app.widgets.curves_panel import SMOOTHING_STEP, CurvesPanel, RunLine, ZoomSeriesLoaded
 from app.widgets.format import theme_colour
@@ -71,7 +71,7 @@ class CompareScreen(KrlScreen):
         reg = self.app.registry("compare")
         runs = [reg.get_run(run_id) for run_id in self.run_ids]
         keys = sorted(set().union(*(reg.metric_keys(r["id"]) for r in runs)))
-        self.post_message(TableLoaded("runs", runs, {"keys": keys, "diff": compare_configs([r["config"] for r in runs])}))
+        self.post_message(ComparedRunsLoaded(runs, {"keys": keys, "diff": compare_configs([r["config"] for r in runs])}))
 
     @work(thread=True, group="compare-series", exit_on_error=False)
     def load_metrics(self, keys: list[str], max_points: int, step_range: Optional[tuple[int, int]] = None) -> None:
@@ -82,7 +82,7 @@ class CompareScreen(KrlScreen):
 
     # ---------------------------------------------------------------- messages
 
-    def on_table_loaded(self, message: TableLoaded) -> None:
+    def on_compared_runs_loaded(self, message: ComparedRunsLoaded) -> None:
         self.runs = message.rows
         self.keys = message.extra["keys"]
         legend = Text()

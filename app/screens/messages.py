@@ -42,11 +42,26 @@ class SeriesLoaded(Message):
 
 @dataclass
 class TableLoaded(Message):
-    """Rows for one of the run detail's tables (trajectories, problems, checkpoints)."""
+    """Rows for one table of a screen. Each table has its own subclass, so a screen's handlers dispatch by type."""
 
-    table: str
     rows: list[dict[str, Any]]
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+class TrajectoriesLoaded(TableLoaded):
+    """A page of the run detail's trajectories (extra: problems, offset, total)."""
+
+
+class ProblemsLoaded(TableLoaded):
+    """The run detail's per-problem summary."""
+
+
+class CheckpointsLoaded(TableLoaded):
+    """The run detail's checkpoints."""
+
+
+class ComparedRunsLoaded(TableLoaded):
+    """The compared runs (extra: metric keys, config diff)."""
 
 
 @dataclass
@@ -69,7 +84,7 @@ class TrajectoryLoaded(Message):
 
 @dataclass
 class ActionDone(Message):
-    """A procman/registry action finished in a worker: say so, and refresh."""
+    """A procman/registry action finished in a worker: say so, and refresh. (A failed one raises instead, and takes
+    the one error route: app/screens/base.py.)"""
 
     text: str
-    error: bool = False

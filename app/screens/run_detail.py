@@ -22,7 +22,9 @@ from app.widgets.key_bar import KeyBar
 from app.screens.focus import leave_text_box
 from app.screens.loaders import (TrajectoryFilter, config_overrides, default_curve_keys, load_series,
                                  load_trajectories)
-from app.screens.messages import (ActionDone, ConfigLoaded, LogLines, RunHeaderLoaded, SeriesLoaded, TableLoaded)
+from app.screens.messages import (ActionDone, CheckpointsLoaded, ConfigLoaded, LogLines, ProblemsLoaded,
+                                  RunHeaderLoaded, SeriesLoaded, TrajectoriesLoaded)
+from app.screens.run_commands import run_command
 from app.widgets.config_view import ConfigView
 from app.screens.view_data import Distributions, distributions, load_series_range
 from app.widgets.curves_panel import SMOOTHING_STEP, CurvesPanel, ZoomSeriesLoaded
@@ -247,19 +249,14 @@ class RunDetailScreen(KrlScreen):
 
     @work(thread=True, exclusive=True, group="detail-header", exit_on_error=False)
     def load_header(self) -> None:
-        from core.errors import KrlError
-
         reg = self.app.registry("detail-header")
-        # PRAGMA data_version moves only when another connection commits: a quiet run costs one probe a tick.
-        version = reg.conn.execute("PRAGMA data_version").fetchone()[0]
+        # The data version moves only when another connection commits: a quiet run costs one probe a tick.
+        version = reg.data_version()
         if self.run is not None and version == self._data_version:
             return
         self._data_version = version
-        try:
-            run = reg.get_run(self.run_ref if self.run is None else self.run["id"])
-        except KrlError as exc:
-            self.post_message(ActionDone(str(exc), error=True))
-            return
+        # An unknown run raises KrlError: the one error route shows it (app/screens/base.py).
+        run = reg.get_run(self.run_ref if self.run is None else self.run["id"])
         keys = reg.metric_keys(run["id"]) if run.get("last_step") != self._last_step else self.metric_keys
         self.post_message(RunHeaderLoaded(run, keys))
 
@@ -281,16 +278,15 @@ class RunDetailScreen(KrlScreen):
         reg = self.app.registry("detail")
         rows, total = load_trajectories(reg, self.run_id, self.traj_filter, offset=offset)
         problems = [p["problem_id"] for p in reg.problem_summary(self.run_id)] if offset == 0 else None
-        self.post_message(TableLoaded("trajectories", rows, {"problems": problems, "offset": offset,
-                                                             "total": total}))
+        self.post_message(TrajectoriesLoaded(rows, {"problems": problems, "offset": offset, "total": total}))
 
     @work(thread=True, exclusive=True, group="detail-problems", exit_on_error=False)
     def load_problems(self) -> None:
-        self.post_message(TableLoaded("problems", self.app.registry("detail").problem_summary(self.run_id)))
+        self.post_message(ProblemsLoaded(self.app.registry("detail").problem_summary(self.run_id)))
 
     @work(thread=True, exclusive=True, group="detail-checkpoints", exit_on_error=False)
     def load_checkpoints(self) -> None:
-        self.post_message(TableLoaded("checkpoints", self.app.registry("detail").checkpoints(self.run_id)))
+        self.post_message(CheckpointsLoaded(self.app.registry("detail").checkpoints(self.run_id)))
 
     @work(thread=True, exclusive=True, group="detail-config", exit_on_error=False)
     def load_config(self) -> None:
@@ -348,15 +344,9 @@ class RunDetailScreen(KrlScreen):
 
     @work(thread=True, group="control", exit_on_error=False)
     def control(self, verb: str, **kwargs) -> None:
-        from core.errors import KrlError
-
-        try:
-            from core import procman
-
-            getattr(procman, f"{verb}_run")(self.app.registry("control"), self.run["name"], **kwargs)
-            self.post_message(ActionDone(f"{self.run['name']}: {verb} requested"))
-        except (KrlError, ImportError) as exc:
-            self.post_message(ActionDone(str(exc), error=True))
+        # A failure raises and takes the one error route (app/screens/base.py).
+        run_command(verb)(self.app.registry("control"), self.run["name"], **kwargs)
+        self.post_message(ActionDone(f"{self.run['name']}: {verb} requested"))
 
     # ---------------------------------------------------------------- messages
 
@@ -427,19 +417,21 @@ class RunDetailScreen(KrlScreen):
         for panel in self.query(CurvesPanel):
             panel.show_series(message.series, message.step_range)
 
-    def on_table_loaded(self, message: TableLoaded) -> None:
-        if message.table not in self._tab_ready:
-            return
-        if message.table == "trajectories":
+    def on_trajectories_loaded(self, message: TrajectoriesLoaded) -> None:
+        if "trajectories" in self._tab_ready:
             self._fill_trajectories(message.rows, message.extra)
-        elif message.table == "problems":
+
+    def on_problems_loaded(self, message: ProblemsLoaded) -> None:
+        if "problems" in self._tab_ready:
             table = self.query_one("#problems-table", DataTable)
             table.clear()
             for row in message.rows:
                 table.add_row(row["problem_id"], row["attempts"], row["solved"], f"{(row['solve_rate'] or 0):.0%}",
                               fmt_speedup(row["best_speedup"]), row["hacks"], fmt_float(row["mean_return"], 3),
                               fmt_float(row["mean_solved_turn"], 1), key=row["problem_id"])
-        elif message.table == "checkpoints":
+
+    def on_checkpoints_loaded(self, message: CheckpointsLoaded) -> None:
+        if "checkpoints" in self._tab_ready:
             table = self.query_one("#checkpoints-table", DataTable)
             table.clear()
             for row in message.rows:
@@ -532,7 +524,7 @@ class RunDetailScreen(KrlScreen):
         tail.append_lines(message.lines)
 
     def on_action_done(self, message: ActionDone) -> None:
-        self.notify(message.text, severity="error" if message.error else "information")
+        self.notify(message.text, severity="information")
         self._data_version = None
         self.load_header()
 

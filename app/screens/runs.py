@@ -23,6 +23,7 @@ from app.widgets.key_bar import KeyBar
 from app.screens.dialogs import ConfirmScreen, PromptScreen
 from app.screens.loaders import RunRow, load_runs, load_sparklines, refresh_active
 from app.screens.messages import ActionDone, RunsLoaded, SparksLoaded
+from app.screens.run_commands import run_command
 from app.widgets.run_table import SORT_KEYS, RunTable, elapsed_s
 from themes.settings import load_settings, save_setting
 
@@ -145,8 +146,8 @@ class RunsScreen(KrlScreen):
             if self.app.reconcile_runs and (force or any(r.status in ACTIVE for r in self.rows)):
                 _reconcile(self.app.registry("reconcile"))
             reg = self.app.registry("runs")
-            # PRAGMA data_version moves only when another connection commits: an idle workspace costs one probe.
-            version = reg.conn.execute("PRAGMA data_version").fetchone()[0]
+            # The data version moves only when another connection commits: an idle workspace costs one probe.
+            version = reg.data_version()
             if force or version != self._data_version:
                 self._data_version = version
                 # A full read only when the list itself changed (a run created, deleted, renamed, tagged or
@@ -169,19 +170,11 @@ class RunsScreen(KrlScreen):
 
     @work(thread=True, group="control", exit_on_error=False)
     def control(self, verb: str, name: str, **kwargs) -> None:
-        from core.errors import KrlError
-
-        try:
-            from core import procman
-
-            getattr(procman, f"{verb}_run")(self.app.registry("control"), name, **kwargs)
-            past = {"stop": "stopping", "resume": "resumed", "fork": "forked", "delete": "deleted",
-                    "rename": "renamed"}.get(verb, verb)
-            self.post_message(ActionDone(f"{name}: {past}"))
-        except KrlError as exc:
-            self.post_message(ActionDone(str(exc), error=True))
-        except ImportError as exc:
-            self.post_message(ActionDone(f"process manager unavailable: {exc}", error=True))
+        # A failure raises and takes the one error route (app/screens/base.py).
+        run_command(verb)(self.app.registry("control"), name, **kwargs)
+        past = {"stop": "stopping", "resume": "resumed", "fork": "forked", "delete": "deleted",
+                "rename": "renamed"}.get(verb, verb)
+        self.post_message(ActionDone(f"{name}: {past}"))
 
     def config_keys_needed(self) -> list[str]:
         return list(dict.fromkeys(self.config_columns + ([self.group_by] if self.group_by not in ("", "tag") else [])))
@@ -240,8 +233,7 @@ class RunsScreen(KrlScreen):
         self._render_table()
 
     def on_action_done(self, message: ActionDone) -> None:
-        self.notify(message.text, severity="error" if message.error else "information",
-                    timeout=8 if message.error else 3)
+        self.notify(message.text, severity="information", timeout=3)
         self.refresh_runs(force=True)
 
     # ---------------------------------------------------------------- rendering

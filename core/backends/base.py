@@ -6,13 +6,25 @@ from __future__ import annotations
 import math
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 
 from core.errors import KrlError
 
 LOSS_KINDS = ("importance_sampling", "ppo", "cispo")
-STOP_LENGTH = "length"  # hit max_tokens: the response is truncated
-STOP_EOS = "stop"
+
+
+class StopReason(StrEnum):
+    """Why a sampled sequence ended (the value is what backends and recordings store)."""
+
+    EOS = "stop"
+    """The model ended it (an end-of-sequence or stop token)."""
+    LENGTH = "length"
+    """It hit max_tokens: the response is truncated."""
+
+
+STOP_EOS = StopReason.EOS
+STOP_LENGTH = StopReason.LENGTH
 
 
 @dataclass
@@ -267,37 +279,3 @@ class SamplingOnlyBackend:
 
     def close(self) -> None:
         return None
-
-
-def open_backend(config: Any, state_path: str | None = None) -> TrainingBackend:
-    """The backend a RunConfig names, restored from `state_path` (weights + optimizer) when given."""
-    backend = config.backend
-    if backend == "local":
-        from core.backends.local import LocalBackend
-
-        device = None if config.local.device == "auto" else config.local.device
-        dtype = None if config.local.dtype == "auto" else config.local.dtype
-        opened: Any = LocalBackend(config.model, lora_rank=config.local.lora_rank, device=device, seed=config.seed,
-                                   dtype=dtype)
-        if state_path:
-            opened.load_state(state_path)
-        return opened
-    if backend == "tinker":
-        from core.backends.tinker import TinkerBackend
-
-        return TinkerBackend(config.tinker.base_model or config.model, lora_rank=config.tinker.lora_rank,
-                             seed=config.seed, state_path=state_path or None, base_url=config.tinker.base_url,
-                             checkpoint_ttl_s=config.tinker.checkpoint_ttl_s)
-    if backend == "openai":
-        import os
-
-        from core.backends.openai import OpenAIBackend
-
-        return OpenAIBackend(config.model, base_url=config.openai.base_url,
-                             api_key=os.environ.get(config.openai.api_key_env))
-    if backend == "replay":
-        from core.backends.replay import ReplayBackend
-
-        path = config.replay_path()
-        return ReplayBackend(str(path) if path else None)
-    raise KrlError(f"unknown backend '{backend}': use tinker, local, openai or replay.")

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 
 from core.backends.base import (STOP_EOS, STOP_LENGTH, AdamParams, ChatRendering, CheckpointPaths, Datum, Prompt,
                                 SampleContext, SampledSequence, SamplingParams, check_loss_kind, token_loss)
+from core.backends.tokenizer import HFTokenizer
 from core.errors import KrlError
 from core.losses import add_sums, sample_train_sums
 
@@ -99,34 +100,6 @@ def tiny_random_model(vocab_size: int, seed: int = 0):
     return model
 
 
-class _HFTokenizer:
-    """Adapter over a transformers tokenizer: chat template, encode/decode, stop tokens."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tok = tokenizer
-        self.eos_token_id = tokenizer.eos_token_id
-        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tok.encode(text, add_special_tokens=False))
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return self.tok.decode(list(ids), skip_special_tokens=True)
-
-    def render_chat(self, messages: list[dict[str, str]]) -> str:
-        if getattr(self.tok, "chat_template", None):
-            return self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
-
-    def stop_ids(self) -> set[int]:
-        ids = {self.eos_token_id} if self.eos_token_id is not None else set()
-        for text in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>"):
-            token = self.tok.convert_tokens_to_ids(text) if text in self.tok.get_vocab() else None
-            if isinstance(token, int):
-                ids.add(token)
-        return ids
-
-
 # ---------------------------------------------------------------- the backend
 
 class LocalBackend(ChatRendering):
@@ -179,7 +152,7 @@ class LocalBackend(ChatRendering):
         except (OSError, ValueError) as exc:
             raise KrlError(f"cannot load model '{model}' for the local backend: {exc}. Give a local model folder or "
                            "a hub id that is downloaded, or use model=tiny-random for a CPU smoke run.") from None
-        return base, _HFTokenizer(tokenizer)
+        return base, HFTokenizer(tokenizer)
 
     # ------------------------------------------------------------ prompts
 

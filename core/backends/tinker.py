@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from core.backends.base import (STOP_EOS, STOP_LENGTH, AdamParams, ChatRendering, CheckpointPaths, Datum, Prompt,
                                 SampleContext, SampledSequence, SamplingParams, check_loss_kind)
-from core.backends.local import _HFTokenizer
+from core.backends.tokenizer import HFTokenizer
 from core.errors import KrlError
 from core.losses import add_sums, sample_train_sums
 
@@ -93,7 +93,7 @@ class TinkerBackend(ChatRendering):
             else:
                 self.training = self._call(lambda: self.service.create_lora_training_client(
                     base_model=model, rank=lora_rank, seed=seed).result(), "creating the LoRA training client")
-            self.tokenizer = _HFTokenizer(_sdk_tokenizer(self.training, model))
+            self.tokenizer = HFTokenizer(_sdk_tokenizer(self.training, model))
             self.context_window: Optional[int] = self._model_context_window()
         except BaseException:
             self._failed = True

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from core import procman
+from core import procman, spawn
 from core.errors import KrlError
 from core.registry import TrajectoryRecord, TurnRecord
 
@@ -123,7 +123,7 @@ def kill_runs(workspace: Path) -> None:
         return
     for row in rows:
         if row["pid"] != os.getpid() and procman.run_process_alive(row):
-            procman._signal_run(row, signal.SIGKILL)
+            spawn.signal_run(row, signal.SIGKILL)
     reg.close()
 
 

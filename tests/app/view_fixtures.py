@@ -15,7 +15,7 @@ import pytest
 from core.registry import REGISTRY_FILENAME
 
 try:  # schema v4 keeps the runs table's headline values in columns
-    from core.registry import HEADLINE_COLUMNS, _headline
+    from core.registry import HEADLINE_COLUMNS, headline_values
 except ImportError:
     HEADLINE_COLUMNS, _headline = (), None
 from tests.app.recorded import RECORDED_RUN, copy_workspace, normalise
@@ -44,7 +44,7 @@ def fix_timed_metrics(workspace) -> None:
             conn.execute("UPDATE runs SET summary = ? WHERE id = ?", (json.dumps(summary), run_id))
             if set(HEADLINE_COLUMNS) <= columns:  # the runs table's headline columns follow the summary
                 conn.execute(f"UPDATE runs SET {', '.join(c + ' = ?' for c in HEADLINE_COLUMNS)} WHERE id = ?",
-                             (*_headline(summary), run_id))
+                             (*headline_values(summary), run_id))
     conn.close()
 
 

@@ -10,8 +10,8 @@ import pytest
 from core import scores
 from core.config import load_config
 from core.errors import KrlError
-from core.evaluation import (compare_evals, eval_conversations, eval_records, eval_summary, evaluate_foreground,
-                             split_heldout)
+from core.evaluation import compare_evals, eval_conversations, eval_records, eval_summary, evaluate_foreground
+from core.heldout import split_heldout
 from core.problems import load_problem_set
 from core.registry import Registry
 
@@ -222,3 +222,26 @@ def test_tinker_backend_evaluation_through_fakes_of_the_sdk(workspace, monkeypat
         summary = eval_summary(reg, "on-tinker")
     assert service.sample_calls >= 1 and summary["samples_done"] == 2
     assert summary["verdicts"].get("correct", 0) >= 1 and summary["scores"]["pass@2"] == 1.0
+
+
+def test_an_eval_job_marked_crashed_stops_without_overwriting_its_status(workspace, monkeypatch):
+    """A reader marks the run crashed (its heartbeat looked stale, e.g. the job was frozen) after the first sample is
+    written: like a training job, the eval job must stop at its next check and leave the recorded status alone."""
+    from core import evaluation
+
+    written = evaluation.EvaluationJob._write
+
+    def write_then_get_marked_crashed(job, index, rollout):
+        written(job, index, rollout)
+        if job.samples_written == 1:
+            with Registry.for_workspace(workspace) as reader:
+                reader.compare_and_set_status(job.run_id, ("running",), "crashed", "heartbeat overdue (test)")
+
+    monkeypatch.setattr(evaluation.EvaluationJob, "_write", write_then_get_marked_crashed)
+    final = evaluate_foreground(replay_config("eval.cpu_workers=1"), "marked", workspace)
+    assert final["status"] == "crashed"
+    with Registry.for_workspace(workspace) as reg:
+        stored = len(reg.trajectories(final["id"]))
+        events = [e["message"] for e in reg.events(final["id"])]
+    assert stored < 6  # it stopped instead of playing every sample
+    assert any("found its run marked crashed" in message for message in events)

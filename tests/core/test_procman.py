@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from core import procman
+from core import procman, spawn
+from core.identity import proc_stat
+from core.segments import last_segment
 from core.errors import KrlError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,15 +37,15 @@ def kill_all_runs(reg) -> None:
     """Leave no process behind: SIGKILL every live run group, then every child this process spawned."""
     for row in reg.list_runs():
         if row["pid"] != os.getpid() and procman.run_process_alive(row):
-            procman._signal_run(row, signal.SIGKILL)
-    for run_id, proc in list(procman._CHILDREN.items()):
+            spawn.signal_run(row, signal.SIGKILL)
+    for run_id, proc in list(spawn.CHILDREN.items()):
         if proc.poll() is None:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 proc.kill()
             proc.wait(10)
-        procman._CHILDREN.pop(run_id, None)
+        spawn.CHILDREN.pop(run_id, None)
 
 
 @pytest.fixture
@@ -114,7 +116,7 @@ def test_sigterm_ignored_escalates_to_sigkill_after_grace(pm):
     final = procman.stop_run(pm, "a", grace_s=1.0)
     assert 0.9 < time.monotonic() - t0 < 8
     assert final["status"] == "stopped"
-    assert "SIGKILL" in procman._last_segment(final)["note"]
+    assert "SIGKILL" in last_segment(final)["note"]
     assert not procman.pid_matches(row["pid"], row["pid_start_time"])
 
 
@@ -154,18 +156,18 @@ def test_kill_9_is_crashed_on_the_next_read_and_its_leftover_workers_are_killed(
 def test_kill_9_seen_by_another_reader_is_crashed_with_the_log_tail(pm):
     row = procman.start_run(standin(), name="a", registry=pm)
     wait_for(lambda: pm.get_run("a")["last_step"] is not None)
-    procman._CHILDREN.pop(row["id"])  # this process is now just a reader, as the TUI would be
+    spawn.CHILDREN.pop(row["id"])  # this process is now just a reader, as the TUI would be
     os.kill(row["pid"], signal.SIGKILL)
     wait_for(lambda: status(pm, "a") == "crashed", timeout_s=10)
     crashed = pm.get_run("a")
     assert "standin: starting at step 0" in crashed["error"]
-    wait_for(lambda: procman._proc_stat(row["pid"]) is None, timeout_s=5)  # reaped by procman, no zombie
+    wait_for(lambda: proc_stat(row["pid"]) is None, timeout_s=5)  # reaped by procman, no zombie
 
 
 def test_stale_heartbeat_of_a_hung_job_is_crashed(pm, monkeypatch):
     monkeypatch.setenv("KRL_HEARTBEAT_LIMIT_S", "3")
     row = procman.start_run(standin(hang_at_step=3), name="a", registry=pm)  # alive, but no heartbeat any more
-    wait_for(lambda: (procman._proc_stat(row["pid"]) or ("?",))[0] == "T")
+    wait_for(lambda: (proc_stat(row["pid"]) or ("?",))[0] == "T")
     try:
         assert status(pm, "a") == "running"
         wait_for(lambda: status(pm, "a") == "crashed", timeout_s=12)
@@ -186,7 +188,7 @@ def test_a_job_hung_inside_a_write_transaction_is_killed_so_the_registry_can_be_
     then kills the job whose heartbeat is overdue and records it, instead of failing with 'database is locked'."""
     monkeypatch.setenv("KRL_HEARTBEAT_LIMIT_S", "2")
     row = procman.start_run(standin(hang_in_transaction_at_step=3), name="a", registry=pm)
-    wait_for(lambda: (procman._proc_stat(row["pid"]) or ("?",))[0] == "T")
+    wait_for(lambda: (proc_stat(row["pid"]) or ("?",))[0] == "T")
     wait_for(lambda: status(pm, "a") == "crashed", timeout_s=30)
     message = pm.events(row["id"])[-1]["message"]
     assert "write lock" in message and "heartbeat" in message
@@ -272,7 +274,7 @@ def test_concurrent_readers_start_a_queued_run_once(pm, monkeypatch):
     monkeypatch.setenv("KRL_GPUS", "1")
     # Queued without anyone reconciling yet, as after a run ended while no reader was around.
     waiting = pm.create_run("waiting", config=standin(max_steps=3, gpus=1), gpus_requested=1)
-    pm.update_run(waiting["id"], command={"argv": procman._job_argv(waiting["id"], pm.workspace), "cwd": str(REPO)})
+    pm.update_run(waiting["id"], command={"argv": spawn.job_argv(waiting["id"], pm.workspace), "cwd": str(REPO)})
     # The readers import first, then all reconcile at the same moment (a start barrier), so they really race.
     script = textwrap.dedent(f"""
         import os, sys, time
@@ -385,7 +387,7 @@ def test_real_job_queue_stop_resume_continues_then_kill_9_crashes(real_pm, monke
     assert time.monotonic() - t0 < 10  # seen on the next read, not after the heartbeat limit
     crashed = reg.get_run("real")
     assert [s["end_status"] for s in crashed["segments"]] == ["stopped", "crashed"]
-    assert procman._orphans(crashed, reg.workspace) == []  # its evaluator workers went with it
+    assert spawn.orphans(crashed, reg.workspace) == []  # its evaluator workers went with it
 
 
 # ---------------------------------------------------------------- a workspace never wedges (issue 13, bug 4)
@@ -470,7 +472,7 @@ def test_a_job_started_here_leaves_no_zombie_without_further_reads(pm):
     still be reaped (no <defunct> entry left behind)."""
     row = procman.start_run(standin(max_steps=2, step_s=0.01), name="reaped", registry=pm)
     wait_for(lambda: pm.get_run("reaped")["status"] == "finished")
-    wait_for(lambda: procman._proc_stat(row["pid"]) is None, timeout_s=10)
+    wait_for(lambda: proc_stat(row["pid"]) is None, timeout_s=10)
 
 
 def test_deleting_a_just_stopped_run_waits_for_its_exiting_process(pm):

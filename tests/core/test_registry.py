@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import core.registry as registry_module
+import core.store.schema as schema_module
 from core.errors import KrlError
 from core.registry import (
     BLOCK_STEPS,
@@ -160,12 +160,12 @@ def traj(step):
                              turns=[TurnRecord(turn=0, prompt=f"prompt {step}", response="r")])]
 for step in range(5):
     reg.write_step(run["id"], step, {"loss": float(step)}, traj(step))
-original = Registry._update_summary
+original = Registry.update_summary
 def block_inside_the_transaction(self, *args, **kwargs):
     original(self, *args, **kwargs)   # the whole step is written, only COMMIT is missing
     marker.touch()
     time.sleep(120)
-Registry._update_summary = block_inside_the_transaction
+Registry.update_summary = block_inside_the_transaction
 reg.write_step(run["id"], 5, {"loss": 5.0, "extra": 1.0}, traj(5), events=[("note", "step five")])
 """
 
@@ -212,7 +212,7 @@ def _file_state(path: Path) -> tuple[bytes, int]:
 
 
 def test_fresh_registry_is_at_the_current_schema(registry):
-    assert registry.schema_version == SCHEMA_VERSION == len(registry_module.MIGRATIONS)
+    assert registry.schema_version == SCHEMA_VERSION == len(schema_module.MIGRATIONS)
     assert registry.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     tables = set(registry.db.table_names())
     assert {"runs", "metrics", "texts", "trajectories", "turns", "checkpoints", "events", "schema_version",
@@ -238,7 +238,7 @@ def test_version_1_database_keeps_its_data_through_migration(tmp_path):
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("CREATE TABLE schema_version (app TEXT NOT NULL, version INTEGER NOT NULL)")
     conn.execute("INSERT INTO schema_version VALUES ('kernelrl', 1)")
-    registry_module._migration_1(type("Db", (), {"conn": conn})())
+    schema_module.create_tables(conn)
     conn.execute("BEGIN")  # one transaction: autocommit would sync once per row
     conn.execute("INSERT INTO runs (name, created_at, summary) VALUES ('old', 1.0, '{\"last\": {\"loss\": 2.0}}')")
     conn.executemany("INSERT INTO metrics VALUES (1, 'loss', ?, ?, 0)", [(s, float(s)) for s in range(20_000)])
@@ -257,10 +257,11 @@ def test_test_only_migration_runs_once_and_keeps_data(tmp_path, monkeypatch):
     with Registry(path) as reg:
         reg.create_run("kept")
 
-    def add_column(db):
-        db.conn.execute("ALTER TABLE runs ADD COLUMN colour TEXT NOT NULL DEFAULT 'blue'")
+    def add_column(conn):
+        conn.execute("ALTER TABLE runs ADD COLUMN colour TEXT NOT NULL DEFAULT 'blue'")
 
-    monkeypatch.setattr(registry_module, "MIGRATIONS", [*registry_module.MIGRATIONS, add_column])
+    monkeypatch.setattr(schema_module, "MIGRATIONS",
+                        [*schema_module.MIGRATIONS, schema_module.Migration("test_colour", add_column)])
     with Registry(path) as reg:
         assert reg.schema_version == SCHEMA_VERSION + 1
         assert reg.get_run("kept")["colour"] == "blue"
@@ -273,11 +274,12 @@ def test_failing_migration_leaves_the_database_at_its_old_version(tmp_path, monk
     with Registry(path) as reg:
         reg.create_run("kept")
 
-    def half_done(db):
-        db.conn.execute("CREATE TABLE half (x)")
+    def half_done(conn):
+        conn.execute("CREATE TABLE half (x)")
         raise RuntimeError("migration bug")
 
-    monkeypatch.setattr(registry_module, "MIGRATIONS", [*registry_module.MIGRATIONS, half_done])
+    monkeypatch.setattr(schema_module, "MIGRATIONS",
+                        [*schema_module.MIGRATIONS, schema_module.Migration("test_half_done", half_done)])
     with pytest.raises(RuntimeError, match="migration bug"):
         Registry(path)
     monkeypatch.undo()
@@ -285,6 +287,34 @@ def test_failing_migration_leaves_the_database_at_its_old_version(tmp_path, monk
         assert reg.schema_version == SCHEMA_VERSION
         assert "half" not in reg.db.table_names()
         assert reg.get_run("kept")["name"] == "kept"
+
+
+def test_a_database_from_before_named_migrations_is_adopted_without_running_them(tmp_path):
+    """A real file made by the current code, then turned into what older kernelrl left (a version number, no
+    `migrations` table): opening it records the migrations its version says it has and runs none of them (running
+    headline_columns again would fail on its ALTER TABLE), and the data stays."""
+    path = tmp_path / "registry.db"
+    with Registry(path) as reg:
+        run = reg.create_run("old")
+        reg.write_step(run["id"], 0, {"reward/mean": 0.5})
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("DROP TABLE migrations")
+    conn.close()
+    with Registry(path) as reg:
+        names = [row[0] for row in reg.conn.execute("SELECT name FROM migrations ORDER BY rowid")]
+        adopted = reg.conn.execute("SELECT COUNT(*) FROM migrations WHERE applied_at IS NULL").fetchone()[0]
+        assert names == [m.name for m in schema_module.MIGRATIONS] and adopted == SCHEMA_VERSION
+        assert reg.schema_version == SCHEMA_VERSION
+        assert reg.get_run("old")["reward_value"] == 0.5
+        assert reg.metric_series(run["id"], "reward/mean")["value"] == [0.5]
+
+
+def test_an_unknown_named_migration_means_a_newer_kernelrl(tmp_path):
+    path = tmp_path / "registry.db"
+    with Registry(path) as reg:
+        reg.conn.execute("INSERT INTO migrations (name, applied_at) VALUES ('from_the_future', 1.0)")
+    with pytest.raises(KrlError, match="newer kernelrl"):
+        Registry(path)
 
 
 def test_newer_schema_is_refused_and_the_file_is_untouched(tmp_path):
@@ -814,7 +844,7 @@ def test_the_runs_headline_metrics_are_kept_in_columns(registry):
 
 def test_migration_fills_the_headline_columns_of_existing_runs(tmp_path, monkeypatch):
     path = tmp_path / "registry.db"
-    monkeypatch.setattr(registry_module, "MIGRATIONS", registry_module.MIGRATIONS[:3])
+    monkeypatch.setattr(schema_module, "MIGRATIONS", schema_module.MIGRATIONS[:3])
     with Registry(path) as reg:  # a v3 registry, its summary as v3 code wrote it
         reg.create_run("before-v4")
         reg.conn.execute("UPDATE runs SET summary = ?, last_step = 3",
