@@ -269,8 +269,9 @@ class SamplingOnlyBackend:
         return None
 
 
-def open_backend(config: Any, state_path: str | None = None) -> TrainingBackend:
-    """The backend a RunConfig names, restored from `state_path` (weights + optimizer) when given."""
+def open_backend(config: Any, state_path: str | None = None, sampler_path: str | None = None) -> TrainingBackend:
+    """The backend a RunConfig names, restored from `state_path` (weights + optimizer) when given. sampler_path
+    (tinker): sample from a checkpoint's saved sampler weights instead, opening no training client."""
     backend = config.backend
     if backend == "local":
         from core.backends.local import LocalBackend
@@ -287,7 +288,8 @@ def open_backend(config: Any, state_path: str | None = None) -> TrainingBackend:
 
         return TinkerBackend(config.tinker.base_model or config.model, lora_rank=config.tinker.lora_rank,
                              seed=config.seed, state_path=state_path or None, base_url=config.tinker.base_url,
-                             checkpoint_ttl_s=config.tinker.checkpoint_ttl_s)
+                             checkpoint_ttl_s=config.tinker.checkpoint_ttl_s, session_name=config.name,
+                             sampler_path=sampler_path or None)
     if backend == "openai":
         import os
 
