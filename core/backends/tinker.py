@@ -327,6 +327,14 @@ class TinkerBackend(ChatRendering):
         return self._call(lambda: self.training.save_state(name, ttl_seconds=ttl_s).result(),
                           "saving a rolling state").path
 
+    def keep_checkpoint(self, paths: Sequence[str]) -> None:
+        """Remove the TTL of saved checkpoints (a periodic one that became a stopped run's resume point)."""
+        rest = self._tinker.RestClient(base_url=self.base_url)
+        for path in paths:
+            if path and path.startswith("tinker://"):
+                self._call(lambda p=path: rest.set_checkpoint_ttl_from_tinker_path(p, None).result(),
+                           "keeping the checkpoint")
+
     def post_update_logprobs(self, datums: Sequence[Datum]) -> list[list[float]]:
         """Each datum's target logprobs under the weights after the last optimizer step (0 where not sampled),
         for the cookbook's post-update KL; the new weights are published for sampling first, as the next step's

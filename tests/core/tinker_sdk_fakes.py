@@ -135,7 +135,9 @@ class FakeTinker:
         self.service_class = create_autospec(tinker.ServiceClient, return_value=self.service)
         self.rest = create_autospec(tinker.RestClient, instance=True)
         self.rest_class = create_autospec(tinker.RestClient, return_value=self.rest)
-        self.failures: dict[str, list[BaseException]] = {}  # call site -> errors its next calls raise, in order
+        self.failures: dict[str, dict[int, BaseException]] = {}  # call site -> {call number: its error}
+        self.calls: dict[str, int] = {}  # call site -> calls so far
+        self._count_lock = threading.Lock()
         self.samplers: list[Any] = []
         self.base_samplers: list[Any] = []
         self.pass_futures: list[AwaitableConcurrentFuture] = []
@@ -166,13 +168,17 @@ class FakeTinker:
         monkeypatch.setenv("TINKER_API_KEY", "tml-test-key")
         return self
 
-    def fail_next(self, site: str, *errors: BaseException) -> None:
-        """The next calls at `site` (sample, forward_backward, optim_step, save) fail with `errors`, in order."""
-        self.failures.setdefault(site, []).extend(errors)
+    def fail_calls(self, site: str, errors: dict[int, BaseException]) -> None:
+        """Calls number N (0-based, counted per site over the fake's life) at `site` (sample, forward_backward,
+        optim_step, save) fail with errors[N]: the request reaches the service and comes back failed."""
+        self.failures.setdefault(site, {}).update(errors)
 
     def _failing(self, site: str) -> Optional[AwaitableConcurrentFuture]:
-        queue = self.failures.get(site)
-        return sdk_future(error=queue.pop(0)) if queue else None
+        with self._count_lock:
+            index = self.calls.get(site, 0)
+            self.calls[site] = index + 1
+        error = self.failures.get(site, {}).pop(index, None)
+        return sdk_future(error=error) if error is not None else None
 
     # ------------------------------------------------------------ answers
 

@@ -1,0 +1,98 @@
+"""What a passing service failure costs a run: the step is retried (sampler refreshed, weights restored to the
+last completed step), and a run that gives up first keeps a final checkpoint of its last completed step."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable, Optional, TypeVar
+
+from core.config import RecoveryConfig
+from core.rollouts import StopRequested
+
+log = logging.getLogger("krl.recovery")
+
+T = TypeVar("T")
+RETRY_EVENT = "retry"  # registry event kinds this module writes
+CHECKPOINT_EVENT = "checkpoint"
+
+
+def is_transient(backend: Any, exc: BaseException) -> bool:
+    """True for a failure a retry can fix, as the backend's own SDK classifies it (backends without a service
+    never have one)."""
+    judge = getattr(backend, "is_transient_error", None)
+    return bool(judge(exc)) if judge is not None else False
+
+
+class StepRecovery:
+    """Runs one step, retrying it after a transient failure: at most `max_attempts` tries, waiting backoff_s,
+    2 x backoff_s, ... (capped) in between, and calling `prepare_retry(exc)` before each new try."""
+
+    def __init__(self, config: RecoveryConfig, backend: Any, record_event: Callable[[str, str], None],
+                 stop_event: threading.Event) -> None:
+        self.config = config
+        self.backend = backend
+        self.record_event = record_event
+        self.stop_event = stop_event
+        self.retries = 0  # over the whole segment, for the step's metrics
+
+    def backoff_s(self, attempt: int) -> float:
+        return min(self.config.backoff_max_s, self.config.backoff_s * 2 ** (attempt - 1))
+
+    def run(self, step: int, attempt_step: Callable[[], T], prepare_retry: Callable[[BaseException], None]) -> T:
+        attempts = self.config.max_attempts
+        for attempt in range(1, attempts + 1):
+            try:
+                return attempt_step()
+            except StopRequested:
+                raise
+            except Exception as exc:
+                if attempt == attempts or not is_transient(self.backend, exc):
+                    raise
+                wait = self.backoff_s(attempt)
+                message = (f"step {step}: try {attempt}/{attempts} failed ({first_line(exc)}); retrying in "
+                           f"{wait:g} s")
+                log.warning(message)
+                self.record_event(RETRY_EVENT, message)
+                self.retries += 1
+                if self.stop_event.wait(wait):  # a stop during the wait still checkpoints and exits cleanly
+                    raise StopRequested("stop requested while waiting to retry") from None
+                prepare_retry(exc)
+        raise AssertionError("unreachable")
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def rolling_due(config: RecoveryConfig, backend: Any, step: int, periodic: bool) -> bool:
+    """A state-only rolling checkpoint after this step: only where the backend keeps state on a service (a local
+    backend's failures are not passing ones), and not where a periodic checkpoint is saved anyway."""
+    if periodic or not config.rolling_every or getattr(backend, "save_rolling_state", None) is None:
+        return False
+    return (step + 1) % config.rolling_every == 0
+
+
+def keep_resume_point(trainer: Any, failure: BaseException) -> Optional[int]:
+    """Before a run gives up on a failure: a final (never expiring) checkpoint of its last completed step, taken
+    from restored weights when the failure came mid-update. Returns the step kept, or None when the service
+    refused that too (the newest rolling checkpoint, if any, stays the resume point until it expires)."""
+    step = trainer.last_completed_step
+    try:
+        if trainer.update_started:
+            trainer.restore_last_completed()
+        if step is None:
+            if trainer.last_checkpoint_step is None:
+                trainer.checkpoint(-1, final=True)
+        elif trainer.last_checkpoint_step != step or not trainer.last_checkpoint_final:
+            trainer.keep_or_save_final(step)
+    except Exception as exc:  # noqa: BLE001 - the original failure is what the run reports
+        message = f"could not save a final checkpoint after the failure ({first_line(exc)})"
+        log.error(message)
+        trainer.registry.add_event(trainer.run_id, CHECKPOINT_EVENT, message)
+        return None
+    kept = -1 if step is None else step
+    trainer.registry.add_event(trainer.run_id, CHECKPOINT_EVENT,
+                               f"gave up on {first_line(failure)}; resume point: final checkpoint at step {kept}")
+    return kept
