@@ -7,7 +7,9 @@ import logging
 import threading
 from typing import Any, Callable, Optional, TypeVar
 
+from core.checkpoint import TRAINER_STATE_FILE, append_checkpoint_record, checkpoint_dir
 from core.config import RecoveryConfig
+from core.errors import KrlError
 from core.rollouts import StopRequested
 
 log = logging.getLogger("krl.recovery")
@@ -81,12 +83,12 @@ def keep_resume_point(trainer: Any, failure: BaseException) -> Optional[int]:
     step = trainer.last_completed_step
     try:
         if trainer.update_started:
-            trainer.restore_last_completed()
+            restore_last_completed(trainer)
         if step is None:
             if trainer.last_checkpoint_step is None:
                 trainer.checkpoint(-1, final=True)
         elif trainer.last_checkpoint_step != step or not trainer.last_checkpoint_final:
-            trainer.keep_or_save_final(step)
+            keep_or_save_final(trainer, step)
     except Exception as exc:  # noqa: BLE001 - the original failure is what the run reports
         message = f"could not save a final checkpoint after the failure ({first_line(exc)})"
         log.error(message)
@@ -96,3 +98,47 @@ def keep_resume_point(trainer: Any, failure: BaseException) -> Optional[int]:
     trainer.registry.add_event(trainer.run_id, CHECKPOINT_EVENT,
                                f"gave up on {first_line(failure)}; resume point: final checkpoint at step {kept}")
     return kept
+
+
+# ---------------------------------------------------------------- checkpoints a failure needs (over a Trainer)
+
+def save_rolling_checkpoint(trainer: Any, step: int) -> None:
+    """Best effort: a rolling checkpoint the service refuses costs only a longer way back after a failure."""
+    try:
+        trainer.checkpoint(step, rolling=True)
+    except Exception as exc:
+        if not is_transient(trainer.backend, exc):
+            raise
+        trainer.registry.add_event(trainer.run_id, CHECKPOINT_EVENT,
+                                   f"rolling checkpoint of step {step} not saved ({first_line(exc)})")
+
+
+def keep_or_save_final(trainer: Any, step: int) -> None:
+    """Make the checkpoint of `step` the run's kept resume point: clear the TTL of the periodic one saved at that
+    step (through the SDK), or save a final one."""
+    keep = getattr(trainer.backend, "keep_checkpoint", None)
+    saved = trainer.registry.last_checkpoint(trainer.run_id)
+    if (keep is not None and saved is not None and saved["step"] == step and trainer.last_checkpoint_step == step
+            and not saved["name"].endswith("-rolling")):
+        keep([saved["state_path"], saved["sampler_path"]])
+        append_checkpoint_record(trainer.run_dir, {
+            "name": saved["name"], "batch": step + 1, "step": step, "state_path": saved["state_path"],
+            "sampler_path": saved["sampler_path"],
+            "trainer_state_path": str(checkpoint_dir(trainer.run_dir, saved["name"]) / TRAINER_STATE_FILE),
+            "kind": "final", "final": True, "ttl_s": None})
+        trainer.registry.add_event(trainer.run_id, CHECKPOINT_EVENT, f"{saved['name']} kept as the final checkpoint")
+        trainer.last_checkpoint_final = True
+        return
+    trainer.checkpoint(step, final=True)
+
+
+def restore_last_completed(trainer: Any) -> None:
+    """Load the weights and optimizer saved at the last completed step (a rolling or periodic checkpoint of this
+    run), undoing a step's update that failed half-way. Raises when there is none to load."""
+    wanted = -1 if trainer.last_completed_step is None else trainer.last_completed_step
+    rows = [c for c in trainer.registry.checkpoints(trainer.run_id) if c["step"] == wanted and c["state_path"]]
+    if not rows or not trainer.backend.can_train:
+        raise KrlError(f"no saved state at step {wanted} to restore the weights from after a failed update")
+    trainer.backend.load_state(rows[-1]["state_path"], with_optimizer=True)
+    trainer.update_started = False
+    trainer.registry.add_event(trainer.run_id, CHECKPOINT_EVENT, f"weights restored from {rows[-1]['name']}")

@@ -31,8 +31,8 @@ from core.overlap import RolloutPrefetch
 from core.problems import Problem, load_problem_set
 from core.registry import Registry, TrajectoryRecord
 from core.rollouts import Rollout, RolloutRunner, StopRequested, context_metrics, derive_seed, wait_all
-from core.step_recovery import (CHECKPOINT_EVENT, StepRecovery, first_line, is_transient, keep_resume_point,
-                                rolling_due)
+from core.step_recovery import (StepRecovery, keep_or_save_final, keep_resume_point, restore_last_completed,
+                                rolling_due, save_rolling_checkpoint)
 from core.system_metrics import StepSampler, visible_gpu_indices
 from core.train_metrics import group_outcome_fractions, rollout_metrics
 from core.reward import BatchAdvantages, StageSchedule, per_turn_advantages
@@ -490,49 +490,10 @@ class Trainer:
             self.last_checkpoint_final = final
         log.info("checkpoint %s saved (%s)", name, kind)
 
-    def _rolling_checkpoint(self, step: int) -> None:
-        """Best effort: a rolling checkpoint the service refuses costs only a longer way back after a failure."""
-        try:
-            self.checkpoint(step, rolling=True)
-        except Exception as exc:
-            if not is_transient(self.backend, exc):
-                raise
-            self.registry.add_event(self.run_id, CHECKPOINT_EVENT,
-                                    f"rolling checkpoint of step {step} not saved ({first_line(exc)})")
-
     def _ttl_s(self, kind: str) -> Optional[int]:
         if kind == "final" or self.config.backend != "tinker":
             return None
         return self.config.recovery.rolling_ttl_s if kind == "rolling" else self.config.tinker.checkpoint_ttl_s
-
-    def keep_or_save_final(self, step: int) -> None:
-        """Make the checkpoint of `step` the run's kept resume point: clear the TTL of the periodic one saved at
-        that step (through the SDK), or save a final one."""
-        keep = getattr(self.backend, "keep_checkpoint", None)
-        saved = self.registry.last_checkpoint(self.run_id)
-        if (keep is not None and saved is not None and saved["step"] == step and self.last_checkpoint_step == step
-                and not saved["name"].endswith("-rolling")):
-            keep([saved["state_path"], saved["sampler_path"]])
-            append_checkpoint_record(self.run_dir, {
-                "name": saved["name"], "batch": step + 1, "step": step, "state_path": saved["state_path"],
-                "sampler_path": saved["sampler_path"],
-                "trainer_state_path": str(checkpoint_dir(self.run_dir, saved["name"]) / "trainer.json"),
-                "kind": "final", "final": True, "ttl_s": None})
-            self.registry.add_event(self.run_id, CHECKPOINT_EVENT, f"{saved['name']} kept as the final checkpoint")
-            self.last_checkpoint_final = True
-            return
-        self.checkpoint(step, final=True)
-
-    def restore_last_completed(self) -> None:
-        """Load the weights and optimizer saved at the last completed step (a rolling or periodic checkpoint of
-        this run), undoing a step's update that failed half-way. Raises when there is none to load."""
-        wanted = -1 if self.last_completed_step is None else self.last_completed_step
-        rows = [c for c in self.registry.checkpoints(self.run_id) if c["step"] == wanted and c["state_path"]]
-        if not rows or not self.backend.can_train:
-            raise KrlError(f"no saved state at step {wanted} to restore the weights from after a failed update")
-        self.backend.load_state(rows[-1]["state_path"], with_optimizer=True)
-        self.update_started = False
-        self.registry.add_event(self.run_id, CHECKPOINT_EVENT, f"weights restored from {rows[-1]['name']}")
 
     def _prepare_retry(self, _failure: BaseException) -> None:
         """Before a step is tried again: drop what was sampled ahead, publish a fresh sampler, and undo a
@@ -542,7 +503,7 @@ class Trainer:
         if refresh is not None:
             refresh()
         if self.update_started:
-            self.restore_last_completed()
+            restore_last_completed(self)
 
     def _final_checkpoint(self) -> None:
         """Checkpoint the last completed step unless it already has one (step -1 + 1 = 0: nothing done yet is
@@ -552,7 +513,7 @@ class Trainer:
                 self.checkpoint(-1, final=True)
             return
         if self.last_checkpoint_step != self.last_completed_step or not self.last_checkpoint_final:
-            self.keep_or_save_final(self.last_completed_step)
+            keep_or_save_final(self, self.last_completed_step)
 
     # ------------------------------------------------------------ the whole run
 
@@ -583,7 +544,7 @@ class Trainer:
                 self.recovery.run(step, lambda: self.checkpoint(step, final=step == cfg.max_steps - 1),
                                   lambda _exc: None)
             elif rolling_due(cfg.recovery, self.backend, step, periodic):
-                self._rolling_checkpoint(step)
+                save_rolling_checkpoint(self, step)
             if not self.registry.heartbeat(self.run_id) or self.marked_ended.is_set():
                 raise MarkedEnded(self.registry.get_run(self.run_id)["status"])
             if self.stop_after_step is not None and step >= self.stop_after_step and step < cfg.max_steps - 1:
