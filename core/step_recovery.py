@@ -114,13 +114,14 @@ def save_rolling_checkpoint(trainer: Any, step: int) -> None:
 
 
 def keep_or_save_final(trainer: Any, step: int) -> None:
-    """Make the checkpoint of `step` the run's kept resume point: clear the TTL of the periodic one saved at that
-    step (through the SDK), or save a final one."""
+    """Make the checkpoint of `step` the run's kept resume point: the periodic one saved at that step, its TTL
+    cleared where the backend's checkpoints expire (through the SDK), or else a new final one."""
     keep = getattr(trainer.backend, "keep_checkpoint", None)
     saved = trainer.registry.last_checkpoint(trainer.run_id)
-    if (keep is not None and saved is not None and saved["step"] == step and trainer.last_checkpoint_step == step
+    if (saved is not None and saved["step"] == step and trainer.last_checkpoint_step == step
             and not saved["name"].endswith("-rolling")):
-        keep([saved["state_path"], saved["sampler_path"]])
+        if keep is not None:
+            keep([saved["state_path"], saved["sampler_path"]])
         append_checkpoint_record(trainer.run_dir, {
             "name": saved["name"], "batch": step + 1, "step": step, "state_path": saved["state_path"],
             "sampler_path": saved["sampler_path"],

@@ -296,9 +296,8 @@ class RunDetailScreen(KrlScreen):
     @work(thread=True, exclusive=True, group="detail-checkpoints", exit_on_error=False)
     def load_checkpoints(self) -> None:
         registry = self.app.registry("detail")
-        self.post_message(TableLoaded("checkpoints", registry.checkpoints(self.run_id)))
         events = [e for e in registry.events(self.run_id, limit=100_000) if e["kind"] in RECOVERY_EVENT_KINDS]
-        self.post_message(TableLoaded("events", events[-200:]))
+        self.post_message(TableLoaded("checkpoints", registry.checkpoints(self.run_id), {"events": events[-200:]}))
 
     @work(thread=True, exclusive=True, group="detail-config", exit_on_error=False)
     def load_config(self) -> None:
@@ -452,10 +451,9 @@ class RunDetailScreen(KrlScreen):
             table.clear()
             for row in message.rows:
                 table.add_row(row["step"], row["name"], row.get("state_path") or "–", row.get("sampler_path") or "–")
-        elif message.table == "events":
             table = self.query_one("#events-table", DataTable)
             table.clear()
-            for row in reversed(message.rows):  # newest first
+            for row in reversed(message.extra.get("events", [])):  # newest first
                 table.add_row(time.strftime("%m-%d %H:%M:%S", time.localtime(row["time"])), row["kind"],
                               row["message"])
 
