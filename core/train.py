@@ -522,8 +522,8 @@ class Trainer:
         self.setup()
         cfg = self.config
         self._check_stop_and_checkpoint()
-        if self.start_step == 0 and rolling_due(cfg.recovery, self.backend, -1, False):
-            self.checkpoint(-1, rolling=True)  # what a failed first update is undone to
+        if self.last_checkpoint_step is None and rolling_due(cfg.recovery, self.backend, -1, False):
+            self.checkpoint(self.start_step - 1, rolling=True)  # what a failed first update is undone to
         for step in range(self.start_step, cfg.max_steps):
             try:
                 self.update_started = False
@@ -532,6 +532,12 @@ class Trainer:
                     self._cluster.record_soon()
                 if cfg.eval_every and (step + 1) % cfg.eval_every == 0:
                     self._evaluate_heldout(step)
+                periodic = (step + 1) % cfg.checkpoint_every == 0 or step == cfg.max_steps - 1
+                if periodic:
+                    self.recovery.run(step, lambda: self.checkpoint(step, final=step == cfg.max_steps - 1),
+                                      lambda _exc: None)
+                elif rolling_due(cfg.recovery, self.backend, step, periodic):
+                    save_rolling_checkpoint(self, step)
             except StopRequested:
                 self._final_checkpoint()
                 raise
@@ -539,12 +545,6 @@ class Trainer:
                 self.prefetch.discard()
                 keep_resume_point(self, failure)
                 raise
-            periodic = (step + 1) % cfg.checkpoint_every == 0 or step == cfg.max_steps - 1
-            if periodic:
-                self.recovery.run(step, lambda: self.checkpoint(step, final=step == cfg.max_steps - 1),
-                                  lambda _exc: None)
-            elif rolling_due(cfg.recovery, self.backend, step, periodic):
-                save_rolling_checkpoint(self, step)
             if not self.registry.heartbeat(self.run_id) or self.marked_ended.is_set():
                 raise MarkedEnded(self.registry.get_run(self.run_id)["status"])
             if self.stop_after_step is not None and step >= self.stop_after_step and step < cfg.max_steps - 1:
