@@ -232,3 +232,12 @@ def test_post_update_kl_is_logged_when_asked(fake, registry):
     run_id = start(registry, "post-kl", "compute_post_kl=true", "max_steps=1")
     assert execute(registry, run_id, install_signals=False) == 0
     assert registry.metric_series(run_id, "kl_pre_post_v1")["value"] == [pytest.approx(TRAIN_SHIFT, rel=1e-5)]
+
+
+def test_a_resume_whose_checkpoint_expired_says_so(fake):
+    from core.backends.tinker import TinkerBackend
+    from core.errors import KrlError
+
+    fake.create_error = http_error(tinker.NotFoundError, 404, "checkpoint not found")
+    with pytest.raises(KrlError, match="no longer exists .*expire after tinker.checkpoint_ttl_s.*marked final"):
+        TinkerBackend("Qwen/Qwen3-8B", state_path="tinker://run-1/weights/step-000001-rolling")
