@@ -191,6 +191,18 @@ class TinkerConfig(_Section):
                                             "Tinker (the final one is kept); null: keep all")
 
 
+class RecoveryConfig(_Section):
+    """What a passing service failure (server error, lost connection, expired sampler) costs: the step is retried,
+    and a run that gives up keeps a final checkpoint of its last completed step."""
+
+    max_attempts: int = Field(3, ge=1, le=100, description="tries of one step before the run gives up")
+    backoff_s: float = Field(10.0, ge=0, description="wait before the first retry; doubles each retry")
+    backoff_max_s: float = Field(300.0, ge=0)
+    rolling_every: int = Field(1, ge=0, description="save a state-only rolling checkpoint every N steps between "
+                               "the periodic ones (backends with a service: tinker); 0: never")
+    rolling_ttl_s: int = Field(86400, ge=3600, description="rolling checkpoints expire after this on the service")
+
+
 class LocalConfig(_Section):
     device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
@@ -208,6 +220,8 @@ class EvaluationConfig(_Section):
     source_run: Optional[str] = Field(None, description="krl eval --run: the training run evaluated")
     source_step: Optional[int] = Field(None, description="its checkpoint step")
     state_path: Optional[str] = Field(None, description="weights loaded into the backend (a run's checkpoint)")
+    sampler_path: Optional[str] = Field(None, description="tinker: the checkpoint's saved sampler weights, sampled "
+                                        "from directly (no training client)")
     heldout: Optional[str] = Field(
         None, description="eval_every: a problem set held out of training (its problems are removed from training); "
                           "null: a seeded share (heldout_fraction) of `problems` is held out")
@@ -233,7 +247,11 @@ class RunConfig(_Section):
     gpus: int = Field(0, ge=0, le=1024, description="GPUs the job needs (procman assigns them)")
     checkpoint_every: int = Field(10, ge=1, le=10_000_000)
     eval_every: int = Field(0, ge=0, description="evaluate on the held-out problems every N steps (0: never)")
-    eval_every: int = Field(0, ge=0, description="evaluate on the held-out problems every N steps (0: never)")
+    max_steps_off_policy: int = Field(0, ge=0, le=16, description="sample and evaluate up to K steps ahead while "
+                                      "the current step trains (data at most K updates stale); 0: strictly "
+                                      "on-policy")
+    compute_post_kl: bool = Field(False, description="log the cookbook's kl_pre_post_v1/v2 after each update "
+                                  "(tinker: one scoring request per datum)")
 
     dataset: DatasetConfig = Field(default_factory=DatasetConfig)
     kernel: KernelConfig = Field(default_factory=KernelConfig)
@@ -249,6 +267,7 @@ class RunConfig(_Section):
     replay: ReplayConfig = Field(default_factory=ReplayConfig)
     openai: OpenAIConfig = Field(default_factory=OpenAIConfig)
     tinker: TinkerConfig = Field(default_factory=TinkerConfig)
+    recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
     local: LocalConfig = Field(default_factory=LocalConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
 

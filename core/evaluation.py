@@ -260,7 +260,8 @@ class EvaluationJob:
         self.lifecycle.mark_running(self.request_stop)
         self.lifecycle.start_heartbeat()
         # evaluation.state_path: a training checkpoint's weights (krl eval --run NAME --checkpoint STEP).
-        self.backend = open_backend(self.config, state_path=self.config.evaluation.state_path or None)
+        self.backend = open_backend(self.config, state_path=self.config.evaluation.state_path or None,
+                                    sampler_path=self.config.evaluation.sampler_path)
         self._load_problems()
         from core.cluster_snapshot import start_recording
         from core.run_evaluator import open_run_evaluator, remote_address
@@ -491,7 +492,8 @@ def checkpoint_state(registry: Registry, run_name: str, step: Optional[int]) -> 
     """(run row, checkpoint row, backend state path or None) of a training run's checkpoint (the last when step is
     None): what `krl eval --run NAME --checkpoint STEP` loads."""
     run = registry.get_run(run_name)
-    checkpoints = registry.checkpoints(run["id"])
+    # Rolling checkpoints (state only, short-lived) are resume points for retries, not weights to evaluate.
+    checkpoints = [c for c in registry.checkpoints(run["id"]) if not c["name"].endswith("-rolling")]
     if step is not None:
         checkpoints = [c for c in checkpoints if c["step"] == step]
     if not checkpoints:

@@ -84,3 +84,18 @@ def loss_fn_config(loss: Any) -> dict[str, float] | None:
     if loss.kind == "cispo":
         return {"clip_low_threshold": loss.cispo_clip_low, "clip_high_threshold": loss.cispo_clip_high}
     return None
+
+
+def post_update_kl(datums: Sequence["Datum"], new_logprobs: Sequence[Sequence[float]]) -> dict[str, float]:
+    """tinker-cookbook's kl_pre_post_v1/_v2: how far the update moved the policy on the tokens it trained on
+    (d = logp_sampled - logp_after_update per sampled token; v1 mean d, v2 mean d²/2); {} without tokens."""
+    v1 = v2 = 0.0
+    tokens = 0
+    for datum, after in zip(datums, new_logprobs):
+        for before, now, keep in zip(datum.logprobs, after, datum.action_mask()):
+            if keep > 0:
+                diff = float(before) - float(now)
+                v1 += diff
+                v2 += 0.5 * diff * diff
+                tokens += 1
+    return {"kl_pre_post_v1": v1 / tokens, "kl_pre_post_v2": v2 / tokens} if tokens else {}

@@ -52,16 +52,25 @@ class Rollout:
 
 
 class SharedFirstTurn:
-    """The group's first prompt is the same for every sample: sample it once with n = group size."""
+    """The group's first prompt is the same for every sample: sample it once with n = group size. A failed request
+    fails the whole group once: the other samples get its error instead of each sending the request again (a
+    retry of the step re-sends it, once)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._result: Optional[list[SampledSequence]] = None
+        self._error: Optional[BaseException] = None
 
     def get(self, produce: Callable[[], list[SampledSequence]]) -> list[SampledSequence]:
         with self._lock:
+            if self._error is not None:
+                raise self._error
             if self._result is None:
-                self._result = produce()
+                try:
+                    self._result = produce()
+                except BaseException as exc:
+                    self._error = exc
+                    raise
             return self._result
 
 

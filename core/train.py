@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from core.backends.base import (AdamParams, Datum, TrainingBackend, base_logprobs,
+from core.backends.base import (AdamParams, CheckpointPaths, Datum, TrainingBackend, base_logprobs,
                                 submit_forward_backward, submit_optim_step)
 from core.backends.factory import open_backend
 from core.checkpoint import (append_checkpoint_record, capture_rng, checkpoint_dir, checkpoint_name,
@@ -26,12 +26,16 @@ from core.errors import KrlError
 from core.heldout import heldout_metrics, split_heldout
 from core.job import (MarkedEnded, RunLifecycle, configure_logging, job_main, remove_logging, run_job,
                       start_foreground)
-from core.losses import add_sums, apply_kl_penalty, loss_fn_config, sample_train_metrics
+from core.losses import (ACTION_TOKENS, KL_V1_SUM, KL_V2_SUM, SAMPLING_LOGPROB_SUM, add_sums, apply_kl_penalty,
+                         loss_fn_config, post_update_kl, sample_train_metrics)
+from core.overlap import RolloutPrefetch
 from core.problems import Problem, load_problem_set
 from core.registry import Registry, TrajectoryRecord
 from core.rollouts import Rollout, RolloutRunner, StopRequested, context_metrics, derive_seed, wait_all
+from core.step_recovery import (StepRecovery, keep_or_save_final, keep_resume_point, restore_last_completed,
+                                rolling_due, save_rolling_checkpoint)
 from core.system_metrics import StepSampler, visible_gpu_indices
-from core.train_metrics import rollout_metrics
+from core.train_metrics import group_outcome_fractions, rollout_metrics
 from core.run_status import RunStatus
 from core.reward import BatchAdvantages, StageSchedule, per_turn_advantages
 
@@ -94,6 +98,7 @@ def update_policy(backend: TrainingBackend, datums: Sequence[Datum], substeps: i
     submitted = [(submit_forward_backward(backend, chunk, loss_kind, loss_config), submit_optim_step(backend, adam))
                  for chunk in split_even(datums, substeps)]
     loss_sum, tokens, grad_norms, gap_sums = 0.0, 0.0, [], {}
+    server: dict[str, list[float]] = {}
     for pass_future, step_future in submitted:
         passed, stepped = pass_future.result(), step_future.result()
         loss_sum += passed.get("loss:sum", 0.0)
@@ -101,10 +106,20 @@ def update_policy(backend: TrainingBackend, datums: Sequence[Datum], substeps: i
         add_sums(gap_sums, passed)
         if "grad_norm" in stepped:
             grad_norms.append(stepped["grad_norm"])
+        for key, value in {**passed, **stepped}.items():
+            if key not in _OWN_SUMS:
+                server.setdefault(key, []).append(float(value))
     metrics = {"optim/loss": loss_sum, "optim/tokens": tokens, **sample_train_metrics(gap_sums)}
+    # Every other metric the service reports, under its own name: ':sum' ones add up over the chunks, the rest
+    # are averaged.
+    for key, values in server.items():
+        metrics[f"optim/{key}"] = sum(values) if key.endswith(":sum") else sum(values) / len(values)
     if grad_norms:
         metrics["optim/grad_norm"] = sum(grad_norms) / len(grad_norms)
     return metrics
+
+
+_OWN_SUMS = {"tokens", "grad_norm", KL_V1_SUM, KL_V2_SUM, SAMPLING_LOGPROB_SUM, ACTION_TOKENS}
 
 
 # ---------------------------------------------------------------- the trainer
@@ -134,6 +149,10 @@ class Trainer:
         self.heldout: list[Problem] = []  # eval_every: problems kept out of training (core/heldout.py)
         self.last_completed_step: Optional[int] = None
         self.last_checkpoint_step: Optional[int] = None
+        self.last_checkpoint_final = False
+        self.update_started = False  # the current try of a step has sent training calls
+        self.recovery: Optional[StepRecovery] = None
+        self.prefetch: Optional[RolloutPrefetch] = None
         self.start_step = 0
         self.lifecycle = RunLifecycle(registry, run_id)  # heartbeat, and "a reader ended the run" (core/job.py)
         self.marked_ended = self.lifecycle.marked_ended
@@ -256,10 +275,17 @@ class Trainer:
             self.registry.add_event(self.run_id, "warning", message)
         self.rollout_runner = RolloutRunner(self.backend, self.evaluator, self.env_config, self.retriever,
                                             self.stop_event, lambda: self.stop_reason, self.schedule)
-        width = min(MAX_ROLLOUT_THREADS, self.config.dataset.batch_size * self.config.dataset.group_size)
+        cfg = self.config
+        # Episodes of up to max_steps_off_policy later steps run beside the current step's.
+        width = min(MAX_ROLLOUT_THREADS,
+                    cfg.dataset.batch_size * cfg.dataset.group_size * (1 + cfg.max_steps_off_policy))
         self._pool = ThreadPoolExecutor(max_workers=max(1, width), thread_name_prefix="krl-rollout")
         self._tb = _tensorboard_writer(self.run_dir)
         self._system = StepSampler(gpu_indices=visible_gpu_indices()).start()
+        self.recovery = StepRecovery(cfg.recovery, self.backend,
+                                     lambda kind, message: self.registry.add_event(self.run_id, kind, message),
+                                     self.stop_event)
+        self.prefetch = RolloutPrefetch(self._submit_rollouts, cfg.max_steps_off_policy, cfg.max_steps)
         log.info("run %s: backend %s, model %s, %d problems, steps %d..%d, batch %d x group %d, %d turns, "
                  "evaluator on %s", self.name, self.config.backend, self.config.model, len(self.problems),
                  self.start_step, self.config.max_steps - 1, self.config.dataset.batch_size,
@@ -267,15 +293,14 @@ class Trainer:
 
     # ------------------------------------------------------------ episodes
 
-    def _rollouts(self, step: int) -> list[Rollout]:
+    def _submit_rollouts(self, step: int) -> list:
         cfg = self.config
         batch = batch_for_step(len(self.problems), step, cfg.dataset.batch_size, cfg.seed, cfg.dataset.shuffle)
         futures = []
         for group, (problem_index, epoch) in enumerate(batch):
             futures += self.rollout_runner.submit_group(self._pool, step, group, self.problems[problem_index], epoch,
                                                         range(cfg.dataset.group_size))
-        rollouts = wait_all(futures)
-        return sorted(rollouts, key=lambda r: (r.group, r.sample))
+        return futures
 
     # ------------------------------------------------------------ one step
 
@@ -309,8 +334,12 @@ class Trainer:
                           weight_decay=cfg.optim.weight_decay, grad_clip_norm=cfg.optim.grad_clip or 0.0)
         if cfg.loss.kl_penalty_coef > 0:
             metrics.update(apply_kl_penalty(datums, base_logprobs(self.backend, datums), cfg.loss.kl_penalty_coef))
+        self.update_started = True
         metrics.update(update_policy(self.backend, datums, cfg.loss.substeps, cfg.loss.kind,
                                      loss_fn_config(cfg.loss), adam))
+        scorer = getattr(self.backend, "post_update_logprobs", None)
+        if cfg.compute_post_kl and scorer is not None:
+            metrics.update(post_update_kl(datums, scorer(datums)))
         return metrics
 
     def run_step(self, step: int) -> dict[str, float]:
@@ -320,7 +349,10 @@ class Trainer:
         switched = self.schedule.switched_at(step)
         if switched is not None:
             events.append(("stage", f"stage {switched.index} ({switched.name}) starts at step {step}"))
-        rollouts = self._rollouts(step)
+        # The weights now are those after `step` updates: data sampled from an older version is off-policy.
+        taken = self.prefetch.take(step, version=step)
+        rollouts = sorted(wait_all(taken.futures), key=lambda r: (r.group, r.sample))
+        self.prefetch.run_ahead(step, version=step)
         t_rollout = time.monotonic()
         groups: dict[int, list[Rollout]] = {}
         for rollout in rollouts:
@@ -343,6 +375,11 @@ class Trainer:
         metrics.update(advantages.metrics())
         metrics.update(self.schedule.metrics(step))
         metrics.update(train_metrics)
+        metrics.update(group_outcome_fractions({g: [r.env.trajectory.solved for r in members]
+                                                for g, members in groups.items()}))
+        if cfg.max_steps_off_policy:
+            metrics.update(self.prefetch.metrics(taken))
+        metrics["recovery/retries"] = float(self.recovery.retries)
         metrics["progress/step"] = float(step)
         metrics["progress/done_frac"] = (step + 1) / cfg.max_steps
         metrics["time/rollout"] = t_rollout - t_start
@@ -395,12 +432,16 @@ class Trainer:
 
     # ------------------------------------------------------------ checkpoints
 
-    def checkpoint(self, step: int, final: bool = False) -> None:
-        """final: the checkpoint a run ends or stops on, which a service keeps (periodic ones may expire)."""
-        name = checkpoint_name(step)
+    def checkpoint(self, step: int, final: bool = False, rolling: bool = False) -> None:
+        """final: the checkpoint a run ends or stops on, which a service keeps (periodic ones may expire).
+        rolling: a state-only checkpoint between periodic ones, expiring after recovery.rolling_ttl_s."""
+        name = checkpoint_name(step) + ("-rolling" if rolling else "")
         folder = checkpoint_dir(self.run_dir, name)
         folder.mkdir(parents=True, exist_ok=True)
-        paths = self.backend.save_state(name, str(folder.parent), final=final)
+        if rolling:
+            paths = CheckpointPaths(self.backend.save_rolling_state(name, self.config.recovery.rolling_ttl_s), None)
+        else:
+            paths = self.backend.save_state(name, str(folder.parent), final=final)
         trainer_path = save_trainer_state(folder, {
             "step": step, "run": self.name, "seed": self.config.seed,
             "problem_ids": [p.id for p in self.problems], "batch_size": self.config.dataset.batch_size,
@@ -410,12 +451,31 @@ class Trainer:
         state_path = paths.state_path or str(trainer_path)
         self.registry.add_checkpoint(self.run_id, step, name, state_path, paths.sampler_path)
         # The cookbook's `batch` is the batch to run next, so its tools resume where this checkpoint leaves off.
+        kind = "rolling" if rolling else "final" if final else "periodic"
         append_checkpoint_record(self.run_dir, {"name": name, "batch": step + 1, "step": step,
                                                 "state_path": state_path,
                                                 "sampler_path": paths.sampler_path,
-                                                "trainer_state_path": str(trainer_path)})
-        self.last_checkpoint_step = step
-        log.info("checkpoint %s saved", name)
+                                                "trainer_state_path": str(trainer_path),
+                                                "kind": kind, "final": final, "ttl_s": self._ttl_s(kind)})
+        if not rolling:  # rolling ones are resume points for retries, not the run's checkpoints
+            self.last_checkpoint_step = step
+            self.last_checkpoint_final = final
+        log.info("checkpoint %s saved (%s)", name, kind)
+
+    def _ttl_s(self, kind: str) -> Optional[int]:
+        if kind == "final" or self.config.backend != "tinker":
+            return None
+        return self.config.recovery.rolling_ttl_s if kind == "rolling" else self.config.tinker.checkpoint_ttl_s
+
+    def _prepare_retry(self, _failure: BaseException) -> None:
+        """Before a step is tried again: drop what was sampled ahead, publish a fresh sampler, and undo a
+        half-applied update."""
+        self.prefetch.discard()
+        refresh = getattr(self.backend, "refresh_sampler", None)
+        if refresh is not None:
+            refresh()
+        if self.update_started:
+            restore_last_completed(self)
 
     def _final_checkpoint(self) -> None:
         """Checkpoint the last completed step unless it already has one (step -1 + 1 = 0: nothing done yet is
@@ -424,8 +484,8 @@ class Trainer:
             if self.last_checkpoint_step is None and self.backend is not None:
                 self.checkpoint(-1, final=True)
             return
-        if self.last_checkpoint_step != self.last_completed_step:
-            self.checkpoint(self.last_completed_step, final=True)
+        if self.last_checkpoint_step != self.last_completed_step or not self.last_checkpoint_final:
+            keep_or_save_final(self, self.last_completed_step)
 
     # ------------------------------------------------------------ the whole run
 
@@ -434,18 +494,29 @@ class Trainer:
         self.setup()
         cfg = self.config
         self._check_stop_and_checkpoint()
+        if self.last_checkpoint_step is None and rolling_due(cfg.recovery, self.backend, -1, False):
+            self.checkpoint(self.start_step - 1, rolling=True)  # what a failed first update is undone to
         for step in range(self.start_step, cfg.max_steps):
             try:
-                self.run_step(step)
+                self.update_started = False
+                self.recovery.run(step, lambda: self.run_step(step), self._prepare_retry)
                 if self._cluster is not None:
                     self._cluster.record_soon()
                 if cfg.eval_every and (step + 1) % cfg.eval_every == 0:
                     self._evaluate_heldout(step)
+                periodic = (step + 1) % cfg.checkpoint_every == 0 or step == cfg.max_steps - 1
+                if periodic:
+                    self.recovery.run(step, lambda: self.checkpoint(step, final=step == cfg.max_steps - 1),
+                                      lambda _exc: None)
+                elif rolling_due(cfg.recovery, self.backend, step, periodic):
+                    save_rolling_checkpoint(self, step)
             except StopRequested:
                 self._final_checkpoint()
                 raise
-            if (step + 1) % cfg.checkpoint_every == 0 or step == cfg.max_steps - 1:
-                self.checkpoint(step, final=step == cfg.max_steps - 1)
+            except Exception as failure:
+                self.prefetch.discard()
+                keep_resume_point(self, failure)
+                raise
             if not self.registry.heartbeat(self.run_id) or self.marked_ended.is_set():
                 raise MarkedEnded(self.registry.get_run(self.run_id)["status"])
             if self.stop_after_step is not None and step >= self.stop_after_step and step < cfg.max_steps - 1:

@@ -24,8 +24,9 @@ def rollout_metrics(trajectories: Sequence[Trajectory], config: RunConfig) -> di
     n_turns = len(transitions)
     verdicts = [t.eval_result.verdict for t in transitions]
     gamma = config.reward.gamma
-    metrics["env/all/reward/total"] = _mean([discounted_total(traj.scores, gamma) for traj in trajectories])
-    metrics["env/all/reward/score_sum"] = _mean([sum(traj.scores) for traj in trajectories])
+    # The cookbook's reward/total is the plain sum of an episode's rewards; the discounted return is beside it.
+    metrics["env/all/reward/total"] = _mean([sum(traj.scores) for traj in trajectories])
+    metrics["env/all/return/discounted"] = _mean([discounted_total(traj.scores, gamma) for traj in trajectories])
     metrics["env/all/reward/turn_mean"] = _mean([t.score for t in transitions])
     for component in ("format", "compile", "correctness", "speed", "thinking", "length", "hack"):
         metrics[f"env/all/reward/{component}"] = _mean([t.breakdown.get(component, 0.0) for t in transitions])
@@ -69,3 +70,15 @@ def discounted_total(scores: Sequence[float], gamma: float) -> float:
     for score in reversed(scores):
         total = score + gamma * total
     return total
+
+
+def group_outcome_fractions(solved_by_group: dict[int, list[bool]]) -> dict[str, float]:
+    """tinker-cookbook's env/all/by_group/frac_all_good, frac_all_bad and frac_mixed, 'good' meaning a solved
+    episode: the share of groups where every, no, or only some samples solved their problem."""
+    groups = list(solved_by_group.values())
+    if not groups:
+        return {}
+    good = sum(1 for g in groups if g and all(g))
+    bad = sum(1 for g in groups if not any(g))
+    return {"env/all/by_group/frac_all_good": good / len(groups), "env/all/by_group/frac_all_bad": bad / len(groups),
+            "env/all/by_group/frac_mixed": (len(groups) - good - bad) / len(groups)}

@@ -51,7 +51,9 @@ def build_eval_config(*, config: Optional[str], run: Optional[str], checkpoint: 
         base = config_from_dict(run_row["config"] or {}, f"config of run '{run_row['name']}'")
         # The run's own prompt settings; the eval section says which weights these are.
         source = [f"evaluation.source_run={run_row['name']}", f"evaluation.source_step={ckpt['step']}"]
-        if state_path:
+        if base.backend == "tinker" and ckpt.get("sampler_path"):
+            source.append(f"evaluation.sampler_path={ckpt['sampler_path']}")  # sampled from; no training client
+        elif state_path:
             source.append(f"evaluation.state_path={state_path}")
         base = with_overrides(base.model_copy(update={"tags": [], "name": None}), source)
     else:

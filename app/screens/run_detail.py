@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -35,6 +36,7 @@ from app.widgets.cluster_panel import ClusterPanel
 from app.widgets.format import STATUS_COLOUR, fmt_float, fmt_speedup, status_glyph, theme_colour
 from app.widgets.log_tail import LogTail
 
+RECOVERY_EVENT_KINDS = ("retry", "checkpoint", "resume", "status")  # shown under the Checkpoints tab
 TABS = ("curves", "trajectories", "problems", "config", "checkpoints", "logs", "system", "distributions")
 OUTCOMES = [("all outcomes", "all"), ("solved", "solved"), ("never solved", "unsolved"), ("hack", "hack")] + \
     [(f"solved at turn {k}", f"turn:{k}") for k in range(8)]
@@ -157,7 +159,9 @@ class RunDetailScreen(KrlScreen):
         if tab == "config":
             return [VerticalScroll(ConfigView(id="config-view"), id="config-scroll")]
         if tab == "checkpoints":
-            return [DataTable(id="checkpoints-table", cursor_type="row", zebra_stripes=True)]
+            return [DataTable(id="checkpoints-table", cursor_type="row", zebra_stripes=True),
+                    Static("events · retries, checkpoints kept or restored, resumes", classes="section-title"),
+                    DataTable(id="events-table", cursor_type="row", zebra_stripes=True)]
         if tab == "system":
             return [HostPanel(id="host-panel"), CurvesPanel(only=r"^system/", id="system-curves")]
         if tab == "distributions":
@@ -187,6 +191,7 @@ class RunDetailScreen(KrlScreen):
                 "mean solve turn")
         elif tab == "checkpoints":
             self.query_one("#checkpoints-table", DataTable).add_columns("step", "name", "state path", "sampler path")
+            self.query_one("#events-table", DataTable).add_columns("time", "kind", "message")
         elif tab == "system" and self.run is not None:
             self.query_one("#system-curves", CurvesPanel).set_keys(self.metric_keys, [])
         self._tab_ready.add(tab)
@@ -286,7 +291,9 @@ class RunDetailScreen(KrlScreen):
 
     @work(thread=True, exclusive=True, group="detail-checkpoints", exit_on_error=False)
     def load_checkpoints(self) -> None:
-        self.post_message(CheckpointsLoaded(self.app.registry("detail").checkpoints(self.run_id)))
+        registry = self.app.registry("detail")
+        events = [e for e in registry.events(self.run_id, limit=100_000) if e["kind"] in RECOVERY_EVENT_KINDS]
+        self.post_message(CheckpointsLoaded(registry.checkpoints(self.run_id), {"events": events[-200:]}))
 
     @work(thread=True, exclusive=True, group="detail-config", exit_on_error=False)
     def load_config(self) -> None:
@@ -436,6 +443,11 @@ class RunDetailScreen(KrlScreen):
             table.clear()
             for row in message.rows:
                 table.add_row(row["step"], row["name"], row.get("state_path") or "–", row.get("sampler_path") or "–")
+            table = self.query_one("#events-table", DataTable)
+            table.clear()
+            for row in reversed(message.extra.get("events", [])):  # newest first
+                table.add_row(time.strftime("%m-%d %H:%M:%S", time.localtime(row["time"])), row["kind"],
+                              row["message"])
 
     def _fill_trajectories(self, rows: list[dict[str, Any]], extra: dict[str, Any]) -> None:
         table = self.query_one("#traj-table", DataTable)

@@ -34,12 +34,43 @@ def check_tinker_credentials() -> None:
                    "for a run without Tinker use backend=local.")
 
 
+def failure_kind(exc: BaseException) -> Optional[str]:
+    """What kind of passing service failure `exc` is, by the SDK's own exception classes: "connection", "server"
+    (5xx, rate limits, a request the server failed), "sampler_expired" (a sampling session or promise the service
+    no longer holds), or None for anything a retry cannot fix (credentials, billing, bad requests, our bugs).
+    A KrlError made by as_krl_error is judged by the SDK error it carries."""
+    import tinker
+    from tinker.lib.retryable_exception import RetryableException
+
+    exc = getattr(exc, "sdk_error", None) or exc
+    if isinstance(exc, tinker.APIConnectionError):  # timeouts included
+        return "connection"
+    if isinstance(exc, RetryableException):
+        return "sampler_expired"
+    if isinstance(exc, (tinker.InternalServerError, tinker.RateLimitError)):
+        return "server"
+    if isinstance(exc, tinker.RequestFailedError):
+        return "server" if exc.category != tinker.types.RequestErrorCategory.User else None
+    return None
+
+
 def as_krl_error(exc: BaseException, what: str) -> BaseException:
     """The KrlError a user should see for an SDK failure while doing `what`; other exceptions pass unchanged
-    (they are our bugs and keep their traceback)."""
+    (they are our bugs and keep their traceback). The SDK error rides along as `sdk_error` for failure_kind."""
+    mapped = _krl_error_of(exc, what)
+    if mapped is not exc:
+        mapped.sdk_error = exc  # type: ignore[attr-defined]
+    return mapped
+
+
+def _krl_error_of(exc: BaseException, what: str) -> BaseException:
     import tinker
 
     name = exc.__class__.__name__
+    if isinstance(exc, tinker.NotFoundError) and what == "loading checkpoint":
+        return KrlError(f"the Tinker checkpoint to resume from no longer exists ({exc}): periodic checkpoints "
+                        "expire after tinker.checkpoint_ttl_s. Fork the run from a checkpoint marked final in "
+                        "checkpoints.jsonl, or start a new run.")
     if isinstance(exc, (tinker.AuthenticationError, tinker.PermissionDeniedError)):
         return KrlError(f"Tinker rejected the credential while {what} ({name}). Check {CREDENTIAL_SOURCES}.")
     if isinstance(exc, tinker.BillingError):
@@ -50,7 +81,7 @@ def as_krl_error(exc: BaseException, what: str) -> BaseException:
     if isinstance(exc, tinker.BadRequestError):
         return KrlError(f"Tinker refused the request while {what} (bad request: {exc}). Check the model name, "
                         "tinker.lora_rank and the sampling/loss settings.")
-    if isinstance(exc, tinker.TinkerError):
+    if isinstance(exc, tinker.TinkerError) or failure_kind(exc):
         return KrlError(f"Tinker failed while {what} ({name}: {exc}).")
     return exc
 
@@ -73,36 +104,50 @@ class TinkerBackend(ChatRendering):
 
     def __init__(self, model: str, lora_rank: int = 32, seed: int | None = None, state_path: str | None = None,
                  base_url: str | None = None, checkpoint_ttl_s: int | None = None,
-                 service_client: Any = None) -> None:
+                 service_client: Any = None, session_name: str | None = None,
+                 sampler_path: str | None = None) -> None:
+        """session_name: the run's name, shown for the session in the Tinker console. sampler_path: sample from
+        these saved sampler weights only (model evaluation); no training client is opened."""
         import tinker
 
         self._tinker = tinker
         self.model_name = model
         self.checkpoint_ttl_s = checkpoint_ttl_s
+        self.base_url = base_url
         if service_client is None:
             check_tinker_credentials()
-            service_client = self._call(lambda: tinker.ServiceClient(base_url=base_url), "opening a session")
+            service_client = self._call(lambda: tinker.ServiceClient(base_url=base_url, display_name=session_name),
+                                        "opening a session")
         self.service = service_client
         self._lock = threading.RLock()
         self._closed = False
         self._failed = False  # an SDK call failed: the session finishes as "errored"
+        self._sampler: Any = None
+        self._sampler_stale = True
+        self._base_sampler: Any = None  # base-model sampling client, opened for the KL penalty
+        self.training: Any = None
+        self.can_train = sampler_path is None
         try:
-            if state_path:
+            if sampler_path:
+                self._sampler = self._call(lambda: self.service.create_sampling_client(
+                    model_path=sampler_path).result(), "opening the checkpoint's sampler weights")
+                self._sampler_stale = False
+                tokenizer = self._call(self._sampler.get_tokenizer, "loading the tokenizer")
+            elif state_path:
                 self.training = self._call(lambda: self.service.create_training_client_from_state_with_optimizer(
                     state_path).result(), "loading checkpoint")
             else:
                 self.training = self._call(lambda: self.service.create_lora_training_client(
                     base_model=model, rank=lora_rank, seed=seed).result(), "creating the LoRA training client")
-            self.tokenizer = HFTokenizer(_sdk_tokenizer(self.training, model))
+            if not sampler_path:
+                tokenizer = _sdk_tokenizer(self.training, model)
+            self.tokenizer = HFTokenizer(tokenizer)
             self.context_window: Optional[int] = self._model_context_window()
         except BaseException:
             self._failed = True
             self.close()
             raise
         self._stop_ids = sorted(self.tokenizer.stop_ids())
-        self._sampler: Any = None
-        self._sampler_stale = True
-        self._base_sampler: Any = None  # base-model sampling client, opened for the KL penalty
 
     def _call(self, fn: Callable[[], Any], what: str) -> Any:
         try:
@@ -131,7 +176,9 @@ class TinkerBackend(ChatRendering):
     def _model_context_window(self) -> Optional[int]:
         """The model's context length as the service states it (None when it does not say)."""
         try:
-            capabilities = self._call(self.service.get_server_capabilities, "reading the server's capabilities")
+            # RestClient's call replaces ServiceClient.get_server_capabilities (deprecated in the SDK).
+            capabilities = self._call(lambda: self._tinker.RestClient(base_url=self.base_url)
+                                      .get_server_capabilities().result(), "reading the server's capabilities")
         except KrlError as exc:
             log.warning("context length of %s unknown (%s); prompts are not clamped", self.model_name, exc)
             return None
@@ -143,9 +190,18 @@ class TinkerBackend(ChatRendering):
 
     # ------------------------------------------------------------ prompts and sampling
 
+    def refresh_sampler(self) -> None:
+        """Publish the weights again on the next sample (after a sampler the service no longer holds)."""
+        with self._lock:
+            if self.training is not None:
+                self._sampler_stale = True
+
+    def is_transient_error(self, exc: BaseException) -> bool:
+        return failure_kind(exc) is not None
+
     def _sampling_client(self):
         with self._lock:
-            if self._sampler_stale or self._sampler is None:
+            if self.training is not None and (self._sampler_stale or self._sampler is None):
                 self._sampler = self._call(lambda: self.training.save_weights_and_get_sampling_client().result(),
                                            "publishing weights for sampling")
                 self._sampler_stale = False
@@ -264,6 +320,35 @@ class TinkerBackend(ChatRendering):
         sampler = self._call(lambda: self.training.save_weights_for_sampler(name, ttl_seconds=ttl).result(),
                              "saving sampler weights")
         return CheckpointPaths(state_path=state.path, sampler_path=sampler.path)
+
+    def save_rolling_state(self, name: str, ttl_s: int) -> str:
+        """Weights + optimizer only (no sampler weights), expiring after ttl_s: the cheap step-to-step resume point
+        between periodic checkpoints."""
+        return self._call(lambda: self.training.save_state(name, ttl_seconds=ttl_s).result(),
+                          "saving a rolling state").path
+
+    def keep_checkpoint(self, paths: Sequence[str]) -> None:
+        """Remove the TTL of saved checkpoints (a periodic one that became a stopped run's resume point)."""
+        rest = self._tinker.RestClient(base_url=self.base_url)
+        for path in paths:
+            if path and path.startswith("tinker://"):
+                self._call(lambda p=path: rest.set_checkpoint_ttl_from_tinker_path(p, None).result(),
+                           "keeping the checkpoint")
+
+    def post_update_logprobs(self, datums: Sequence[Datum]) -> list[list[float]]:
+        """Each datum's target logprobs under the weights after the last optimizer step (0 where not sampled),
+        for the cookbook's post-update KL; the new weights are published for sampling first, as the next step's
+        sampling would anyway."""
+        types = self._tinker.types
+        sampler = self._sampling_client()
+        futures = [self._call(lambda d=d: sampler.compute_logprobs(types.ModelInput.from_ints(
+            list(d.input_tokens) + [d.target_tokens[-1]])), "scoring tokens after the update") for d in datums]
+        out = []
+        for datum, future in zip(datums, futures):
+            logprobs = self._call(future.result, "scoring tokens after the update")
+            out.append([0.0 if lp is None or m == 0 else float(lp)
+                        for lp, m in zip(logprobs[1:], datum.action_mask())])
+        return out
 
     def load_state(self, state_path: str, with_optimizer: bool = True) -> None:
         with self._lock:

@@ -29,8 +29,11 @@ MESSAGES = [{"role": "user", "content": "Write ReLU."}]
 
 
 def open_backend(fake: FakeTinker):
+    import tinker
+
     from core.backends.tinker import TinkerBackend
 
+    tinker.RestClient = fake.rest_class  # the capability call goes to the fake, not the network
     return TinkerBackend("Qwen/Qwen3-8B", service_client=fake.service)
 
 

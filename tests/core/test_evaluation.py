@@ -210,9 +210,7 @@ def test_tinker_backend_evaluation_through_fakes_of_the_sdk(workspace, monkeypat
     for name in ("TINKER_API_KEY", "TINKER_CREDENTIAL_CMD"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
-    service = FakeTinker()
-    monkeypatch.setattr(tinker, "ServiceClient", service.service_class)
-    monkeypatch.setenv("TINKER_API_KEY", "tml-test-key")
+    service = FakeTinker().install(monkeypatch)
     cfg = load_config("demo", ["backend=tinker", "model=Qwen/Qwen3-8B", "problems=builtin/relu",
                                "evaluation.samples=2", "max_turns=1", "kernel.backend=torch", "eval.devices=cpu",
                                "eval.cpu_workers=1", "sampling.max_tokens=512"])

@@ -25,10 +25,7 @@ def no_credentials(monkeypatch, tmp_path):
 
 @pytest.fixture
 def fake(monkeypatch, no_credentials):
-    service = FakeTinker()
-    monkeypatch.setattr(tinker, "ServiceClient", service.service_class)
-    monkeypatch.setenv("TINKER_API_KEY", "tml-test-key")
-    return service
+    return FakeTinker().install(monkeypatch)
 
 
 def open_backend(**kwargs):
@@ -64,7 +61,7 @@ def test_base_url_goes_to_the_client_not_the_environment(fake, monkeypatch):
     import os
 
     open_backend(base_url="https://tinker.example/services/x")
-    fake.service_class.assert_called_once_with(base_url="https://tinker.example/services/x")
+    fake.service_class.assert_called_once_with(base_url="https://tinker.example/services/x", display_name=None)
     assert "TINKER_BASE_URL" not in os.environ
 
 

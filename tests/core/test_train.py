@@ -191,7 +191,8 @@ def test_rollout_metrics_fast_p_speedups_and_per_turn_rates():
     assert metrics["env/all/solved_rate"] == pytest.approx(2 / 3)
     assert metrics["time/eval_sum"] == pytest.approx(2.5)
     # gamma 0.4: returns 0 + 0.4 * 1, 1, -1 + 0.4 * 0
-    assert metrics["env/all/reward/total"] == pytest.approx((0.4 + 1.0 - 1.0) / 3)
+    assert metrics["env/all/return/discounted"] == pytest.approx((0.4 + 1.0 - 1.0) / 3)
+    assert metrics["env/all/reward/total"] == pytest.approx((1.0 + 1.0 - 1.0) / 3)  # the cookbook's: a plain sum
     assert "env/all/speedup/mean" not in rollout_metrics([hack], tiny_config())
 
 

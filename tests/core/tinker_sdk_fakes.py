@@ -133,27 +133,52 @@ class FakeTinker:
         self.service = create_autospec(tinker.ServiceClient, instance=True)
         self.training = create_autospec(tinker.TrainingClient, instance=True)
         self.service_class = create_autospec(tinker.ServiceClient, return_value=self.service)
+        self.rest = create_autospec(tinker.RestClient, instance=True)
+        self.rest_class = create_autospec(tinker.RestClient, return_value=self.rest)
+        self.failures: dict[str, dict[int, BaseException]] = {}  # call site -> {call number: its error}
+        self.calls: dict[str, int] = {}  # call site -> calls so far
+        self._count_lock = threading.Lock()
         self.samplers: list[Any] = []
         self.base_samplers: list[Any] = []
         self.pass_futures: list[AwaitableConcurrentFuture] = []
+        self.opened_sampler_paths: list[str] = []
         self.pending_passes_at_optim: list[int] = []
 
         self.service.create_lora_training_client.side_effect = self._create
         self.service.create_training_client_from_state_with_optimizer.side_effect = self._create
         self.service.create_training_client_from_state.side_effect = self._create
-        self.service.get_server_capabilities.side_effect = lambda: types.GetServerCapabilitiesResponse(
+        self.rest.get_server_capabilities.side_effect = lambda: sdk_future(types.GetServerCapabilitiesResponse(
             supported_models=[types.SupportedModel(model_name=self.model_name,
-                                                   max_context_length=self.context_length)])
+                                                   max_context_length=self.context_length)]))
         self.service.close.side_effect = lambda status, detail=None: sdk_future(None)
         self.service.create_sampling_client.side_effect = self._base_sampler
         self.training.get_tokenizer.side_effect = lambda: self.tokenizer
         self.training.save_weights_and_get_sampling_client.side_effect = self._new_sampler
         self.training.forward_backward.side_effect = self._forward_backward
         self.training.optim_step.side_effect = self._optim_step
-        self.training.save_state.side_effect = lambda name, ttl_seconds=None, **kw: sdk_future(
+        self.training.save_state.side_effect = lambda name, ttl_seconds=None, **kw: self._failing("save") or sdk_future(
             types.SaveWeightsResponse(path=f"tinker://run-1/weights/{name}"))
         self.training.save_weights_for_sampler.side_effect = lambda name, ttl_seconds=None, **kw: sdk_future(
             types.SaveWeightsForSamplerResponse(path=f"tinker://run-1/sampler_weights/{name}"))
+
+    def install(self, monkeypatch: Any) -> "FakeTinker":
+        """Replace the SDK's ServiceClient and RestClient with this fake's autospecs, with a test key set."""
+        monkeypatch.setattr(tinker, "ServiceClient", self.service_class)
+        monkeypatch.setattr(tinker, "RestClient", self.rest_class)
+        monkeypatch.setenv("TINKER_API_KEY", "tml-test-key")
+        return self
+
+    def fail_calls(self, site: str, errors: dict[int, BaseException]) -> None:
+        """Calls number N (0-based, counted per site over the fake's life) at `site` (sample, forward_backward,
+        optim_step, save) fail with errors[N]: the request reaches the service and comes back failed."""
+        self.failures.setdefault(site, {}).update(errors)
+
+    def _failing(self, site: str) -> Optional[AwaitableConcurrentFuture]:
+        with self._count_lock:
+            index = self.calls.get(site, 0)
+            self.calls[site] = index + 1
+        error = self.failures.get(site, {}).pop(index, None)
+        return sdk_future(error=error) if error is not None else None
 
     # ------------------------------------------------------------ answers
 
@@ -163,7 +188,11 @@ class FakeTinker:
         return sdk_future(self.training)
 
     def _base_sampler(self, model_path: Any = None, base_model: Any = None, **kwargs: Any) -> AwaitableConcurrentFuture:
-        assert model_path is None and base_model == self.model_name
+        if model_path is not None:  # a checkpoint's sampler weights (model evaluation)
+            assert base_model is None and model_path.startswith("tinker://")
+            self.opened_sampler_paths.append(model_path)
+            return self._new_sampler()
+        assert base_model == self.model_name
         sampler = create_autospec(tinker.SamplingClient, instance=True)
 
         def compute_logprobs(prompt: types.ModelInput, prompt_logprobs_last_n: Optional[int] = None):
@@ -179,8 +208,15 @@ class FakeTinker:
         self.weight_versions += 1
         sampler = create_autospec(tinker.SamplingClient, instance=True)
         version = self.weight_versions
-        sampler.sample.side_effect = lambda prompt, num_samples, sampling_params, **kw: self._sample(
-            version, prompt, num_samples, sampling_params)
+        sampler.sample.side_effect = lambda prompt, num_samples, sampling_params, **kw: self._failing(
+            "sample") or self._sample(version, prompt, num_samples, sampling_params)
+        sampler.get_tokenizer.side_effect = lambda: self.tokenizer
+
+        def compute_logprobs(prompt: types.ModelInput, **kw: Any) -> AwaitableConcurrentFuture:
+            # The updated policy scores every token TRAIN_SHIFT below the sampler (kl_pre_post_v1 = TRAIN_SHIFT).
+            return sdk_future([None] + [SAMPLING_LOGPROB - TRAIN_SHIFT] * (prompt.length - 1))
+
+        sampler.compute_logprobs.side_effect = compute_logprobs
         self.samplers.append(sampler)
         return sdk_future(sampler)
 
@@ -204,6 +240,9 @@ class FakeTinker:
         return delayed_future(response, self.sample_latency_s) if self.sample_latency_s else sdk_future(response)
 
     def _forward_backward(self, data: list, loss_fn: str, loss_fn_config: Any = None) -> AwaitableConcurrentFuture:
+        failed = self._failing("forward_backward")
+        if failed is not None:
+            return failed
         for datum in data:
             assert isinstance(datum, types.Datum)
             assert set(datum.loss_fn_inputs) == {"target_tokens", "logprobs", "advantages"}
@@ -218,7 +257,7 @@ class FakeTinker:
                 sampled = np.asarray(datum.loss_fn_inputs["logprobs"].tolist(), dtype=np.float32)
                 outputs.append({"logprobs": types.TensorData.from_numpy(sampled - np.float32(TRAIN_SHIFT))})
             return types.ForwardBackwardOutput(loss_fn_output_type="ArrayRecord", loss_fn_outputs=outputs,
-                                               metrics={"loss:sum": -1.25})
+                                               metrics={"loss:sum": -1.25, "clipped_frac:mean": 0.25})
 
         future = self.clock.submit(produce) if self.clock else sdk_future(produce())
         self.pass_futures.append(future)
@@ -226,11 +265,14 @@ class FakeTinker:
 
     def _optim_step(self, optim_params: Any = None, **kwargs: Any) -> AwaitableConcurrentFuture:
         assert isinstance(optim_params, types.AdamParams)
+        failed = self._failing("optim_step")
+        if failed is not None:
+            return failed
         # How many forward_backward results were still outstanding when the step was queued (0: serialised).
         self.pending_passes_at_optim.append(sum(1 for f in self.pass_futures if not f.future().done()))
 
         def produce() -> types.OptimStepResponse:
-            return types.OptimStepResponse(metrics=None)
+            return types.OptimStepResponse(metrics={"grad_norm:mean": 0.5, "update_norm:mean": 0.01})
 
         return self.clock.submit(produce) if self.clock else sdk_future(produce())
 
