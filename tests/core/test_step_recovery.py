@@ -201,7 +201,8 @@ def test_overlap_stays_within_k_and_a_resume_inside_it_is_exact(fake, registry):
 
 def test_checkpoint_evaluation_samples_from_the_saved_sampler_weights(fake, registry):
     from app.commands.eval import build_eval_config
-    from core.backends.base import SamplingParams, open_backend
+    from core.backends.base import SamplingParams
+    from core.backends.factory import open_backend
 
     run_id = start(registry, "to-evaluate", "checkpoint_every=2", "max_steps=2")
     registry.add_checkpoint(run_id, 1, "step-000001", "tinker://run-1/weights/step-000001",
