@@ -417,6 +417,17 @@ class EvaluationJob:
         # One step per (problem, sample): write_step replaces only that sample if it is ever written again.
         self.registry.write_step(self.run_id, index * self.samples + rollout.sample, {}, [record])
         self.samples_written += 1
+        self._write_progress()
+
+    def _write_progress(self) -> None:
+        """Finished samples, counted from what is stored (samples finish out of order, so the highest step written
+        is not the progress); every face reads this count through core.progress."""
+        row = self.registry.get_run(self.run_id)
+        summary = dict(row.get("summary") or {})
+        meta = dict(summary.get("eval") or {})
+        meta["samples_done"] = len(self._done())
+        summary["eval"] = meta
+        self.registry.update_run(self.run_id, summary=summary)
 
     def run(self) -> None:
         self.setup()
@@ -427,6 +438,7 @@ class EvaluationJob:
             self.registry.add_event(self.run_id, "resume", f"{len(done)} sample(s) already evaluated are kept; "
                                                            f"{sum(len(s) for _, _, s in todo)} to go")
         self._write_meta(throughput=None)
+        self._write_progress()
         log.info("eval %s: backend %s, model %s, %d problems x %d samples, %d turns, %d sample(s) to play, "
                  "evaluator on %s", self.name, self.config.backend, self.config.model, len(self.problems),
                  self.samples, self.config.max_turns, sum(len(s) for _, _, s in todo),

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from core.errors import KrlError
+from core.progress import steps_done
 from core.registry import ACTIVE_STATUSES, Registry, check_run_name
 
 # Run lifecycle
@@ -929,7 +930,7 @@ def note_run(registry: Registry, name: str, text: str) -> None:
 
 # ---------------------------------------------------------------- the stable JSON view of a run
 
-RUN_JSON_FIELDS = ("name", "id", "status", "kind", "pid", "step", "total_steps", "backend", "model", "preset",
+RUN_JSON_FIELDS = ("name", "id", "status", "kind", "pid", "step", "steps_done", "total_steps", "backend", "model", "preset",
                    "problem_set", "created_at", "started_at", "ended_at", "heartbeat_at", "host", "gpus",
                    "gpus_requested", "exit_code", "error", "tags", "notes", "parent", "parent_step", "segments",
                    "summary", "command", "config")
@@ -937,7 +938,8 @@ RUN_JSON_FIELDS = ("name", "id", "status", "kind", "pid", "step", "total_steps",
 
 def run_json(registry: Registry, row: dict[str, Any], detail: bool = False) -> dict[str, Any]:
     """The stable machine view of a run (`krl runs ls --json` items; `runs show --json` adds checkpoints and
-    recent events with detail=True). Times are epoch seconds; step is the last step written (null before any)."""
+    recent events with detail=True). Times are epoch seconds; step is the last step written (0-based, null before
+    any); steps_done is the progress every table shows (steps, or finished samples of an evaluation)."""
     segments = [dict(s) for s in (row.get("segments") or [])]
     if segments and segments[-1].get("ended_at") is None and row["status"] in TERMINAL_STATUSES:
         # The job wrote its final status itself; the segment ended with it.
@@ -949,7 +951,8 @@ def run_json(registry: Registry, row: dict[str, Any], detail: bool = False) -> d
         parent = found["name"] if found else None
     out = {
         "name": row["name"], "id": row["id"], "status": row["status"], "kind": row["kind"], "pid": row.get("pid"),
-        "step": row.get("last_step"), "total_steps": row.get("total_steps"), "backend": row.get("backend"),
+        "step": row.get("last_step"), "steps_done": steps_done(row), "total_steps": row.get("total_steps"),
+        "backend": row.get("backend"),
         "model": row.get("model"), "preset": row.get("preset"), "problem_set": row.get("problem_set"),
         "created_at": row.get("created_at"), "started_at": row.get("started_at"), "ended_at": row.get("ended_at"),
         "heartbeat_at": row.get("heartbeat_at"), "host": row.get("host"), "gpus": row.get("gpus") or [],

@@ -145,7 +145,7 @@ def sparkline(values: List[float], width: int = 40) -> str:
 
 # What `krl runs ls` shows; the reward and correct columns are the registry's headline columns (HEADLINE_COLUMNS),
 # the metrics core.registry.reward_key/correct_key pick, as in the TUI.
-LIST_COLUMNS = ("name", "status", "last_step", "total_steps", "backend", "model", "gpus", "gpus_requested",
+LIST_COLUMNS = ("name", "status", "kind", "last_step", "total_steps", "backend", "model", "gpus", "gpus_requested",
                 "reward_key", "reward_value", "correct_key", "correct_value", "best_speedup", "created_at", "tags")
 
 
@@ -172,6 +172,9 @@ def list_runs(
         procman.reconcile(reg)
         # The table reads only what it shows (no config or summary JSON per run); --json reads everything.
         rows = reg.list_runs(status=statuses, tag=tag, columns=None if as_json else LIST_COLUMNS)
+        # An evaluation's progress (finished samples) is in its summary: read it for those rows only.
+        rows = [{**row, "summary": reg.get_run(row["id"]).get("summary")} if row.get("kind") == "eval"
+                and "summary" not in row else row for row in rows]
     if as_json:
         typer.echo(json.dumps([procman.run_json(reg, row) for row in rows], indent=2))
         return
@@ -186,7 +189,7 @@ def list_runs(
         table.add_column(column, justify="right" if column in ("step", "reward", "correct", "best×") else "left")
     now = time.time()
     for row in map(_shown, rows):
-        step = fmt_steps(row.get("last_step"), row.get("total_steps"))
+        step = fmt_steps(row)
         gpus = ",".join(map(str, row.get("gpus") or [])) if row["status"] in ("running", "stopping") else \
             f"({row.get('gpus_requested') or 0})"
         table.add_row(row["name"], _status_text(row["status"]), step, row.get("backend") or "-",
@@ -221,7 +224,7 @@ def show_run(
     lines = [
         ("model", row.get("model")), ("backend", row.get("backend")), ("preset", row.get("preset")),
         ("problems", row.get("problem_set")),
-        ("steps", fmt_steps(row.get("last_step"), row.get("total_steps"))),
+        ("steps", fmt_steps(row)),
         ("process", f"pid {row.get('pid')} on {row.get('host')} ({'alive' if alive else 'not running'})"
          if row.get("pid") else "-"),
         ("gpus", f"{row.get('gpus') or []} (requested {row.get('gpus_requested') or 0})"),
@@ -356,7 +359,7 @@ def remove(
     if not yes:
         if not sys.stdin.isatty():
             raise KrlError(f"deleting '{row['name']}' needs confirmation: pass --yes.")
-        typer.confirm(f"delete run {row['name']} ({row['status']}, steps {fmt_steps(row.get('last_step'), row.get('total_steps'))}) "
+        typer.confirm(f"delete run {row['name']} ({row['status']}, steps {fmt_steps(row)}) "
                       "and its folder?",
                       abort=True, err=True)
     procman.delete_run(reg, name, remove_files=not keep_files)
@@ -542,7 +545,7 @@ def render_watch(reg, run_id: int):
     keys = reg.metric_keys(run_id)
     head = Table.grid(padding=(0, 2))
     head.add_row(f"[bold]{row['name']}[/]", _status_text(row["status"]),
-                 f"step {fmt_steps(row.get('last_step'), row.get('total_steps'))}",
+                 f"step {fmt_steps(row)}",
                  f"{row.get('backend') or '-'} · {row.get('model') or '-'}",
                  f"heartbeat {_age(now - row['heartbeat_at']) if row.get('heartbeat_at') else '-'}",
                  f"gpus {row.get('gpus') or []}")

@@ -30,7 +30,7 @@ from app.widgets.distributions import HistogramView
 from app.widgets.sparkline import sparkline_text
 from app.widgets.system_panel import HostPanel
 from app.widgets.cluster_panel import ClusterPanel
-from app.widgets.format import STATUS_COLOUR, fmt_float, fmt_speedup, status_glyph, theme_colour
+from app.widgets.format import STATUS_COLOUR, fmt_float, fmt_speedup, fmt_steps, status_glyph, theme_colour
 from app.widgets.log_tail import LogTail
 
 TABS = ("curves", "trajectories", "problems", "config", "checkpoints", "logs", "system", "distributions")
@@ -398,10 +398,10 @@ class RunDetailScreen(KrlScreen):
     def _render_header(self) -> None:
         run = self.run
         colour = theme_colour(self.app, STATUS_COLOUR.get(run["status"], "foreground"))
-        step = "–" if run.get("last_step") is None else run["last_step"] + 1
+        step = fmt_steps(run)
         text = Text.assemble((run["name"], "bold"), "  ",
                              (f"{status_glyph(run['status'], 0)} {run['status']}", colour),
-                             f"  step {step}/{run.get('total_steps') or '?'}",
+                             f"  step {step}",
                              f"  · {run.get('backend') or '?'} · {run.get('model') or '?'}",
                              f" · preset {run.get('preset') or '–'}",
                              f" · best {fmt_speedup((run.get('summary') or {}).get('best_speedup'))}")

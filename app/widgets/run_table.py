@@ -182,7 +182,7 @@ class RunTable(ScrollView, can_focus=True):
         colour = theme_colour(self.app, STATUS_COLOUR.get(row.status, "foreground"))
         muted = theme_colour(self.app, "foreground-muted")
         reward_spark, correct_spark = spark or ([], [])
-        step = "–" if row.step is None else str(row.step + 1)
+        step = "–" if row.done is None else str(row.done)
         total = "?" if row.total_steps is None else str(row.total_steps)
         gpus = ",".join(map(str, row.gpus)) if row.gpus else (f"({row.gpus_requested})" if row.gpus_requested else "–")
         return [
