@@ -74,7 +74,7 @@ async def test_the_runs_table_and_krl_runs_ls_agree_on_a_recorded_run(recorded_d
     from app.widgets.run_table import RunTable
 
     reg, run = recorded_demo
-    steps = fmt_steps(run["last_step"], run["total_steps"])
+    steps = fmt_steps(run)
     assert steps == f"{run['total_steps']}/{run['total_steps']}"  # a finished run has done all its steps
     app = make_app(workspace)
     async with app.run_test(size=(160, 30)) as pilot:
