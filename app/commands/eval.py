@@ -221,7 +221,8 @@ def evals_compare(a: str = typer.Argument(..., help="Baseline evaluation."),
                   force: bool = typer.Option(False, "--force", help="Compare evaluations made differently (warned)."),
                   as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON to stdout.")) -> None:
     """B against A on their shared problems: per-problem table and paired bootstrap 95% intervals of the
-    difference in fast_1 and of the ratio of geomean speedups."""
+    difference in fast_1 and of the ratio of geomean speedups. An evaluation with samples still to play is refused
+    (--force compares only the problems both have finished, marked partial)."""
     from rich.table import Table
 
     from core.evaluation import compare_evals
@@ -230,6 +231,10 @@ def evals_compare(a: str = typer.Argument(..., help="Baseline evaluation."),
     with Registry.for_workspace() as reg:
         result = compare_evals(reg, a, b, force=force)
     console = _console()
+    if result["partial"]:
+        console.print("[b red]WARNING: partial comparison, not every sample is evaluated:[/] "
+                      + "; ".join(f"{name} ({state})" for name, state in result["partial"].items())
+                      + f"; {len(result['unfinished_problems'])} unfinished problem(s) left out.")
     if result["stamp_differences"]:
         console.print("[b red]WARNING: these evaluations were made differently; the comparison is not sound:[/] "
                       + "; ".join(f"{k}: {v[0]!r} vs {v[1]!r}" for k, v in result["stamp_differences"].items()))

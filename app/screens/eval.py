@@ -199,6 +199,10 @@ class EvalCompareScreen(KrlScreen):
             return
         result = message.result
         lines = [f"[b]{result['b']}[/b] against [b]{result['a']}[/b] on {result['shared_problems']} shared problems"]
+        if result.get("partial"):
+            lines.append("[b]PARTIAL: not every sample is evaluated:[/b] " + "; ".join(
+                f"{name} ({state})" for name, state in result["partial"].items())
+                + f"; {len(result['unfinished_problems'])} unfinished problem(s) left out")
         if result["stamp_differences"]:
             lines.append("[b]WARNING: made differently, not comparable:[/b] " + "; ".join(
                 f"{k}: {v[0]!r} vs {v[1]!r}" for k, v in result["stamp_differences"].items()))

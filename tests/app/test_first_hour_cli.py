@@ -54,8 +54,10 @@ def krl(workspace, monkeypatch, capsys):
 
 @pytest.fixture(scope="module")
 def stopped_eval(tmp_path_factory):
-    """A replay evaluation of 3 problems x 2 samples stopped after 3 samples (as SIGTERM stops it)."""
+    """Two replay evaluations of 3 problems x 2 samples: 'full' finished, 'partial' stopped after 3 samples (as
+    SIGTERM stops it)."""
     workspace = tmp_path_factory.mktemp("stopped-eval")
+    assert evaluate_foreground(load_config("demo", REPLAY), "full", workspace)["status"] == "finished"
     row = evaluate_foreground(load_config("demo", REPLAY), "partial", workspace, stop_after_samples=3)
     assert row["status"] == "stopped"
     return workspace
@@ -79,3 +81,44 @@ def test_item1_progress_counts_finished_samples_everywhere(stopped_eval, workspa
     listed = krl("runs", "ls").stderr
     assert f"{finished}/6" in listed, listed
     assert tui_row.done == finished
+
+
+def test_item2_compare_refuses_an_unfinished_evaluation_and_force_marks_it_partial(stopped_eval, workspace, krl):
+    from tests.app.recorded import copy_workspace
+
+    copy_workspace(stopped_eval, workspace)
+    refused = krl("evals", "compare", "full", "partial")
+    assert refused.code == 2 and "not every sample is evaluated yet" in refused.stderr, refused.stderr
+    assert "'partial' (" in refused.stderr and "stopped" in refused.stderr
+    forced = krl("evals", "compare", "full", "partial", "--force", "--json")
+    assert forced.code == 0, forced.stderr
+    result = json.loads(forced.stdout)
+    assert list(result["partial"]) == ["partial"] and "WARNING: partial comparison" in forced.stderr
+    with Registry.for_workspace(workspace) as reg:
+        played = {}
+        for t in reg.trajectories(reg.get_run("partial")["id"], order="step", limit=100):
+            played.setdefault(t["problem_id"], set()).add(t["sample_index"])
+    complete = sorted(pid for pid, samples in played.items() if len(samples) == 2)
+    # Unrun problems are left out, not counted as unsolved.
+    assert [row["problem_id"] for row in result["problems"]] == complete
+    assert result["shared_problems"] == len(complete) and len(result["unfinished_problems"]) == 3 - len(complete)
+    assert json.loads(krl("evals", "compare", "full", "full", "--json").stdout)["partial"] == {}
+
+
+async def test_item2_the_tui_compare_marks_an_unfinished_evaluation_partial(stopped_eval, workspace, tmp_path,
+                                                                            monkeypatch):
+    from textual.widgets import Static
+
+    from app.screens.eval import EvalCompareScreen
+    from tests.app.fixtures import make_app, settle
+    from tests.app.recorded import copy_workspace
+
+    monkeypatch.setenv("KRL_CONFIG_DIR", str(tmp_path / "config"))
+    copy_workspace(stopped_eval, workspace)
+    app = make_app(workspace)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(pilot)
+        app.push_screen(EvalCompareScreen("full", "partial"))
+        await settle(pilot)
+        header = str(app.screen.query_one("#eval-compare-header", Static).render())
+    assert "PARTIAL: not every sample is evaluated" in header and "partial (" in header, header
