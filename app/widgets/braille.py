@@ -70,7 +70,8 @@ def _finite(series: Series) -> tuple[np.ndarray, np.ndarray]:
 def _range(values: list[np.ndarray]) -> tuple[float, float]:
     low = min(float(v.min()) for v in values)
     high = max(float(v.max()) for v in values)
-    if high == low:  # a flat line sits in the middle of the plot
+    if high - low <= 1e-9 * max(abs(low), abs(high)):  # a flat line (to rounding) sits in the middle of the plot
+        low = high = (low + high) / 2
         pad = abs(low) * 0.1 or 0.5
         return low - pad, high + pad
     return low, high

@@ -23,10 +23,15 @@ def debiased_ema(values: Sequence[float], smoothing: float) -> list[float]:
         return list(values)
     smoothing = min(smoothing, 0.999)
     out, average, weight = [], 0.0, 0.0
+    low, high = math.inf, -math.inf
     for value in values:
         average = smoothing * average + (1 - smoothing) * value
         weight = smoothing * weight + (1 - smoothing)
-        out.append(average / weight)
+        # A weighted mean lies within the values it averages; rounding can push it a hair outside, which on a
+        # constant series made a cliff of 1e-14 fill the whole plot.
+        if math.isfinite(value):
+            low, high = min(low, value), max(high, value)
+        out.append(min(max(average / weight, low), high) if low <= high else average / weight)
     return out
 
 

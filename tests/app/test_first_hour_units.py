@@ -1,0 +1,26 @@
+"""The first hour's pure pieces (issue 26): plot ranges and labels, smoothing, exports and formatting, checked
+without starting the TUI. Screens that show them are covered by tests/app/test_first_hour_tui.py."""
+
+from __future__ import annotations
+
+from rich.style import Style
+
+from app.widgets.braille import Series, render_plot
+from app.widgets.reward_plot import debiased_ema
+
+
+def _canvas_rows(text: str) -> list[str]:
+    return [line for line in text.splitlines()[1:] if "│" in line or "┤" in line]
+
+
+def test_item3_a_constant_series_is_a_flat_line_with_short_labels():
+    values = [100.0] * 300  # system/cpu_percent on a busy machine
+    smoothed = debiased_ema(values, 0.6)
+    assert min(smoothed) == max(smoothed) == 100.0  # smoothing invents no drop
+    xs = list(range(300))
+    plot = render_plot([Series(xs, values, Style()), Series(xs, smoothed, Style())], 60, 14).plain
+    rows = _canvas_rows(plot)
+    drawn = [i for i, row in enumerate(rows) if any("\u2800" < c <= "\u28ff" for c in row)]
+    assert len(drawn) == 1, plot  # one row of dots, not a cliff from top to bottom
+    labels = [row.split("┤")[0].strip() for row in rows if "┤" in row]
+    assert labels and all(len(label) <= 5 for label in labels), labels
