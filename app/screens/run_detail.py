@@ -672,7 +672,8 @@ class RunDetailScreen(KrlScreen):
         panel = self.active_panel()
         name = f"{self.run['name'] if self.run else 'run'}-{self.query_one(TabbedContent).active}"
         try:
-            written = export_view(self.app, panel.plots() if panel else [], name)
+            written = export_view(self.app, panel.plots() if panel else [], name,
+                                  run_name=self.run["name"] if self.run else "")
         except OSError as exc:
             self.notify(f"export failed: {exc}", severity="error")
             return

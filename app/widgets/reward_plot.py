@@ -41,6 +41,7 @@ class Curve:
     xs: list[float]
     ys: list[float]
     colour: str  # a theme variable name such as "series-1"
+    run: str = ""  # the run it belongs to, where several are overlaid ("" on a single run's plots)
 
 
 @dataclass
