@@ -656,7 +656,9 @@ def evaluate_foreground(config: RunConfig, name: Optional[str] = None, workspace
                          "pid": identity["pid"], "pid_start_time": identity["pid_start_time"],
                          "host": identity["host"], "gpus": [], "start_step": 0, "checkpoint": None,
                          "stop_requested_at": None, "stop_grace_s": None, "note": "foreground"})
-        registry.set_status(row["id"], "running", f"foreground, pid {identity['pid']}", started_at=now,
+        # started_at stays the first segment's: elapsed covers every segment, as a training run's does.
+        registry.set_status(row["id"], "running", f"foreground, pid {identity['pid']}",
+                            started_at=row.get("started_at") or now,
                             heartbeat_at=now, segments=segments, command={"argv": sys.argv, "cwd": "."},
                             ended_at=None, exit_code=None, error=None, **identity)
         execute(registry, row["id"], stop_after_samples=stop_after_samples)

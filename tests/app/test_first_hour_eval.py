@@ -1,5 +1,6 @@
-"""The first hour at the command line (issue 26): figures that agree between `krl runs`, `krl evals` and the TUI's
-loaders, whole output when piped, clear refusals. Evaluations come from the real job and the CPU evaluator."""
+"""The first hour with evaluations (issue 26): figures that agree between `krl runs`, `krl evals` and the TUI,
+comparisons that say when they are partial, elapsed over segments. Evaluations come from the real job and the CPU
+evaluator."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from core.evaluation import evaluate_foreground
 from core.registry import Registry
 
 REPO = Path(__file__).resolve().parents[2]
-PROBLEMS = "builtin/relu,builtin/leaky_relu,builtin/rmsnorm"
+PROBLEMS = "builtin/relu,builtin/leaky_relu"
 REPLAY = ["backend=replay", "replay.path=demo", f"problems={PROBLEMS}", "evaluation.samples=2", "max_turns=2",
-          "eval.devices=cpu", "eval.cpu_workers=2"]
+          "eval.devices=cpu", "eval.cpu_workers=1"]
 
 
 class Result:
@@ -54,11 +55,9 @@ def krl(workspace, monkeypatch, capsys):
 
 @pytest.fixture(scope="module")
 def stopped_eval(tmp_path_factory):
-    """Two replay evaluations of 3 problems x 2 samples: 'full' finished, 'partial' stopped after 3 samples (as
-    SIGTERM stops it)."""
+    """A replay evaluation of 2 problems x 2 samples stopped after 2 samples (as SIGTERM stops it)."""
     workspace = tmp_path_factory.mktemp("stopped-eval")
-    assert evaluate_foreground(load_config("demo", REPLAY), "full", workspace)["status"] == "finished"
-    row = evaluate_foreground(load_config("demo", REPLAY), "partial", workspace, stop_after_samples=3)
+    row = evaluate_foreground(load_config("demo", REPLAY), "partial", workspace, stop_after_samples=2)
     assert row["status"] == "stopped"
     return workspace
 
@@ -73,13 +72,13 @@ def test_item1_progress_counts_finished_samples_everywhere(stopped_eval, workspa
         finished = reg.count_trajectories(row["id"])
         # Samples finish out of order: the highest step written is not the progress. Make that visible here
         # whatever order this machine finished them in, as a stop later in a long evaluation leaves it.
-        reg.update_run(row["id"], last_step=5)
+        reg.update_run(row["id"], last_step=3)
         tui_row = next(r for r in load_runs(reg) if r.name == "partial")
-    assert 0 < finished < 6
+    assert 0 < finished < 4
     assert json.loads(krl("evals", "show", "partial", "--json").stdout)["samples_done"] == finished
     assert json.loads(krl("runs", "show", "partial", "--json").stdout)["steps_done"] == finished
     listed = krl("runs", "ls").stderr
-    assert f"{finished}/6" in listed, listed
+    assert f"{finished}/4" in listed, listed
     assert tui_row.done == finished
 
 
@@ -87,10 +86,10 @@ def test_item2_compare_refuses_an_unfinished_evaluation_and_force_marks_it_parti
     from tests.app.recorded import copy_workspace
 
     copy_workspace(stopped_eval, workspace)
-    refused = krl("evals", "compare", "full", "partial")
+    refused = krl("evals", "compare", "partial", "partial")
     assert refused.code == 2 and "not every sample is evaluated yet" in refused.stderr, refused.stderr
     assert "'partial' (" in refused.stderr and "stopped" in refused.stderr
-    forced = krl("evals", "compare", "full", "partial", "--force", "--json")
+    forced = krl("evals", "compare", "partial", "partial", "--force", "--json")
     assert forced.code == 0, forced.stderr
     result = json.loads(forced.stdout)
     assert list(result["partial"]) == ["partial"] and "WARNING: partial comparison" in forced.stderr
@@ -101,8 +100,7 @@ def test_item2_compare_refuses_an_unfinished_evaluation_and_force_marks_it_parti
     complete = sorted(pid for pid, samples in played.items() if len(samples) == 2)
     # Unrun problems are left out, not counted as unsolved.
     assert [row["problem_id"] for row in result["problems"]] == complete
-    assert result["shared_problems"] == len(complete) and len(result["unfinished_problems"]) == 3 - len(complete)
-    assert json.loads(krl("evals", "compare", "full", "full", "--json").stdout)["partial"] == {}
+    assert result["shared_problems"] == len(complete) and len(result["unfinished_problems"]) == 2 - len(complete)
 
 
 async def test_item2_the_tui_compare_marks_an_unfinished_evaluation_partial(stopped_eval, workspace, tmp_path,
@@ -118,7 +116,23 @@ async def test_item2_the_tui_compare_marks_an_unfinished_evaluation_partial(stop
     app = make_app(workspace)
     async with app.run_test(size=(120, 30)) as pilot:
         await settle(pilot)
-        app.push_screen(EvalCompareScreen("full", "partial"))
+        app.push_screen(EvalCompareScreen("partial", "partial"))
         await settle(pilot)
         header = str(app.screen.query_one("#eval-compare-header", Static).render())
     assert "PARTIAL: not every sample is evaluated" in header and "partial (" in header, header
+
+
+def test_item5_elapsed_after_a_resume_covers_every_segment(stopped_eval, workspace):
+    from app.screens.loaders import load_runs
+    from app.widgets.run_table import elapsed_s
+    from tests.app.recorded import copy_workspace
+
+    copy_workspace(stopped_eval, workspace)
+    with Registry.for_workspace(workspace) as reg:
+        first = reg.get_run("partial")
+    resumed = evaluate_foreground(load_config("demo", REPLAY), workspace=workspace, resume="partial")
+    assert resumed["status"] == "finished" and len(resumed["segments"]) == 2
+    assert resumed["started_at"] == first["started_at"] == first["segments"][0]["started_at"]
+    with Registry.for_workspace(workspace) as reg:
+        row = next(r for r in load_runs(reg) if r.name == "partial")
+    assert elapsed_s(row, now=0.0) == pytest.approx(resumed["ended_at"] - first["segments"][0]["started_at"])
