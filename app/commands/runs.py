@@ -299,7 +299,9 @@ def resume(
     log = procman.log_path(reg, reg.get_run(name)["name"])
     log_offset = log.stat().st_size if log.exists() else 0
     row = procman.resume_run(reg, name, detach=True, gpus=gpus)
-    console.print(f"{row['name']}: {_status_text(row['status'])} (segment {len(row.get('segments') or [])}). "
+    # Segments are numbered from 0, as the log's "segment N of run …" line and `runs show` number them.
+    segment = (row.get("segments") or [{}])[-1].get("index", len(row.get("segments") or []) - 1)
+    console.print(f"{row['name']}: {_status_text(row['status'])} (segment {segment}). "
                   f"Follow with `krl logs -f {row['name']}`.")
     if detach:
         return

@@ -267,6 +267,8 @@ def test_stop_and_resume_through_the_cli(krl, workspace):
         failing = krl("runs", "resume", "bg", extra_env={"KRL_STANDIN": json.dumps({"exit_code": 4})}, timeout=60)
         assert failing.returncode == 3 and "boom: the last line" in failing.stderr and "failed" in failing.stderr
         assert "segment 0 of run bg" not in failing.stderr  # only the new segment's lines
+        # The resume line numbers the segment as the log does (from 0), issue 26 item 6.
+        assert "(segment 1)" in failing.stderr and "segment 1 of run bg" in failing.stderr, failing.stderr
         # … and a good one runs to the end and exits 0.
         done = krl("runs", "resume", "bg", check_rc=0, timeout=60,
                    extra_env={"KRL_STANDIN": json.dumps({"extra_steps": 3, "step_s": 0.01})})
