@@ -41,13 +41,16 @@ def show_problem(
     problem: str = typer.Argument(..., help="A problem id (builtin/relu, kernelbench/level1/19) or a file path."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (summary plus source) to stdout."),
 ) -> None:
-    """Print one problem's metadata and reference source."""
+    """Print one problem's metadata (stderr) and reference source (stdout: highlighted on a terminal, plain and
+    whole when redirected, so `krl problems show ID > ref.py` gives a runnable file)."""
     from core.problems import resolve_problem
 
     found = resolve_problem(problem)
     if as_json:
         typer.echo(json.dumps({**found.summary(), "source": found.source}, indent=2))
         return
+    import sys
+
     from rich.console import Console
     from rich.syntax import Syntax
 
@@ -55,7 +58,11 @@ def show_problem(
     console.print(f"[bold]{found.id}[/]  level {found.level}  tags {','.join(found.tags) or '-'}  hash {found.hash}")
     if found.gpu_sizes:
         console.print(f"gpu sizes: {found.gpu_sizes}")
-    console.print(Syntax(found.source, "python"))
+    if not sys.stdout.isatty():
+        typer.echo(found.source.rstrip("\n"))  # plain: no padding, no cut lines, no escape codes
+        return
+    # On a terminal long lines wrap rather than being cut.
+    Console().print(Syntax(found.source, "python", word_wrap=True))
 
 
 def register(app: typer.Typer) -> None:
