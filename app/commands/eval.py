@@ -175,7 +175,7 @@ def _print_summary(summary: dict) -> None:
 @evals_app.command("ls")
 def evals_ls(as_json: bool = typer.Option(False, "--json", help="Print a JSON list to stdout.")) -> None:
     """Evaluations with their headline numbers (as last written by each job)."""
-    from rich.table import Table
+    from rich.box import HEAVY_HEAD
 
     from core.registry import Registry
 
@@ -192,12 +192,17 @@ def evals_ls(as_json: bool = typer.Option(False, "--json", help="Print a JSON li
     if as_json:
         typer.echo(json.dumps(items, indent=2))
         return
-    table = Table("name", "status", "model", "problems", "n", "pass@1", "fast_1 kb", "fast_1 best", "geomean")
-    for item in items:
-        table.add_row(item["name"], item["status"], str(item["model"]), str(item["problem_set"]), _fmt(item["samples"]),
-                      _fmt(item["pass@1"]), _fmt(item["fast_p/eager/kernelbench/1"]),
-                      _fmt(item["fast_p/eager/best_of_n/1"]), _fmt(item["geomean_speedup/eager"]))
-    _console().print(table)
+    from app.commands.tables import Column, fitted_table
+
+    # Names stay whole; at a narrow width model, problems, … go first (issue 26 item 8).
+    columns = [Column("name", whole=True), Column("status", whole=True), Column("model", drop=9),
+               Column("problems", drop=8), Column("n", drop=7), Column("pass@1", whole=True),
+               Column("fast_1 kb", drop=5), Column("fast_1 best", drop=6), Column("geomean", drop=4)]
+    cells = [[item["name"], item["status"], str(item["model"]), str(item["problem_set"]), _fmt(item["samples"]),
+              _fmt(item["pass@1"]), _fmt(item["fast_p/eager/kernelbench/1"]), _fmt(item["fast_p/eager/best_of_n/1"]),
+              _fmt(item["geomean_speedup/eager"])] for item in items]
+    console = _console()
+    console.print(fitted_table(columns, cells, console.width, box=HEAVY_HEAD))
 
 
 @evals_app.command("show")
@@ -223,8 +228,6 @@ def evals_compare(a: str = typer.Argument(..., help="Baseline evaluation."),
     """B against A on their shared problems: per-problem table and paired bootstrap 95% intervals of the
     difference in fast_1 and of the ratio of geomean speedups. An evaluation with samples still to play is refused
     (--force compares only the problems both have finished, marked partial)."""
-    from rich.table import Table
-
     from core.evaluation import compare_evals
     from core.registry import Registry
 
@@ -241,11 +244,16 @@ def evals_compare(a: str = typer.Argument(..., help="Baseline evaluation."),
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return
-    table = Table("problem", f"{a} fast_1", f"{b} fast_1", f"{a} best", f"{b} best", box=None)
-    for row in result["problems"]:
-        table.add_row(row["problem_id"], _fmt(row["a_fast_1"]), _fmt(row["b_fast_1"]), _fmt(row["a_best_speedup"]),
-                      _fmt(row["b_best_speedup"]))
-    console.print(table)
+    from app.commands.tables import Column, fitted_table
+
+    # A and B in the headers, their names once above in full: the table stays narrow and every name whole.
+    console.print(f"A = {result['a']}\nB = {result['b']}")
+    columns = [Column("problem", whole=True), Column("A fast_1", whole=True, justify="right"),
+               Column("B fast_1", whole=True, justify="right"), Column("A best", whole=True, justify="right"),
+               Column("B best", whole=True, justify="right")]
+    cells = [[row["problem_id"], _fmt(row["a_fast_1"]), _fmt(row["b_fast_1"]), _fmt(row["a_best_speedup"]),
+              _fmt(row["b_best_speedup"])] for row in result["problems"]]
+    console.print(fitted_table(columns, cells, console.width))
     fast = result["fast_1"]
     console.print(f"fast_1 (KernelBench, best turn) on {fast['n_problems']} shared problems: {_fmt(fast['a'])} -> "
                   f"{_fmt(fast['b'])}, difference {_fmt(fast['difference'])} "

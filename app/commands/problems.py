@@ -25,15 +25,18 @@ def list_problems(
     if as_json:
         typer.echo(json.dumps([p.summary() for p in problems], indent=2))
         return
+    from rich.box import HEAVY_HEAD
     from rich.console import Console
-    from rich.table import Table
 
-    table = Table(title=f"{problem_set}: {len(problems)} problems")
-    for column in ("id", "level", "name", "tags", "hash"):
-        table.add_column(column)
-    for p in problems:
-        table.add_row(p.id, str(p.level), p.name, ",".join(p.tags), p.hash)
-    Console(stderr=True).print(table)
+    from app.commands.tables import Column, fitted_table
+
+    # Ids stay whole; at a narrow width hash, name and tags go first (issue 26 item 8).
+    columns = [Column("id", whole=True), Column("level", whole=True), Column("name", drop=8), Column("tags", drop=7),
+               Column("hash", drop=9)]
+    console = Console(stderr=True)
+    cells = [[p.id, str(p.level), p.name, ",".join(p.tags), p.hash] for p in problems]
+    console.print(fitted_table(columns, cells, console.width - 2, box=HEAVY_HEAD,
+                               title=f"{problem_set}: {len(problems)} problems"))
 
 
 @problems_app.command("show")

@@ -182,22 +182,24 @@ def list_runs(
     if not rows:
         console.print("no runs yet. Start one with `krl train demo --detach`.")
         return
-    from rich.table import Table
+    from app.commands.tables import Column, fitted_table
 
-    table = Table(box=None, header_style="bold")
-    for column in ("name", "status", "step", "backend", "model", "gpus", "reward", "correct", "best×", "age", "tags"):
-        table.add_column(column, justify="right" if column in ("step", "reward", "correct", "best×") else "left")
+    # Names stay whole; at a narrow width gpus, backend, age, model, tags … go first (issue 26 item 8).
+    columns = [Column("name", whole=True), Column("status", whole=True), Column("step", whole=True, justify="right"),
+               Column("backend", drop=9), Column("model", drop=7), Column("gpus", drop=10),
+               Column("reward", drop=3, justify="right"), Column("correct", drop=5, justify="right"),
+               Column("best×", drop=4, justify="right"), Column("age", drop=8), Column("tags", drop=6)]
     now = time.time()
+    cells = []
     for row in map(_shown, rows):
-        step = fmt_steps(row)
         gpus = ",".join(map(str, row.get("gpus") or [])) if row["status"] in ("running", "stopping") else \
             f"({row.get('gpus_requested') or 0})"
-        table.add_row(row["name"], _status_text(row["status"]), step, row.get("backend") or "-",
+        cells.append([row["name"], _status_text(row["status"]), fmt_steps(row), row.get("backend") or "-",
                       (row.get("model") or "-")[-28:], gpus,
                       _fmt(row.get("reward_value")), _fmt(row.get("correct_value")),
                       _fmt(row.get("best_speedup")), _age(now - row["created_at"]),
-                      ",".join(row.get("tags") or []))
-    console.print(table)
+                      ",".join(row.get("tags") or [])])
+    console.print(fitted_table(columns, cells, console.width))
 
 
 @runs_app.command("show")

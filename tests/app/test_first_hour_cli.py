@@ -51,3 +51,20 @@ def test_item7_problems_show_piped_is_the_whole_plain_source(krl):
         done = krl("problems", "show", problem, env={"COLUMNS": "60"})
         assert done.code == 0 and done.stdout == source.rstrip("\n") + "\n", done.stdout[:400]
         assert "\x1b[" not in done.stdout
+
+
+def test_item8_names_stay_whole_at_80_columns(recorded_demo, krl):
+    reg, run = recorded_demo
+    long_name = "baseline-qwen3-8b-kernelbench-level1-lr3e-6"
+    reg.rename_run(run["id"], long_name)
+    reg.add_tags(run["id"], ["baseline", "sweep-lr"])
+    for columns in ("80", "60"):
+        listing = krl("runs", "ls", env={"COLUMNS": columns}).stderr
+        assert long_name in listing, listing
+        assert all(len(line) <= int(columns) for line in listing.splitlines()), listing
+        line = next(line for line in listing.splitlines() if long_name in line)
+        assert "finished" in line and "/" in line  # status and step stay beside the name
+    problems = krl("problems", "ls", env={"COLUMNS": "80"}).stderr
+    for problem_id in ("builtin/leaky_relu", "builtin/conv2d_bias_tanh_scale", "builtin/gemm_bias_relu_scale"):
+        assert problem_id in problems, problems
+    assert all(len(line) <= 80 for line in problems.splitlines()), problems

@@ -136,3 +136,17 @@ def test_item5_elapsed_after_a_resume_covers_every_segment(stopped_eval, workspa
     with Registry.for_workspace(workspace) as reg:
         row = next(r for r in load_runs(reg) if r.name == "partial")
     assert elapsed_s(row, now=0.0) == pytest.approx(resumed["ended_at"] - first["segments"][0]["started_at"])
+
+
+def test_item8_evals_ls_and_compare_keep_names_whole_at_80_columns(stopped_eval, workspace, krl):
+    from tests.app.recorded import copy_workspace
+
+    copy_workspace(stopped_eval, workspace)
+    long_name = "eval-qwen3-8b-kernelbench-level1-heldout"
+    with Registry.for_workspace(workspace) as reg:
+        reg.rename_run(reg.get_run("partial")["id"], long_name)
+    listing = krl("evals", "ls", env={"COLUMNS": "80"}).stderr
+    assert long_name in listing and all(len(line) <= 80 for line in listing.splitlines()), listing
+    compared = krl("evals", "compare", long_name, long_name, "--force", env={"COLUMNS": "80"}).stderr
+    assert f"A = {long_name}" in compared and f"B = {long_name}" in compared, compared
+    assert all(len(line) <= 80 for line in compared.splitlines() if not line.startswith("WARNING")), compared
