@@ -121,7 +121,12 @@ class RewardPlot(Widget):
         elif len(self._curves) == 1:
             stats = curve_stats(self._curves[0], view.x_range)
             if stats:
-                right.append(f"last {fmt(stats[0])} min {fmt(stats[1])} max {fmt(stats[2])}", style="dim")
+                # The title comes first: on a narrow plot the statistics shrink to the last value, then go.
+                for wording in (f"last {fmt(stats[0])} min {fmt(stats[1])} max {fmt(stats[2])}",
+                                f"last {fmt(stats[0])}", ""):
+                    if not width or len(self.plot_title) + len(wording) + 2 <= width:
+                        break
+                right.append(wording, style="dim")
         title = self.plot_title
         room = (width or 10_000) - right.cell_len - 2
         if len(title) > room:

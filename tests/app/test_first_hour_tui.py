@@ -27,3 +27,40 @@ async def test_item4_a_single_runs_curve_export_names_the_run(recorded_demo, wor
     rows = list(csv.DictReader(series.open()))
     assert rows and {row["run"] for row in rows} == {RECORDED_RUN}
     assert len({row["metric"] for row in rows}) > 1
+
+
+async def test_item9_the_runs_table_fits_80_and_160_columns(recorded_demo, workspace):
+    from app.widgets.run_table import GAP, RunTable
+
+    reg, run = recorded_demo
+    tags = ["baseline", "sweep-lr-3e-6", "qwen3-8b", "kernelbench-level1"]
+    reg.add_tags(run["id"], tags)
+    for size, wanted in (((80, 24), {"name", "status", "step", "reward", "best"}),
+                         ((160, 48), {"name", "status", "step", "reward", "correct", "best", "model", "tags"})):
+        app = make_app(workspace)
+        async with app.run_test(size=size) as pilot:
+            await settle(pilot)
+            table = app.screen.query_one(RunTable)
+            shown = {key: width for key, _h, width in table.shown_columns}
+            assert wanted <= set(shown), (size, shown)
+            assert sum(shown.values()) + GAP * len(shown) <= table.scrollable_content_region.width, (size, shown)
+            line = "".join(segment.text for segment in table.render_line(1))
+            assert table.cell_text(run["id"], "step") in line and RECORDED_RUN in line, line
+            if size[0] == 160:  # whole tags, then how many more; never one cut in the middle
+                shown_tags = line[line.index(" baseline"):].split()
+                assert shown_tags[0] == "baseline" and shown_tags[-1].startswith("+"), line
+                assert all(tag in tags for tag in shown_tags[:-1]) and "…" not in line, line
+
+
+async def test_item9_curve_titles_stay_readable_at_80x24(recorded_demo, workspace):
+    from app.widgets.reward_plot import RewardPlot
+
+    app = make_app(workspace, open_run=RECORDED_RUN)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        plots = [p for p in app.screen.query(RewardPlot) if p.curves]
+        assert plots
+        for plot in plots:
+            title = plot.title_text(plot.size.width).plain
+            if len(plot.plot_title) + 2 <= plot.size.width:
+                assert title.startswith(plot.plot_title), (title, plot.size.width)
