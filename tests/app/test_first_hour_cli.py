@@ -68,3 +68,24 @@ def test_item8_names_stay_whole_at_80_columns(recorded_demo, krl):
     for problem_id in ("builtin/leaky_relu", "builtin/conv2d_bias_tanh_scale", "builtin/gemm_bias_relu_scale"):
         assert problem_id in problems, problems
     assert all(len(line) <= 80 for line in problems.splitlines()), problems
+
+
+def test_item11_user_mistakes_exit_2_before_anything_starts(krl, workspace, tmp_path):
+    import json
+    import socket
+
+    missing = tmp_path / "nosuch.jsonl"
+    done = krl("eval", "--backend", "replay", "--replay", str(missing), "--problems", "builtin/relu")
+    assert done.code == 2 and "do not exist" in done.stderr, (done.code, done.stderr)
+    assert json.loads(krl("runs", "ls", "--json").stdout) == []  # no failed run left behind
+
+    token = tmp_path / "token"
+    token.write_text("a-token-long-enough-for-the-service-0123456789\n")
+    token.chmod(0o600)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        done = krl("serve", "--port", str(port), "--token-file", str(token), "--devices", "cpu")
+    assert done.code == 2 and f"cannot listen on 127.0.0.1:{port}" in done.stderr, (done.code, done.stderr)
+    assert "krl serve: http" not in done.stderr + done.stdout
