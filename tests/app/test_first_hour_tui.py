@@ -64,3 +64,26 @@ async def test_item9_curve_titles_stay_readable_at_80x24(recorded_demo, workspac
             title = plot.title_text(plot.size.width).plain
             if len(plot.plot_title) + 2 <= plot.size.width:
                 assert title.startswith(plot.plot_title), (title, plot.size.width)
+
+
+async def test_item10_the_new_run_form_starts_from_what_this_machine_runs(workspace, monkeypatch):
+    from textual.widgets import Input, Select, Static
+
+    monkeypatch.setenv("KRL_GPUS", "0")
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    app = make_app(workspace)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        app.open_new_run()
+        await settle(pilot)
+        screen = app.screen
+        assert screen.query_one("#new-preset", Select).value == "demo", str(screen.query_one("#new-errors", Static).render())
+        assert screen.query_one("#new-backend", Select).value == "replay"
+        assert screen.query_one("#new-gpus", Input).value == "0"
+        note = str(screen.query_one("#new-machine", Static).render())
+        assert "TINKER_API_KEY" in note and "GPU" in note, note
+        # Asking for the kevin preset here keeps the note and asks for the GPUs there are.
+        screen.query_one("#new-preset", Select).value = "kevin"
+        await settle(pilot)
+        assert screen.query_one("#new-gpus", Input).value == "0"
+        assert "TINKER_API_KEY" in str(screen.query_one("#new-machine", Static).render())
