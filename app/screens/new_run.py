@@ -127,7 +127,8 @@ class NewRunScreen(KrlScreen):
     BINDINGS = [
         Binding("escape", "cancel", "Cancel", id="new.cancel"),
         Binding("ctrl+s", "launch", "Launch", id="new.launch"),
-        Binding("ctrl+e", "evaluate", "Evaluate instead", id="new.evaluate"),
+        # priority: a text box binds ctrl+e (end of line) itself and would swallow it while it has focus.
+        Binding("ctrl+e", "evaluate", "Evaluate instead", id="new.evaluate", priority=True),
     ]
 
     def __init__(self) -> None:

@@ -87,3 +87,22 @@ async def test_item10_the_new_run_form_starts_from_what_this_machine_runs(worksp
         await settle(pilot)
         assert screen.query_one("#new-gpus", Input).value == "0"
         assert "TINKER_API_KEY" in str(screen.query_one("#new-machine", Static).render())
+
+
+async def test_item13_ctrl_e_evaluates_while_a_text_box_has_focus(workspace, monkeypatch):
+    from textual.widgets import Input, Static
+
+    monkeypatch.setenv("KRL_GPUS", "0")
+    app = make_app(workspace)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        app.open_new_run()
+        await settle(pilot)
+        screen = app.screen
+        box = screen.query_one("#new-batch", Input)
+        box.value = "0"  # invalid: the launch stops at validation, so no job starts
+        box.focus()
+        await pilot.press("ctrl+e")
+        await settle(pilot)
+        assert "need fixing" in str(screen.query_one("#new-errors", Static).render())
+        assert box.has_class("-invalid")
