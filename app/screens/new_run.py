@@ -37,6 +37,21 @@ FIELDS = (
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,119}$")
 
 
+# core's messages name CLI options; in the form they name its fields and the TUI's keys.
+_FORM_WORDS = ((re.compile(r"Use --gpus (\d+)"), r"Set GPUs to \1"), (re.compile(r"--gpus"), "GPUs"),
+               (re.compile(r"Choose another --name"), "Choose another run name"),
+               (re.compile(r"resume it with `krl runs resume [^`]*`"), "resume it from the runs screen (r)"),
+               (re.compile(r"fork it to train further \(`krl runs fork [^`]*`\)"),
+                "fork it from the runs screen (f) to train further"))
+
+
+def form_wording(message: str) -> str:
+    """A core error as the form says it: fields and keys instead of CLI options."""
+    for pattern, replacement in _FORM_WORDS:
+        message = pattern.sub(replacement, message)
+    return message
+
+
 def machine_defaults(presets: list[str], gpu_count: int, has_tinker_key: bool) -> tuple[str, list[str]]:
     """The preset the form opens on for this machine, and why the others may not run here: without a Tinker key
     the kevin preset's first launch fails, so the form starts from the demo (replayed responses, CPU evaluator)."""
@@ -199,7 +214,7 @@ class NewRunScreen(KrlScreen):
         except Exception as exc:
             from core.errors import KrlError
 
-            message = str(exc) if isinstance(exc, KrlError) else f"{type(exc).__name__}: {exc}"
+            message = form_wording(str(exc)) if isinstance(exc, KrlError) else f"{type(exc).__name__}: {exc}"
             self.app.call_from_thread(self._show_errors, {}, message)
 
     # ---------------------------------------------------------------- UI updates

@@ -401,6 +401,10 @@ class RunsScreen(KrlScreen):
         row = self.current_row()
         if row is None:
             return
+        if row.status in ACTIVE:  # refused before asking: a live job would keep writing to what is deleted
+            self.notify(f"{row.name} is {row.status}: stop it first with s, then delete it with d.",
+                        severity="warning")
+            return
 
         def answered(yes: Optional[bool]) -> None:
             if yes:

@@ -106,3 +106,46 @@ async def test_item13_ctrl_e_evaluates_while_a_text_box_has_focus(workspace, mon
         await settle(pilot)
         assert "need fixing" in str(screen.query_one("#new-errors", Static).render())
         assert box.has_class("-invalid")
+
+
+async def test_item12_delete_of_a_running_run_is_refused_before_asking(recorded_demo, workspace):
+    from app.screens.dialogs import ConfirmScreen
+    from app.widgets.run_table import RunTable
+
+    reg, run = recorded_demo
+    reg.update_run(run["id"], status="running")
+    app = make_app(workspace)
+    async with app.run_test(size=(140, 30)) as pilot:
+        await settle(pilot)
+        app.screen.query_one(RunTable).focus()
+        await pilot.press("d")
+        await settle(pilot)
+        assert not isinstance(app.screen, ConfirmScreen)
+        messages = [n.message for n in app._notifications]
+    assert any("stop it first with s" in m and "krl " not in m for m in messages), messages
+
+
+async def test_item12_form_errors_name_fields_and_keys_not_cli_options(recorded_demo, workspace, monkeypatch):
+    from textual.widgets import Input, Static
+
+    monkeypatch.setenv("KRL_GPUS", "0")
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    app = make_app(workspace)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        app.open_new_run()
+        await settle(pilot)
+        screen = app.screen
+        errors = screen.query_one("#new-errors", Static)
+        screen.query_one("#new-name", Input).value = RECORDED_RUN  # a finished run's name
+        await pilot.press("ctrl+s")
+        await settle(pilot)
+        duplicate = str(errors.render())
+        screen.query_one("#new-name", Input).value = "fresh-name"
+        screen.query_one("#new-gpus", Input).value = "3"
+        await pilot.press("ctrl+s")
+        await settle(pilot)
+        too_many = str(errors.render())
+    assert "already exists (finished)" in duplicate and "fork it from the runs screen (f)" in duplicate, duplicate
+    assert "resume" not in duplicate and "--name" not in duplicate, duplicate
+    assert "Set GPUs to 0" in too_many and "--gpus" not in too_many, too_many
