@@ -401,7 +401,8 @@ class RunsScreen(KrlScreen):
         row = self.current_row()
         if row is None:
             return
-        if row.status in ACTIVE:  # refused before asking: a live job would keep writing to what is deleted
+        if row.status in ("running", "stopping"):  # refused before asking, as procman would after: a live job
+            # would keep writing to what is deleted (a queued run has no job yet and can go).
             self.notify(f"{row.name} is {row.status}: stop it first with s, then delete it with d.",
                         severity="warning")
             return
