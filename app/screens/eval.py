@@ -251,8 +251,9 @@ def start_checkpoint_eval(app: Any, run_name: str, step: Optional[int], samples:
 
 
 def evaluate_from_run_detail(screen: Any) -> None:
-    """The run screen's `v`: an eval run opens its grid; a training run's selected checkpoint (checkpoints tab),
-    else its last, is evaluated in the background."""
+    """The run screen's `v`: an eval run opens its grid; for a training run it asks first (which checkpoint, how
+    many samples per problem), then evaluates the selected checkpoint (checkpoints tab), else its last, in the
+    background. Esc or an empty answer starts nothing."""
     run = getattr(screen, "run", None)
     if not run:
         return
@@ -264,5 +265,25 @@ def evaluate_from_run_detail(screen: Any) -> None:
     if tables and tables.first().has_focus and tables.first().row_count:
         table = tables.first()
         step = int(table.get_row_at(table.cursor_row)[0])
-    screen.run_worker(lambda: start_checkpoint_eval(screen.app, run["name"], step), thread=True,
-                      group="eval-start", exit_on_error=False)
+    from app.screens.dialogs import PromptScreen
+
+    samples = ((run.get("config") or {}).get("evaluation") or {}).get("samples")
+    which = f"checkpoint of step {step}" if step is not None else "its last checkpoint"
+
+    def answered(text: Optional[str]) -> None:
+        if not text or not text.strip():
+            return
+        try:
+            chosen = int(text.strip())
+            if chosen < 1:
+                raise ValueError
+        except ValueError:
+            screen.app.notify(f"samples per problem must be a whole number ≥ 1, not {text.strip()!r}; nothing "
+                              "started", severity="error")
+            return
+        screen.run_worker(lambda: start_checkpoint_eval(screen.app, run["name"], step, chosen), thread=True,
+                          group="eval-start", exit_on_error=False)
+
+    screen.app.push_screen(PromptScreen(
+        f"Evaluate {run['name']} ({which}) on its problems as a background run of kind 'eval'. Samples per problem "
+        "(pass@k up to this)? enter starts it, esc cancels.", value=str(samples or 1)), answered)

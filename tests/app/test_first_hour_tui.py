@@ -149,3 +149,22 @@ async def test_item12_form_errors_name_fields_and_keys_not_cli_options(recorded_
     assert "already exists (finished)" in duplicate and "fork it from the runs screen (f)" in duplicate, duplicate
     assert "resume" not in duplicate and "--name" not in duplicate, duplicate
     assert "Set GPUs to 0" in too_many and "--gpus" not in too_many, too_many
+
+
+async def test_item14_v_on_a_training_run_asks_before_evaluating(recorded_demo, workspace):
+    from textual.widgets import Input
+
+    from app.screens.dialogs import PromptScreen
+
+    reg, run = recorded_demo
+    app = make_app(workspace, open_run=RECORDED_RUN)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("v")
+        await settle(pilot)
+        assert isinstance(app.screen, PromptScreen) and "Samples per problem" in app.screen.question
+        assert app.screen.query_one("#prompt-input", Input).value  # the run's own sample count, editable
+        await pilot.press("escape")
+        await settle(pilot)
+        assert not isinstance(app.screen, PromptScreen)
+    assert [r["name"] for r in reg.list_runs(kind="eval")] == []  # nothing started
