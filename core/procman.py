@@ -855,6 +855,11 @@ def fork_run(registry: Registry, name: str, new_name: str, overrides: Sequence[s
                        "Runs checkpoint every `checkpoint_every` steps and when stopped.")
     checkpoint = checkpoints[-1]
     config = _apply_overrides(parent["config"], overrides)
+    first_step = int(checkpoint["step"]) + 1  # steps count from 0: the fork goes on after its checkpoint's step
+    if parent.get("kind") != "eval" and config.max_steps is not None and config.max_steps <= first_step:
+        raise KrlError(f"a fork of '{parent['name']}' from its step-{checkpoint['step']} checkpoint would have "
+                       f"nothing left to train: it starts at step {first_step} and max_steps is {config.max_steps}. "
+                       f"Add max_steps={first_step + config.max_steps} (or any value above {first_step}).")
     return start_run(config, name=new_name, gpus=gpus, preset=parent.get("preset"), detach=detach,
                      registry=registry, kind=parent.get("kind"), tags=parent.get("tags") or (),
                      notes=f"forked from {parent['name']} at step {checkpoint['step']}",

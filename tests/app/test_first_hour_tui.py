@@ -168,3 +168,25 @@ async def test_item14_v_on_a_training_run_asks_before_evaluating(recorded_demo, 
         await settle(pilot)
         assert not isinstance(app.screen, PromptScreen)
     assert [r["name"] for r in reg.list_runs(kind="eval")] == []  # nothing started
+
+
+async def test_item15_a_fork_with_nothing_left_to_train_is_refused_before_it_starts(recorded_demo, workspace):
+    from textual.widgets import Input
+
+    from app.screens.dialogs import PromptScreen
+    from app.widgets.run_table import RunTable
+
+    reg, run = recorded_demo
+    app = make_app(workspace)
+    async with app.run_test(size=(140, 30)) as pilot:
+        await settle(pilot)
+        app.screen.query_one(RunTable).focus()
+        await pilot.press("f")
+        await settle(pilot)
+        assert isinstance(app.screen, PromptScreen)
+        app.screen.query_one("#prompt-input", Input).value = "fork-a"
+        await pilot.press("enter")
+        await settle(pilot)
+        messages = [n.message for n in app._notifications]
+    assert any("nothing left to train" in m and "max_steps=" in m for m in messages), messages
+    assert reg.find_run("fork-a") is None
