@@ -71,6 +71,7 @@ class EvalScreen(KrlScreen):
         Binding("enter", "open_sample", "Open sample", id="eval.open"),
         Binding("c", "compare", "Compare with…", id="eval.compare"),
         Binding("r", "reload", "Reload", id="eval.reload"),
+        Binding("o", "run_detail", "Run details", id="eval.run_detail"),
     ]
 
     def __init__(self, run: int | str) -> None:
@@ -160,6 +161,12 @@ class EvalScreen(KrlScreen):
 
     def action_reload(self) -> None:
         self.load()
+
+    def action_run_detail(self) -> None:
+        """The evaluation as a run: logs, config, events, trajectories."""
+        from app.screens.run_detail import RunDetailScreen
+
+        self.app.push_screen(RunDetailScreen(self.run, tab="logs"))
 
     def action_back(self) -> None:
         self.app.pop_screen()

@@ -150,3 +150,25 @@ def test_item8_evals_ls_and_compare_keep_names_whole_at_80_columns(stopped_eval,
     compared = krl("evals", "compare", long_name, long_name, "--force", env={"COLUMNS": "80"}).stderr
     assert f"A = {long_name}" in compared and f"B = {long_name}" in compared, compared
     assert all(len(line) <= 80 for line in compared.splitlines() if not line.startswith("WARNING")), compared
+
+
+async def test_item16_an_evaluation_opens_on_its_summary_grid_and_histogram(stopped_eval, workspace, tmp_path,
+                                                                           monkeypatch):
+    from app.screens.eval import EvalScreen
+    from app.screens.run_detail import RunDetailScreen
+    from tests.app.fixtures import make_app, settle
+    from tests.app.recorded import copy_workspace
+
+    monkeypatch.setenv("KRL_CONFIG_DIR", str(tmp_path / "config"))
+    copy_workspace(stopped_eval, workspace)
+    app = make_app(workspace)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(pilot)
+        app.open_run_detail("partial")
+        await settle(pilot)
+        assert isinstance(app.screen, EvalScreen)
+        assert "pass@1" in str(app.screen.query_one("#eval-header").render())
+        assert app.screen.query_one("#eval-grid").row_count == 2
+        await pilot.press("o")  # the run's logs, config and events are one key away
+        await settle(pilot)
+        assert isinstance(app.screen, RunDetailScreen)
