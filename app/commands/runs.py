@@ -88,6 +88,32 @@ def _registry_or_none():
     return _registry()  # KrlError for a workspace that is a file
 
 
+def _say_why_empty(console, reg, statuses: Optional[list], tag: Optional[str]) -> None:
+    """Why `runs ls` lists nothing: a workspace named but missing (exit 2), a filter nothing matches (and what
+    would), or a workspace with no runs yet (how to start one)."""
+    import os
+
+    from core.errors import KrlError
+    from core.registry import workspace_path
+
+    if reg is None:
+        path = workspace_path()
+        if os.environ.get("KRL_WORKSPACE") and not path.exists():
+            raise KrlError(f"workspace {path} does not exist. Check -w / KRL_WORKSPACE, or start a run there "
+                           "to create it (`krl train demo --detach`).")
+        console.print(f"no runs yet in {path}. Start one with `krl train demo --detach`, or try `krl demo`.")
+        return
+    everything = reg.list_runs(columns=("tags", "status"))
+    if not everything:
+        console.print(f"no runs yet in {reg.workspace}. Start one with `krl train demo --detach`, or try `krl demo`.")
+        return
+    wanted = " and ".join(part for part in (f"tag '{tag}'" if tag else "",
+                                            f"status {','.join(statuses)}" if statuses else "") if part)
+    tags = sorted({t for row in everything for t in (row.get("tags") or [])})
+    console.print(f"no run has {wanted} ({len(everything)} run(s) in {reg.workspace}"
+                  + (f"; tags in use: {', '.join(tags)}" if tags else "; no run has a tag") + ").")
+
+
 def _age(seconds_ago: Optional[float]) -> str:
     if seconds_ago is None:
         return "-"
@@ -180,7 +206,7 @@ def list_runs(
         return
     console = _err()
     if not rows:
-        console.print("no runs yet. Start one with `krl train demo --detach`.")
+        _say_why_empty(console, reg, statuses, tag)
         return
     from app.commands.tables import Column, fitted_table
 

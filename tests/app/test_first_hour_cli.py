@@ -89,3 +89,19 @@ def test_item11_user_mistakes_exit_2_before_anything_starts(krl, workspace, tmp_
         done = krl("serve", "--port", str(port), "--token-file", str(token), "--devices", "cpu")
     assert done.code == 2 and f"cannot listen on 127.0.0.1:{port}" in done.stderr, (done.code, done.stderr)
     assert "krl serve: http" not in done.stderr + done.stdout
+
+
+def test_item17_empty_listings_say_why(recorded_demo, krl, workspace, tmp_path):
+    reg, run = recorded_demo
+    reg.add_tags(run["id"], ["baseline"])
+    done = krl("runs", "ls", "--tag", "nosuch")
+    assert done.code == 0 and "no run has tag 'nosuch'" in done.stderr and "baseline" in done.stderr, done.stderr
+    assert "Start one" not in done.stderr
+    missing = tmp_path / "missing"
+    done = krl("-w", str(missing), "runs", "ls")
+    assert done.code == 2 and "does not exist" in done.stderr, (done.code, done.stderr)
+    assert not missing.exists()  # reading never creates a workspace
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    done = krl("-w", str(empty), "runs", "ls")
+    assert done.code == 0 and "no runs yet" in done.stderr and "krl train demo" in done.stderr
