@@ -117,6 +117,7 @@ class RunsScreen(KrlScreen):
         yield Static(id="runs-title")
         yield Input(placeholder="filter runs: name, status, model, backend, tag…", id="runs-filter")
         yield RunTable(id="runs-table")
+        yield Static(id="runs-empty")
         yield KeyBar()
 
     def on_mount(self) -> None:
@@ -251,6 +252,18 @@ class RunsScreen(KrlScreen):
         rows = [r for r in self.rows if row_matches(r, terms)] if terms else self.rows
         return sort_rows(rows, self.sort_key, self.sort_reverse, self.app.clock())
 
+    def _show_empty_hint(self, shown: list) -> None:
+        """Below an empty table, what to do next: start a run, or clear a filter that hides them all."""
+        hint = self.query_one("#runs-empty", Static)
+        if not self.rows:
+            hint.update("[b]No runs in this workspace yet.[/b]\n  n  new run (the form starts from what this machine "
+                        "can run)\n  or in a shell: [b]krl demo[/b] (a recorded run through the real evaluator, no "
+                        "GPU or key needed)\n  ?  every key")
+        elif not shown:
+            hint.update(f"No run matches the filter {self.filter_text!r}: esc on the table clears it "
+                        f"({len(self.rows)} run(s) in all).")
+        hint.display = not shown
+
     def _render_table(self) -> None:
         rows = self.visible_rows()
         table = self.query_one(RunTable)
@@ -263,6 +276,7 @@ class RunsScreen(KrlScreen):
         if self.group_by:
             rows, groups = group_rows(rows, self.group_by, self.config_values)
         table.show(rows, self.sparks, self.selected, self.ticks, self.app.clock(), self.config_values, groups)
+        self._show_empty_hint(rows)
         stale = [r for r in rows[:SPARK_ROWS] if self._spark_versions.get(r.id, -2) != r.step]
         if stale:
             for r in stale:

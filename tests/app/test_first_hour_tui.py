@@ -190,3 +190,13 @@ async def test_item15_a_fork_with_nothing_left_to_train_is_refused_before_it_sta
         messages = [n.message for n in app._notifications]
     assert any("nothing left to train" in m and "max_steps=" in m for m in messages), messages
     assert reg.find_run("fork-a") is None
+
+
+async def test_item17_an_empty_workspace_says_what_to_do(workspace):
+    from textual.widgets import Static
+
+    app = make_app(workspace)
+    async with app.run_test(size=(100, 24)) as pilot:
+        await settle(pilot)
+        hint = app.screen.query_one("#runs-empty", Static)
+        assert hint.display and "krl demo" in str(hint.render()) and "new run" in str(hint.render())
