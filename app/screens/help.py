@@ -3,6 +3,9 @@ bindings themselves so the list can never go stale."""
 
 from __future__ import annotations
 
+import re
+import unicodedata
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -13,8 +16,24 @@ from textual.widgets import Static
 from app.widgets.key_bar import KEY_NAMES
 
 
+def _one_key(key: str) -> str:
+    if key in KEY_NAMES:
+        return KEY_NAMES[key]
+    try:  # Textual names printable keys after their Unicode names: equals_sign is "=", question_mark "?"
+        return unicodedata.lookup(key.replace("_", " ").upper())
+    except KeyError:
+        return key
+
+
 def key_label(key: str) -> str:
-    return ", ".join(KEY_NAMES.get(k.strip(), k.strip()) for k in key.split(","))
+    return ", ".join(_one_key(k.strip()) for k in key.split(","))
+
+
+def screen_title(screen: Screen) -> str:
+    """'RunDetailScreen' as a person says it: 'Run detail'."""
+    name = type(screen).__name__.removesuffix("Screen") or "Screen"
+    words = re.sub(r"(?<!^)(?=[A-Z])", " ", name).lower()
+    return words[:1].upper() + words[1:]
 
 
 def bindings_text(title: str, bindings) -> Text:
@@ -34,8 +53,7 @@ class HelpScreen(ModalScreen):
         self.origin = origin
 
     def compose(self) -> ComposeResult:
-        name = type(self.origin).__name__.replace("Screen", "") or "screen"
-        text = bindings_text(f"{name} keys", self.origin.BINDINGS)
+        text = bindings_text(f"{screen_title(self.origin)} keys", self.origin.BINDINGS)
         text.append("\n")
         text.append_text(bindings_text("everywhere", self.app.BINDINGS))
         text.append("\nctrl+p opens the command palette: every action, runs by name, themes.", style="italic")

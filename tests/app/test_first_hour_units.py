@@ -24,3 +24,13 @@ def test_item3_a_constant_series_is_a_flat_line_with_short_labels():
     assert len(drawn) == 1, plot  # one row of dots, not a cliff from top to bottom
     labels = [row.split("┤")[0].strip() for row in rows if "┤" in row]
     assert labels and all(len(label) <= 5 for label in labels), labels
+
+
+def test_item20_help_names_keys_and_screens_as_people_do():
+    from app.screens.help import key_label, screen_title
+    from app.screens.run_detail import RunDetailScreen
+
+    assert key_label("equals_sign") == "="
+    assert key_label("left_square_bracket,right_square_bracket") == "[, ]"
+    assert key_label("question_mark") == "?"
+    assert screen_title(RunDetailScreen.__new__(RunDetailScreen)) == "Run detail"
