@@ -151,7 +151,8 @@ class RewardPlot(Widget):
                 label = curve.label + (f" {fmt(stats[0])} [{fmt(stats[1])}–{fmt(stats[2])}]" if stats else "")
             series.append(Series(curve.xs, debiased_ema(curve.ys, view.smoothing), self._style(curve.colour), label))
         return render_plot(series, self.size.width, self.size.height, self.title_text(self.size.width), view.x_label,
-                           log_y=view.log_y, x_range=view.x_range, cursor_x=view.cursor_x)
+                           log_y=view.log_y, x_range=view.x_range, cursor_x=view.cursor_x,
+                           integer_x=view.x_label == "step")
 
 
 def fmt(value: Optional[float]) -> str:

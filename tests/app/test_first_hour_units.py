@@ -34,3 +34,11 @@ def test_item20_help_names_keys_and_screens_as_people_do():
     assert key_label("left_square_bracket,right_square_bracket") == "[, ]"
     assert key_label("question_mark") == "?"
     assert screen_title(RunDetailScreen.__new__(RunDetailScreen)) == "Run detail"
+
+
+def test_item20_step_ticks_are_whole_numbers():
+    xs, ys = [0, 1, 2, 3], [0.1, 0.4, 0.2, 0.5]
+    plot = render_plot([Series(xs, ys, Style())], 80, 12, x_label="step", integer_x=True).plain
+    tick_line = plot.splitlines()[-1].replace("step", "")
+    ticks = tick_line.split()
+    assert ticks and all(t.isdigit() for t in ticks), tick_line
