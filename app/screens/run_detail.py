@@ -281,8 +281,10 @@ class RunDetailScreen(KrlScreen):
         reg = self.app.registry("detail")
         rows, total = load_trajectories(reg, self.run_id, self.traj_filter, offset=offset)
         problems = [p["problem_id"] for p in reg.problem_summary(self.run_id)] if offset == 0 else None
+        # How many the run has in all, so a filter reads "5 match of 56", not "5 of 5".
+        in_run = reg.count_trajectories(self.run_id) if offset == 0 else None
         self.post_message(TableLoaded("trajectories", rows, {"problems": problems, "offset": offset,
-                                                             "total": total}))
+                                                             "total": total, "in_run": in_run}))
 
     @work(thread=True, exclusive=True, group="detail-problems", exit_on_error=False)
     def load_problems(self) -> None:
@@ -463,8 +465,12 @@ class RunDetailScreen(KrlScreen):
                           fmt_speedup(row["best_speedup"]), Text("HACK", style=bad) if row["hack"] else "",
                           key=str(row["id"]))
         self._trajectories_total = total
+        if extra.get("in_run") is not None:
+            self._trajectories_in_run = extra["in_run"]
+        in_run = getattr(self, "_trajectories_in_run", total)
         more = " · the next page loads when the cursor reaches the end" if table.row_count < total else ""
-        self.query_one("#traj-count", Static).update(f"{table.row_count:,} of {total:,} trajectories shown{more}")
+        matching = f"{total:,} match the filter of {in_run:,} in the run" if total != in_run else f"{total:,} in the run"
+        self.query_one("#traj-count", Static).update(f"{table.row_count:,} shown · {matching}{more}")
 
     def _set_problem_options(self, problems: list[str]) -> None:
         select = self.query_one("#traj-problem", Select)

@@ -200,3 +200,23 @@ async def test_item17_an_empty_workspace_says_what_to_do(workspace):
         await settle(pilot)
         hint = app.screen.query_one("#runs-empty", Static)
         assert hint.display and "krl demo" in str(hint.render()) and "new run" in str(hint.render())
+
+
+async def test_item20_the_trajectory_filter_counts_against_the_whole_run(recorded_demo, workspace):
+    from textual.widgets import DataTable, Select
+
+    reg, run = recorded_demo
+    in_run = reg.count_trajectories(run["id"])
+    problem = reg.trajectories(run["id"], order="step", limit=1)[0]["problem_id"]
+    solved = reg.count_trajectories(run["id"], problem_id=problem)
+    assert 0 < solved < in_run
+    app = make_app(workspace, open_run=RECORDED_RUN)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("2")
+        await settle(pilot)
+        app.screen.query_one("#traj-problem", Select).value = problem
+        await settle(pilot)
+        count = str(app.screen.query_one("#traj-count").render())
+        assert app.screen.query_one("#traj-table", DataTable).row_count == solved
+    assert f"{solved} shown · {solved} match the filter of {in_run} in the run" in count, count
