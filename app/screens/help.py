@@ -20,9 +20,11 @@ def _one_key(key: str) -> str:
     if key in KEY_NAMES:
         return KEY_NAMES[key]
     try:  # Textual names printable keys after their Unicode names: equals_sign is "=", question_mark "?"
-        return unicodedata.lookup(key.replace("_", " ").upper())
+        char = unicodedata.lookup(key.replace("_", " ").upper())
     except KeyError:
         return key
+    # Names of control characters and space ("escape", "space") stay words.
+    return char if char.isprintable() and not char.isspace() else key
 
 
 def key_label(key: str) -> str:

@@ -42,3 +42,11 @@ def test_item20_step_ticks_are_whole_numbers():
     tick_line = plot.splitlines()[-1].replace("step", "")
     ticks = tick_line.split()
     assert ticks and all(t.isdigit() for t in ticks), tick_line
+
+
+def test_item20_named_keys_stay_words():
+    from app.screens.help import key_label
+
+    for key in ("space", "escape", "tab", "enter"):
+        label = key_label(key)
+        assert label.strip() and label.isprintable(), (key, label)
