@@ -38,9 +38,10 @@ class ConfigValuesLoaded(Message):
 
 
 def group_label(row: RunRow, group_by: str, config_values: dict[int, dict[str, Any]]) -> str:
-    """The group a run falls in: its first tag (group_by 'tag') or its value of a dotted config key."""
+    """The group a run falls in: its set of tags (group_by 'tag': a run tagged a and b is in "a + b", not hidden
+    under a alone; a run is drawn once) or its value of a dotted config key."""
     if group_by == "tag":
-        return f"tag {row.tags[0]}" if row.tags else f"tag {NO_GROUP}"
+        return f"tag {' + '.join(sorted(row.tags))}" if row.tags else f"tag {NO_GROUP}"
     value = config_values.get(row.id, {}).get(group_by)
     return f"{group_by} = {NO_GROUP if value is None else value}"
 

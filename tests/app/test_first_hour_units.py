@@ -50,3 +50,17 @@ def test_item20_named_keys_stay_words():
     for key in ("space", "escape", "tab", "enter"):
         label = key_label(key)
         assert label.strip() and label.isprintable(), (key, label)
+
+
+def test_item20_group_by_tag_shows_every_tag_of_a_run():
+    from app.screens.loaders import RunRow
+    from app.screens.runs import group_rows
+
+    def row(run_id, tags):
+        return RunRow(id=run_id, name=f"r{run_id}", status="finished", kind="train", model="m", backend="replay",
+                      preset="demo", step=0, total_steps=1, reward=None, correct=None, reward_key=None,
+                      correct_key=None, best_speedup=None, created_at=0.0, started_at=None, ended_at=None,
+                      heartbeat_at=None, gpus=[], gpus_requested=0, tags=tags)
+
+    _, labels = group_rows([row(1, ["sweep", "baseline"]), row(2, ["baseline"]), row(3, [])], "tag", {})
+    assert labels == ["tag baseline", "tag baseline + sweep", "tag (none)"]
