@@ -220,3 +220,24 @@ async def test_item20_the_trajectory_filter_counts_against_the_whole_run(recorde
         count = str(app.screen.query_one("#traj-count").render())
         assert app.screen.query_one("#traj-table", DataTable).row_count == solved
     assert f"{solved} shown · {solved} match the filter of {in_run} in the run" in count, count
+
+
+async def test_item20_a_misspelt_alert_metric_is_flagged(recorded_demo, workspace):
+    from textual.widgets import Input
+
+    reg, run = recorded_demo
+    keys = reg.metric_keys(run["id"])
+    key = next(k for k in keys if len(k) > 8)
+    misspelt = key[:-1] + ("x" if key[-1] != "x" else "y")
+    app = make_app(workspace)
+    async with app.run_test(size=(140, 30)) as pilot:
+        await settle(pilot)
+        app.action_alerts()
+        await settle(pilot)
+        await pilot.press("a")
+        await settle(pilot)
+        app.screen.query_one("#prompt-input", Input).value = f"{misspelt} > 0.5"
+        await pilot.press("enter")
+        await settle(pilot)
+        messages = [n.message for n in app._notifications]
+    assert any(f"no run logs a metric '{misspelt}'" in m and key in m for m in messages), messages
