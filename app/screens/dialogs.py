@@ -50,3 +50,28 @@ class PromptScreen(ModalScreen[Optional[str]]):
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+class PickScreen(ModalScreen[Optional[str]]):
+    """Choose one of a list (enter), or cancel (esc): for names the user should pick, not type."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="pick.cancel")]
+
+    def __init__(self, question: str, choices: list[tuple[str, str]]) -> None:
+        """choices: (label shown, value returned)."""
+        super().__init__()
+        self.question, self.choices = question, choices
+
+    def compose(self) -> ComposeResult:
+        from textual.widgets import OptionList
+        from textual.widgets.option_list import Option
+
+        with Vertical(classes="dialog"):
+            yield Static(self.question, classes="dialog-question")
+            yield OptionList(*(Option(label, id=value) for label, value in self.choices), id="pick-list")
+
+    def on_option_list_option_selected(self, event) -> None:
+        self.dismiss(event.option.id)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

@@ -151,13 +151,29 @@ class EvalScreen(KrlScreen):
         self.action_open_sample()
 
     def action_compare(self) -> None:
-        from app.screens.dialogs import PromptScreen
+        """Pick the evaluation to compare against from a list (it becomes A, this one B)."""
+        if self.summary:
+            self._load_compare_choices(self.summary["name"])
+
+    @work(thread=True, exclusive=True, group="eval-compare-choices", exit_on_error=False)
+    def _load_compare_choices(self, this: str) -> None:
+        rows = self.app.registry("eval").list_runs(kind="eval", columns=("name", "status", "model", "problem_set"))
+        choices = [(f"{r['name']}  ·  {r['status']} · {r.get('model') or '?'} · {r.get('problem_set') or '?'}",
+                    r["name"]) for r in rows if r["name"] != this]
+        self.app.call_from_thread(self._pick_other, this, choices)
+
+    def _pick_other(self, this: str, choices: list[tuple[str, str]]) -> None:
+        from app.screens.dialogs import PickScreen
+
+        if not choices:
+            self.notify("no other evaluation in this workspace to compare with", severity="warning")
+            return
 
         def answered(other: Optional[str]) -> None:
-            if other and self.summary:
-                self.app.push_screen(EvalCompareScreen(other.strip(), self.summary["name"]))
+            if other:
+                self.app.push_screen(EvalCompareScreen(other, this))
 
-        self.app.push_screen(PromptScreen("Compare with which evaluation (it becomes A, this one B)?"), answered)
+        self.app.push_screen(PickScreen(f"Compare {this} (B) against which evaluation (A)?", choices), answered)
 
     def action_reload(self) -> None:
         self.load()

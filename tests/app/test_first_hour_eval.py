@@ -172,3 +172,29 @@ async def test_item16_an_evaluation_opens_on_its_summary_grid_and_histogram(stop
         await pilot.press("o")  # the run's logs, config and events are one key away
         await settle(pilot)
         assert isinstance(app.screen, RunDetailScreen)
+
+
+async def test_gap_compare_picks_the_other_evaluation_from_a_list(stopped_eval, workspace, tmp_path, monkeypatch):
+    from app.screens.dialogs import PickScreen
+    from app.screens.eval import EvalScreen
+    from tests.app.fixtures import make_app, settle
+    from tests.app.recorded import copy_workspace
+
+    monkeypatch.setenv("KRL_CONFIG_DIR", str(tmp_path / "config"))
+    copy_workspace(stopped_eval, workspace)
+    app = make_app(workspace)
+    picked = []
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(pilot)
+        app.push_screen(EvalScreen("partial"))
+        await settle(pilot)
+        await pilot.press("c")  # the only evaluation here: nothing to pick, and it says so
+        await settle(pilot)
+        assert not isinstance(app.screen, PickScreen)
+        assert any("no other evaluation" in n.message for n in app._notifications)
+        app.push_screen(PickScreen("which?", [("first · finished", "first"), ("second · stopped", "second")]),
+                        picked.append)
+        await settle(pilot)
+        await pilot.press("down", "enter")
+        await settle(pilot)
+    assert picked == ["second"]
