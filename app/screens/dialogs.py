@@ -75,3 +75,23 @@ class PickScreen(ModalScreen[Optional[str]]):
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+class TextScreen(ModalScreen[None]):
+    """A long text to read and copy from (a read-only text area: select with the mouse or shift+arrows); esc closes."""
+
+    BINDINGS = [Binding("escape,q", "close", "Close", id="text.close")]
+
+    def __init__(self, title: str, text: str) -> None:
+        super().__init__()
+        self.title_text, self.text = title, text
+
+    def compose(self) -> ComposeResult:
+        from textual.widgets import TextArea
+
+        with Vertical(classes="dialog text-dialog"):
+            yield Static(self.title_text, classes="dialog-question")
+            yield TextArea(self.text, read_only=True, soft_wrap=True, id="text-body")
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -31,6 +31,7 @@ class TrajectoryScreen(KrlScreen):
         Binding("right,l", "turn(1)", "Next turn", id="traj.next_turn"),
         Binding("left,h", "turn(-1)", "Prev turn", id="traj.prev_turn"),
         Binding("v", "cycle_view", "Code/diff/split", id="traj.view"),
+        Binding("p", "show_prompt", "Full prompt", id="traj.prompt"),
         Binding("right_square_bracket", "neighbour(1)", "Next of problem", id="traj.next_trajectory"),
         Binding("left_square_bracket", "neighbour(-1)", "Prev of problem", id="traj.prev_trajectory"),
     ]
@@ -143,6 +144,18 @@ class TrajectoryScreen(KrlScreen):
     def action_turn(self, delta: int) -> None:
         self.turn_index += delta
         self._show_turn()
+
+    def action_show_prompt(self) -> None:
+        """The whole prompt the model saw at this turn (system, problem, earlier attempts and their feedback) and its
+        full response, in a scrollable view."""
+        from app.screens.dialogs import TextScreen
+
+        if not self.detail or not self.detail.turns:
+            return
+        turn = self.detail.turns[self.turn_index]
+        self.app.push_screen(TextScreen(f"turn {turn['turn']}: the prompt the model saw, then its response",
+                                        f"{turn.get('prompt') or '(no prompt stored)'}\n\n"
+                                        f"──────── response ────────\n{turn.get('response') or ''}"))
 
     def action_cycle_view(self) -> None:
         self.mode = MODES[(MODES.index(self.mode) + 1) % len(MODES)]

@@ -241,3 +241,27 @@ async def test_item20_a_misspelt_alert_metric_is_flagged(recorded_demo, workspac
         await settle(pilot)
         messages = [n.message for n in app._notifications]
     assert any(f"no run logs a metric '{misspelt}'" in m and key in m for m in messages), messages
+
+
+async def test_gap_the_inspector_shows_the_full_prompt_the_model_saw(recorded_demo, workspace):
+    from textual.widgets import TextArea
+
+    from app.screens.dialogs import TextScreen
+
+    reg, run = recorded_demo
+    trajectory = next(t for t in reg.trajectories(run["id"], order="step", limit=1000) if t["n_turns"] >= 2)
+    turns = reg.trajectory_turns(trajectory["id"])
+    app = make_app(workspace)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(pilot)
+        app.open_trajectory(trajectory["id"])
+        await settle(pilot)
+        await pilot.press("right", "p")
+        await settle(pilot)
+        assert isinstance(app.screen, TextScreen)
+        body = app.screen.query_one("#text-body", TextArea).text
+        await pilot.press("escape")
+        await settle(pilot)
+        assert not isinstance(app.screen, TextScreen)
+    assert turns[1]["prompt"] in body and turns[1]["response"] in body
+    assert turns[0]["feedback"].splitlines()[0] in turns[1]["prompt"]  # earlier attempts' feedback is in it
