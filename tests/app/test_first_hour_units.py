@@ -64,3 +64,15 @@ def test_item20_group_by_tag_shows_every_tag_of_a_run():
 
     _, labels = group_rows([row(1, ["sweep", "baseline"]), row(2, ["baseline"]), row(3, [])], "tag", {})
     assert labels == ["tag baseline", "tag baseline + sweep", "tag (none)"]
+
+
+def test_item20_histograms_carry_a_legend_for_their_shades():
+    from app.screens.view_data import StepHistogram
+    from app.widgets.distributions import histogram_text
+
+    fields = StepHistogram.__dataclass_fields__
+    values = {"title": "speedup", "steps": [(0, 0), (1, 1)], "edges": [0.0, 1.0, 2.0], "counts": [[1, 0], [3, 2]],
+              "total": 6, "log2": False}
+    text = histogram_text(StepHistogram(**{k: v for k, v in values.items() if k in fields}), 60).plain
+    for shade in "░▒▓█":
+        assert shade in text.splitlines()[-1], text
