@@ -38,10 +38,23 @@ def screen_title(screen: Screen) -> str:
     return words[:1].upper() + words[1:]
 
 
-def bindings_text(title: str, bindings) -> Text:
+def _available(screen, binding: Binding) -> bool:
+    """False for a key the screen disables where it has nothing to do (Screen.check_action)."""
+    if screen is None:
+        return True
+    try:
+        from textual.actions import parse
+
+        _, name, parameters = parse(binding.action)
+        return screen.check_action(name, parameters) is not False
+    except Exception:  # noqa: BLE001 - an unparsable action is listed as before
+        return True
+
+
+def bindings_text(title: str, bindings, screen=None) -> Text:
     text = Text(f"{title}\n", style="bold")
     for binding in bindings:
-        if isinstance(binding, Binding) and binding.description:
+        if isinstance(binding, Binding) and binding.description and _available(screen, binding):
             text.append(f"  {key_label(binding.key):<12}", style="bold")
             text.append(f"{binding.description}\n")
     return text
@@ -55,7 +68,7 @@ class HelpScreen(ModalScreen):
         self.origin = origin
 
     def compose(self) -> ComposeResult:
-        text = bindings_text(f"{screen_title(self.origin)} keys", self.origin.BINDINGS)
+        text = bindings_text(f"{screen_title(self.origin)} keys", self.origin.BINDINGS, self.origin)
         text.append("\n")
         text.append_text(bindings_text("everywhere", self.app.BINDINGS))
         text.append("\nctrl+p opens the command palette: every action, runs by name, themes.", style="italic")

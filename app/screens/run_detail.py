@@ -385,6 +385,12 @@ class RunDetailScreen(KrlScreen):
             if active in ("trajectories", "problems", "checkpoints", "distributions"):
                 self._load_tab(active, force=True)
 
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        """`9` (Cluster) exists only for a run that has the tab; help and the key bar leave it out otherwise."""
+        if action == "tab" and parameters and parameters[0] == "cluster":
+            return bool(self.is_mounted and self.query("#cluster"))
+        return True
+
     def _add_cluster_tab(self) -> None:
         """A Cluster tab for a run that evaluates on a Ray cluster or a service; a local run has none (its
         evaluator's machine is the System tab's)."""

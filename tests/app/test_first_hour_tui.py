@@ -265,3 +265,18 @@ async def test_gap_the_inspector_shows_the_full_prompt_the_model_saw(recorded_de
         assert not isinstance(app.screen, TextScreen)
     assert turns[1]["prompt"] in body and turns[1]["response"] in body
     assert turns[0]["feedback"].splitlines()[0] in turns[1]["prompt"]  # earlier attempts' feedback is in it
+
+
+async def test_item20_help_lists_no_cluster_tab_for_a_local_run(recorded_demo, workspace):
+    from textual.widgets import Static
+
+    from app.screens.help import HelpScreen
+
+    app = make_app(workspace, open_run=RECORDED_RUN)
+    async with app.run_test(size=(140, 50)) as pilot:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await settle(pilot)
+        assert isinstance(app.screen, HelpScreen)
+        text = str(app.screen.query_one(Static).render())
+    assert "Run detail keys" in text and "Cluster" not in text, text
