@@ -64,11 +64,10 @@ def build_eval_config(*, config: Optional[str], run: Optional[str], checkpoint: 
     dotted = [f"{key}={value}" for key, value in options.items() if value is not None] + list(overrides or [])
     config = with_overrides(base, dotted) if dotted else base
     if config.backend == "replay":
-        # A missing recordings file is the user's mistake: said (exit 2) before any run is created.
-        from core.backends.replay import resolve_recordings_path
-
-        path = resolve_recordings_path(config.replay.path)
-        if not path.is_file():
+        # A missing recordings file is the user's mistake: said (exit 2) before any run is created. The path as the
+        # backend resolves it (core.config.RunConfig.replay_path; unset means the packaged demo).
+        path = config.replay_path()
+        if path is not None and not path.is_file():
             raise KrlError(f"replay recordings {path} do not exist. Pass --replay demo (the packaged recordings) "
                            "or a JSONL file of {\"problem_id\", \"sample\", \"turn\", \"response\"} objects.")
     return config
