@@ -131,6 +131,12 @@ class KrlApp(App):
         try:
             reg = self.registry("open-run")
             row = reg.get_run(run)
+            if row.get("kind") == "eval":
+                # An evaluation's curves are single points: it opens on its summary, grid and histogram.
+                from app.screens.eval import EvalScreen
+
+                self.call_from_thread(self.push_screen, EvalScreen(row["id"]))
+                return
             keys = reg.metric_keys(row["id"])
             # The plot grid spans the screen less the metric picker and the grid's scrollbar gutter.
             points = points_for_width(max(40, self.size.width - 36))

@@ -95,17 +95,30 @@ def compare_evals(registry: Registry, name_a: str, name_b: str, force: bool = Fa
         raise KrlError(f"evaluations '{summary_a['name']}' and '{summary_b['name']}' were made differently "
                        f"({listing}); their numbers are not comparable. Re-run one to match, or pass --force to "
                        "compare anyway (the differences are printed with the result).")
+    incomplete = {s["name"]: f"{s['samples_done']}/{s['problems_total'] * s['samples']} samples, {s['status']}"
+                  for s in (summary_a, summary_b) if s["samples_done"] < s["problems_total"] * s["samples"]}
+    if incomplete and not force:
+        listing = "; ".join(f"'{name}' ({state})" for name, state in incomplete.items())
+        raise KrlError(f"not every sample is evaluated yet: {listing}. Its unrun problems would count as unsolved. "
+                       "Wait for it to finish or resume it (`krl evals resume NAME`), or pass --force to compare only "
+                       "the problems both have finished (the result is marked partial).")
     ids_a = set(_problem_ids(registry, summary_a["name"]))
     ids_b = set(_problem_ids(registry, summary_b["name"]))
-    views = {}
+    views, unfinished = {}, set()
     for label, summary in (("a", summary_a), ("b", summary_b)):
         records = eval_records(registry, registry.get_run(summary["name"])["id"])
         views[label] = scores.best_by_turn(records)
+        if summary["name"] in incomplete:
+            # A problem with samples still to play is left out rather than counted as unsolved.
+            played: dict[str, set] = {}
+            for record in records:
+                played.setdefault(record["problem_id"], set()).add(record["sample"])
+            unfinished |= {pid for pid in (ids_a | ids_b) if len(played.get(pid, ())) < summary["samples"]}
     # A problem whose source changed between the two evaluations is not the same problem: left out, and said.
     hashes_a, hashes_b = _problem_hashes(registry, summary_a["name"]), _problem_hashes(registry, summary_b["name"])
     changed = sorted(pid for pid in ids_a & ids_b if hashes_a.get(pid) and hashes_b.get(pid)
                      and hashes_a[pid] != hashes_b[pid])
-    shared = sorted((ids_a & ids_b) - set(changed))
+    shared = sorted((ids_a & ids_b) - set(changed) - unfinished)
     fast_a = scores.fast_p_per_problem(views["a"], 1.0, scores.KERNELBENCH, shared)
     fast_b = scores.fast_p_per_problem(views["b"], 1.0, scores.KERNELBENCH, shared)
     best_a, best_b = scores.best_speedup_per_problem(views["a"]), scores.best_speedup_per_problem(views["b"])
@@ -127,6 +140,7 @@ def compare_evals(registry: Registry, name_a: str, name_b: str, force: bool = Fa
                        ratio_high=math.exp(geomean["high"]))
     return {"a": summary_a["name"], "b": summary_b["name"], "shared_problems": len(shared),
             "only_a": sorted(ids_a - ids_b), "only_b": sorted(ids_b - ids_a), "changed_source": changed,
+            "partial": incomplete, "unfinished_problems": sorted(unfinished & ids_a & ids_b),
             "fast_1": intervals[0].to_dict(), "geomean_speedup": geomean, "problems": table,
             "stamp_differences": {k: list(v) for k, v in differences.items()}}
 
@@ -291,6 +305,17 @@ class EvaluationJob:
         # One step per (problem, sample): write_step replaces only that sample if it is ever written again.
         self.registry.write_step(self.run_id, index * self.samples + rollout.sample, {}, [record])
         self.samples_written += 1
+        self._write_progress()
+
+    def _write_progress(self) -> None:
+        """Finished samples, counted from what is stored (samples finish out of order, so the highest step written
+        is not the progress); every face reads this count through core.progress."""
+        row = self.registry.get_run(self.run_id)
+        summary = dict(row.get("summary") or {})
+        meta = dict(summary.get("eval") or {})
+        meta["samples_done"] = len(self._done())
+        summary["eval"] = meta
+        self.registry.update_run(self.run_id, summary=summary)
 
     def run(self) -> None:
         self.setup()
@@ -301,6 +326,7 @@ class EvaluationJob:
             self.registry.add_event(self.run_id, "resume", f"{len(done)} sample(s) already evaluated are kept; "
                                                            f"{sum(len(s) for _, _, s in todo)} to go")
         self._write_meta(throughput=None)
+        self._write_progress()
         log.info("eval %s: backend %s, model %s, %d problems x %d samples, %d turns, %d sample(s) to play, "
                  "evaluator on %s", self.name, self.config.backend, self.config.model, len(self.problems),
                  self.samples, self.config.max_turns, sum(len(s) for _, _, s in todo),

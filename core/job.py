@@ -190,7 +190,9 @@ def start_foreground(registry: Registry, row: dict[str, Any]) -> None:
     `krl train`/`krl eval` without --detach."""
     identity = process_identity()
     now = time.time()
-    registry.set_status(row["id"], RunStatus.RUNNING, f"foreground, pid {identity['pid']}", started_at=now,
+    # started_at stays the first segment's: elapsed covers every segment, for evaluations as for training runs.
+    registry.set_status(row["id"], RunStatus.RUNNING, f"foreground, pid {identity['pid']}",
+                        started_at=row.get("started_at") or now,
                         heartbeat_at=now, segments=open_segment(row, identity, note="foreground", now=now),
                         command={"argv": sys.argv, "cwd": os.getcwd()}, ended_at=None, exit_code=None, error=None,
                         **identity)

@@ -25,6 +25,7 @@ from core.gpus import detect_gpus, gpu_usage  # noqa: F401
 from core.identity import pid_matches, process_identity, process_start_time, run_process_alive  # noqa: F401
 from core.reconcile import heartbeat_limit_s, startup_grace_s  # noqa: F401
 from core.runlogs import tail_log  # noqa: F401
+from core.progress import steps_done
 
 # Run lifecycle
 #     start_run → row `queued` → reconcile() spawns `python -m core.train <run-id> --workspace W` when its GPUs are free
@@ -321,6 +322,11 @@ def fork_run(registry: Registry, name: str, new_name: str, overrides: Sequence[s
                        "Runs checkpoint every `checkpoint_every` steps and when stopped.")
     checkpoint = checkpoints[-1]
     config = _apply_overrides(parent["config"], overrides)
+    first_step = int(checkpoint["step"]) + 1  # steps count from 0: the fork goes on after its checkpoint's step
+    if parent.get("kind") != "eval" and config.max_steps is not None and config.max_steps <= first_step:
+        raise KrlError(f"a fork of '{parent['name']}' from its step-{checkpoint['step']} checkpoint would have "
+                       f"nothing left to train: it starts at step {first_step} and max_steps is {config.max_steps}. "
+                       f"Add max_steps={first_step + config.max_steps} (or any value above {first_step}).")
     return start_run(config, name=new_name, gpus=gpus, preset=parent.get("preset"), detach=detach,
                      registry=registry, kind=parent.get("kind"), tags=parent.get("tags") or (),
                      notes=f"forked from {parent['name']} at step {checkpoint['step']}",
@@ -394,7 +400,8 @@ def note_run(registry: Registry, name: str, text: str) -> None:
     registry.set_notes(registry.get_run(name)["id"], text)
 
 
-RUN_JSON_FIELDS = ("name", "id", "status", "kind", "pid", "step", "total_steps", "backend", "model", "preset",
+RUN_JSON_FIELDS = ("name", "id", "status", "kind", "pid", "step", "steps_done", "total_steps", "backend", "model",
+                   "preset",
                    "problem_set", "created_at", "started_at", "ended_at", "heartbeat_at", "host", "gpus",
                    "gpus_requested", "exit_code", "error", "tags", "notes", "parent", "parent_step", "segments",
                    "summary", "command", "config")
@@ -402,7 +409,8 @@ RUN_JSON_FIELDS = ("name", "id", "status", "kind", "pid", "step", "total_steps",
 
 def run_json(registry: Registry, row: dict[str, Any], detail: bool = False) -> dict[str, Any]:
     """The stable machine view of a run (`krl runs ls --json` items; `runs show --json` adds checkpoints and
-    recent events with detail=True). Times are epoch seconds; step is the last step written (null before any)."""
+    recent events with detail=True). Times are epoch seconds; step is the last step written (0-based, null before
+    any); steps_done is the progress every table shows (steps, or finished samples of an evaluation)."""
     segments = [dict(s) for s in (row.get("segments") or [])]
     if segments and segments[-1].get("ended_at") is None and row["status"] in TERMINAL_STATUSES:
         # The job wrote its final status itself; the segment ended with it.
@@ -414,7 +422,8 @@ def run_json(registry: Registry, row: dict[str, Any], detail: bool = False) -> d
         parent = found["name"] if found else None
     out = {
         "name": row["name"], "id": row["id"], "status": row["status"], "kind": row["kind"], "pid": row.get("pid"),
-        "step": row.get("last_step"), "total_steps": row.get("total_steps"), "backend": row.get("backend"),
+        "step": row.get("last_step"), "steps_done": steps_done(row), "total_steps": row.get("total_steps"),
+        "backend": row.get("backend"),
         "model": row.get("model"), "preset": row.get("preset"), "problem_set": row.get("problem_set"),
         "created_at": row.get("created_at"), "started_at": row.get("started_at"), "ended_at": row.get("ended_at"),
         "heartbeat_at": row.get("heartbeat_at"), "host": row.get("host"), "gpus": row.get("gpus") or [],

@@ -49,6 +49,9 @@ def check(
         source = path.read_text()
     except OSError as exc:
         raise KrlError(f"cannot read kernel file {path}: {exc.strerror}. Give the path of a Python file defining ModelNew.") from None
+    except UnicodeDecodeError:
+        source = "\x00"  # not text: refused just below
+    refuse_unfit_file(path, source, backend)
     chosen = resolve_problem(problem)
     request = EvalRequest(
         problem_id=chosen.id,
@@ -81,6 +84,39 @@ def check(
     if request.backend == "triton" and result.device_name == "cpu" and request.measure_timing:
         console.print("[yellow]note:[/] on CPU, Triton kernels run under the Triton interpreter: their timing and "
                       "speedup are meaningless (use a GPU to time them).")
+
+
+LARGE_KERNEL_BYTES = 1 << 20  # a kernel file past this is almost surely not what was meant
+
+
+def refuse_unfit_file(path, source: str, backend: Optional[str]) -> None:
+    """What is wrong with the file itself, said at once (exit 2) instead of after the evaluator's start-up: not
+    text, empty, a raw CUDA file, no ModelNew at all, CUDA on a machine without a GPU. A very large file is warned."""
+    from core.errors import KrlError
+
+    if "\x00" in source:
+        raise KrlError(f"{path} is not a text file. Give a Python file defining `class ModelNew(nn.Module)`.")
+    if path.suffix in (".cu", ".cuh", ".cpp", ".cc"):
+        raise KrlError(f"{path} is raw {path.suffix} source; krl check takes a Python file defining ModelNew. Put the "
+                       "CUDA source in a string and build it with torch.utils.cpp_extension.load_inline (see "
+                       "`krl problems show builtin/relu` for the interface to match).")
+    if not source.strip():
+        raise KrlError(f"{path} is empty. Give a Python file defining `class ModelNew(nn.Module)`.")
+    if "ModelNew" not in source:
+        raise KrlError(f"{path} never mentions ModelNew: the evaluator needs `class ModelNew(nn.Module)` with the "
+                       "reference Model's interface.")
+    if (backend or _guess_backend(source)) == "cuda":
+        from core.procman import detect_gpus
+
+        if not detect_gpus():
+            raise KrlError("CUDA kernels need a GPU and this machine has none (KRL_GPUS / CUDA_VISIBLE_DEVICES / "
+                           "nvidia-smi found nothing). Check it on a GPU machine, or pass --backend torch for a "
+                           "PyTorch-only ModelNew.")
+    if len(source.encode()) > LARGE_KERNEL_BYTES:
+        import sys
+
+        print(f"warning: {path} is {len(source.encode()) / 1e6:.1f} MB; a kernel is usually a few kB. Checking it "
+              "anyway.", file=sys.stderr)
 
 
 class _null:

@@ -64,7 +64,15 @@ def build_eval_config(*, config: Optional[str], run: Optional[str], checkpoint: 
                "evaluation.samples": samples, "max_turns": turns, "sampling.temperature": temperature,
                "sampling.top_p": top_p, "kernel.backend": kernel_backend, "kernel.precision": precision, "gpus": gpus}
     dotted = [f"{key}={value}" for key, value in options.items() if value is not None] + list(overrides or [])
-    return with_overrides(base, dotted) if dotted else base
+    config = with_overrides(base, dotted) if dotted else base
+    if config.backend == "replay":
+        # A missing recordings file is the user's mistake: said (exit 2) before any run is created. The path as the
+        # backend resolves it (core.config.RunConfig.replay_path; unset means the packaged demo).
+        path = config.replay_path()
+        if path is not None and not path.is_file():
+            raise KrlError(f"replay recordings {path} do not exist. Pass --replay demo (the packaged recordings) "
+                           "or a JSONL file of {\"problem_id\", \"sample\", \"turn\", \"response\"} objects.")
+    return config
 
 
 def eval_command(
@@ -177,7 +185,7 @@ def _print_summary(summary: dict) -> None:
 @evals_app.command("ls")
 def evals_ls(as_json: bool = typer.Option(False, "--json", help="Print a JSON list to stdout.")) -> None:
     """Evaluations with their headline numbers (as last written by each job)."""
-    from rich.table import Table
+    from rich.box import HEAVY_HEAD
 
     from core.registry import Registry
 
@@ -194,12 +202,17 @@ def evals_ls(as_json: bool = typer.Option(False, "--json", help="Print a JSON li
     if as_json:
         typer.echo(json.dumps(items, indent=2))
         return
-    table = Table("name", "status", "model", "problems", "n", "pass@1", "fast_1 kb", "fast_1 best", "geomean")
-    for item in items:
-        table.add_row(item["name"], item["status"], str(item["model"]), str(item["problem_set"]), _fmt(item["samples"]),
-                      _fmt(item["pass@1"]), _fmt(item["fast_p/eager/kernelbench/1"]),
-                      _fmt(item["fast_p/eager/best_of_n/1"]), _fmt(item["geomean_speedup/eager"]))
-    _console().print(table)
+    from app.commands.tables import Column, fitted_table
+
+    # Names stay whole; at a narrow width model, problems, … go first (issue 26 item 8).
+    columns = [Column("name", whole=True), Column("status", whole=True), Column("model", drop=9),
+               Column("problems", drop=8), Column("n", drop=7), Column("pass@1", whole=True),
+               Column("fast_1 kb", drop=5), Column("fast_1 best", drop=6), Column("geomean", drop=4)]
+    cells = [[item["name"], item["status"], str(item["model"]), str(item["problem_set"]), _fmt(item["samples"]),
+              _fmt(item["pass@1"]), _fmt(item["fast_p/eager/kernelbench/1"]), _fmt(item["fast_p/eager/best_of_n/1"]),
+              _fmt(item["geomean_speedup/eager"])] for item in items]
+    console = _console()
+    console.print(fitted_table(columns, cells, console.width, box=HEAVY_HEAD))
 
 
 @evals_app.command("show")
@@ -223,26 +236,34 @@ def evals_compare(a: str = typer.Argument(..., help="Baseline evaluation."),
                   force: bool = typer.Option(False, "--force", help="Compare evaluations made differently (warned)."),
                   as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON to stdout.")) -> None:
     """B against A on their shared problems: per-problem table and paired bootstrap 95% intervals of the
-    difference in fast_1 and of the ratio of geomean speedups."""
-    from rich.table import Table
-
+    difference in fast_1 and of the ratio of geomean speedups. An evaluation with samples still to play is refused
+    (--force compares only the problems both have finished, marked partial)."""
     from core.evaluation import compare_evals
     from core.registry import Registry
 
     with Registry.for_workspace() as reg:
         result = compare_evals(reg, a, b, force=force)
     console = _console()
+    if result["partial"]:
+        console.print("[b red]WARNING: partial comparison, not every sample is evaluated:[/] "
+                      + "; ".join(f"{name} ({state})" for name, state in result["partial"].items())
+                      + f"; {len(result['unfinished_problems'])} unfinished problem(s) left out.")
     if result["stamp_differences"]:
         console.print("[b red]WARNING: these evaluations were made differently; the comparison is not sound:[/] "
                       + "; ".join(f"{k}: {v[0]!r} vs {v[1]!r}" for k, v in result["stamp_differences"].items()))
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return
-    table = Table("problem", f"{a} fast_1", f"{b} fast_1", f"{a} best", f"{b} best", box=None)
-    for row in result["problems"]:
-        table.add_row(row["problem_id"], _fmt(row["a_fast_1"]), _fmt(row["b_fast_1"]), _fmt(row["a_best_speedup"]),
-                      _fmt(row["b_best_speedup"]))
-    console.print(table)
+    from app.commands.tables import Column, fitted_table
+
+    # A and B in the headers, their names once above in full: the table stays narrow and every name whole.
+    console.print(f"A = {result['a']}\nB = {result['b']}")
+    columns = [Column("problem", whole=True), Column("A fast_1", whole=True, justify="right"),
+               Column("B fast_1", whole=True, justify="right"), Column("A best", whole=True, justify="right"),
+               Column("B best", whole=True, justify="right")]
+    cells = [[row["problem_id"], _fmt(row["a_fast_1"]), _fmt(row["b_fast_1"]), _fmt(row["a_best_speedup"]),
+              _fmt(row["b_best_speedup"])] for row in result["problems"]]
+    console.print(fitted_table(columns, cells, console.width))
     fast = result["fast_1"]
     console.print(f"fast_1 (KernelBench, best turn) on {fast['n_problems']} shared problems: {_fmt(fast['a'])} -> "
                   f"{_fmt(fast['b'])}, difference {_fmt(fast['difference'])} "

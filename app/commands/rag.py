@@ -134,7 +134,11 @@ def build(
         from rag.build import build_index
         from rag.decontaminate import ProblemRef
         from rag.filters import FilterOptions
+        from rag.index import KernelIndex, already_exists_error
         from rag.sources import load_source
+
+        if not (append or replace) and KernelIndex.exists(out_dir):
+            raise already_exists_error(out_dir)  # said before any source is read, not after
 
         records, harvest_skipped = [], {}
         for spec in source:
@@ -149,6 +153,9 @@ def build(
                 loaded = load_source(spec, limit)
                 records += loaded
                 console.print(f"loaded {len(loaded)} records from {spec}")
+        if replace and not records and KernelIndex.exists(out_dir):
+            raise KrlError(f"--replace with nothing to put in: the sources gave 0 records, and the index at {out_dir} "
+                           "is kept. Check --source (and --run / --limit).")
         problems = []
         if decontaminate:
             from core.problems import load_problem_set

@@ -88,6 +88,32 @@ def _registry_or_none():
     return _registry()  # KrlError for a workspace that is a file
 
 
+def _say_why_empty(console, reg, statuses: Optional[list], tag: Optional[str]) -> None:
+    """Why `runs ls` lists nothing: a workspace named but missing (exit 2), a filter nothing matches (and what
+    would), or a workspace with no runs yet (how to start one)."""
+    import os
+
+    from core.errors import KrlError
+    from core.registry import workspace_path
+
+    if reg is None:
+        path = workspace_path()
+        if os.environ.get("KRL_WORKSPACE") and not path.exists():
+            raise KrlError(f"workspace {path} does not exist. Check -w / KRL_WORKSPACE, or start a run there "
+                           "to create it (`krl train demo --detach`).")
+        console.print(f"no runs yet in {path}. Start one with `krl train demo --detach`, or try `krl demo`.")
+        return
+    everything = reg.list_runs(columns=("tags", "status"))
+    if not everything:
+        console.print(f"no runs yet in {reg.workspace}. Start one with `krl train demo --detach`, or try `krl demo`.")
+        return
+    wanted = " and ".join(part for part in (f"tag '{tag}'" if tag else "",
+                                            f"status {','.join(statuses)}" if statuses else "") if part)
+    tags = sorted({t for row in everything for t in (row.get("tags") or [])})
+    console.print(f"no run has {wanted} ({len(everything)} run(s) in {reg.workspace}"
+                  + (f"; tags in use: {', '.join(tags)}" if tags else "; no run has a tag") + ").")
+
+
 def _age(seconds_ago: Optional[float]) -> str:
     if seconds_ago is None:
         return "-"
@@ -145,7 +171,7 @@ def sparkline(values: List[float], width: int = 40) -> str:
 
 # What `krl runs ls` shows; the reward and correct columns are the registry's headline columns (HEADLINE_COLUMNS),
 # the metrics core.registry.reward_key/correct_key pick, as in the TUI.
-LIST_COLUMNS = ("name", "status", "last_step", "total_steps", "backend", "model", "gpus", "gpus_requested",
+LIST_COLUMNS = ("name", "status", "kind", "last_step", "total_steps", "backend", "model", "gpus", "gpus_requested",
                 "reward_key", "reward_value", "correct_key", "correct_value", "best_speedup", "created_at", "tags")
 
 
@@ -172,29 +198,34 @@ def list_runs(
         procman.reconcile(reg)
         # The table reads only what it shows (no config or summary JSON per run); --json reads everything.
         rows = reg.list_runs(status=statuses, tag=tag, columns=None if as_json else LIST_COLUMNS)
+        # An evaluation's progress (finished samples) is in its summary: read it for those rows only.
+        rows = [{**row, "summary": reg.get_run(row["id"]).get("summary")} if row.get("kind") == "eval"
+                and "summary" not in row else row for row in rows]
     if as_json:
         typer.echo(json.dumps([procman.run_json(reg, row) for row in rows], indent=2))
         return
     console = _err()
     if not rows:
-        console.print("no runs yet. Start one with `krl train demo --detach`.")
+        _say_why_empty(console, reg, statuses, tag)
         return
-    from rich.table import Table
+    from app.commands.tables import Column, fitted_table
 
-    table = Table(box=None, header_style="bold")
-    for column in ("name", "status", "step", "backend", "model", "gpus", "reward", "correct", "best×", "age", "tags"):
-        table.add_column(column, justify="right" if column in ("step", "reward", "correct", "best×") else "left")
+    # Names stay whole; at a narrow width gpus, backend, age, model, tags … go first (issue 26 item 8).
+    columns = [Column("name", whole=True), Column("status", whole=True), Column("step", whole=True, justify="right"),
+               Column("backend", drop=9), Column("model", drop=7), Column("gpus", drop=10),
+               Column("reward", drop=3, justify="right"), Column("correct", drop=5, justify="right"),
+               Column("best×", drop=4, justify="right"), Column("age", drop=8), Column("tags", drop=6)]
     now = time.time()
+    cells = []
     for row in map(_shown, rows):
-        step = fmt_steps(row.get("last_step"), row.get("total_steps"))
         gpus = ",".join(map(str, row.get("gpus") or [])) if row["status"] in ("running", "stopping") else \
             f"({row.get('gpus_requested') or 0})"
-        table.add_row(row["name"], _status_text(row["status"]), step, row.get("backend") or "-",
+        cells.append([row["name"], _status_text(row["status"]), fmt_steps(row), row.get("backend") or "-",
                       (row.get("model") or "-")[-28:], gpus,
                       _fmt(row.get("reward_value")), _fmt(row.get("correct_value")),
                       _fmt(row.get("best_speedup")), _age(now - row["created_at"]),
-                      ",".join(row.get("tags") or []))
-    console.print(table)
+                      ",".join(row.get("tags") or [])])
+    console.print(fitted_table(columns, cells, console.width))
 
 
 @runs_app.command("show")
@@ -221,7 +252,7 @@ def show_run(
     lines = [
         ("model", row.get("model")), ("backend", row.get("backend")), ("preset", row.get("preset")),
         ("problems", row.get("problem_set")),
-        ("steps", fmt_steps(row.get("last_step"), row.get("total_steps"))),
+        ("steps", fmt_steps(row)),
         ("process", f"pid {row.get('pid')} on {row.get('host')} ({'alive' if alive else 'not running'})"
          if row.get("pid") else "-"),
         ("gpus", f"{row.get('gpus') or []} (requested {row.get('gpus_requested') or 0})"),
@@ -297,7 +328,9 @@ def resume(
     log = procman.log_path(reg, reg.get_run(name)["name"])
     log_offset = log.stat().st_size if log.exists() else 0
     row = procman.resume_run(reg, name, detach=True, gpus=gpus)
-    console.print(f"{row['name']}: {_status_text(row['status'])} (segment {len(row.get('segments') or [])}). "
+    # Segments are numbered from 0, as the log's "segment N of run …" line and `runs show` number them.
+    segment = (row.get("segments") or [{}])[-1].get("index", len(row.get("segments") or []) - 1)
+    console.print(f"{row['name']}: {_status_text(row['status'])} (segment {segment}). "
                   f"Follow with `krl logs -f {row['name']}`.")
     if detach:
         return
@@ -357,7 +390,7 @@ def remove(
     if not yes:
         if not sys.stdin.isatty():
             raise KrlError(f"deleting '{row['name']}' needs confirmation: pass --yes.")
-        typer.confirm(f"delete run {row['name']} ({row['status']}, steps {fmt_steps(row.get('last_step'), row.get('total_steps'))}) "
+        typer.confirm(f"delete run {row['name']} ({row['status']}, steps {fmt_steps(row)}) "
                       "and its folder?",
                       abort=True, err=True)
     procman.delete_run(reg, name, remove_files=not keep_files)
@@ -543,7 +576,7 @@ def render_watch(reg, run_id: int):
     keys = reg.metric_keys(run_id)
     head = Table.grid(padding=(0, 2))
     head.add_row(f"[bold]{row['name']}[/]", _status_text(row["status"]),
-                 f"step {fmt_steps(row.get('last_step'), row.get('total_steps'))}",
+                 f"step {fmt_steps(row)}",
                  f"{row.get('backend') or '-'} · {row.get('model') or '-'}",
                  f"heartbeat {_age(now - row['heartbeat_at']) if row.get('heartbeat_at') else '-'}",
                  f"gpus {row.get('gpus') or []}")

@@ -53,6 +53,7 @@ def serve(
     from core.errors import KrlError
 
     token = read_token(token_file)
+    port_free_or_fail(host, port)
     try:
         import uvicorn
 
@@ -103,6 +104,26 @@ def serve(
     finally:
         service.close()  # before the evaluator: what is still in progress is handed over again at the next start
         evaluator.close()
+
+
+def port_free_or_fail(host: str, port: int) -> None:
+    """KrlError (exit 2) when host:port cannot be bound, before the evaluator starts or "serving" is printed."""
+    import socket
+
+    from core.errors import KrlError
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise KrlError(f"--host {host}: {exc.strerror}.") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is not busy
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise KrlError(f"cannot listen on {host}:{port}: {exc.strerror}. Is another `krl serve` running there? "
+                           "Pick another --port.") from None
 
 
 def default_results_db(port: int) -> str:

@@ -9,7 +9,7 @@ import time
 from typing import Any, Optional
 
 from rich.text import Text
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
@@ -169,9 +169,25 @@ class AlertsScreen(KrlScreen):
                 self.notify(str(exc), severity="error", timeout=8)
                 return
             self._save([r.text for r in self.watcher.state.rules if r.text != rule.text] + [rule.text])
+            if rule.kind == "metric":
+                self._check_metric_known(rule.key)
 
         self.app.push_screen(PromptScreen("Alert rule: a status (crashed, failed, finished, stopped) or a metric "
                                           "expression", placeholder="env/all/reward/total > 0.5"), answered)
+
+    @work(thread=True, group="alerts-check", exit_on_error=False)
+    def _check_metric_known(self, key: str) -> None:
+        """Warn when no recent run logs the rule's metric (a misspelt key would never fire), with close matches."""
+        from core.errors import did_you_mean
+
+        reg = self.app.registry("alerts-check")
+        known: set[str] = set()
+        for run in reg.list_runs(columns=("name",))[:50]:
+            known.update(reg.metric_keys(run["id"]))
+        if known and key not in known:
+            self.app.call_from_thread(
+                self.notify, f"no run logs a metric '{key}', so this rule cannot fire yet.{did_you_mean(key, known)}",
+                severity="warning", timeout=10)
 
     def action_delete_rule(self) -> None:
         table = self.query_one("#rules-table", DataTable)

@@ -50,3 +50,48 @@ class PromptScreen(ModalScreen[Optional[str]]):
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+class PickScreen(ModalScreen[Optional[str]]):
+    """Choose one of a list (enter), or cancel (esc): for names the user should pick, not type."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="pick.cancel")]
+
+    def __init__(self, question: str, choices: list[tuple[str, str]]) -> None:
+        """choices: (label shown, value returned)."""
+        super().__init__()
+        self.question, self.choices = question, choices
+
+    def compose(self) -> ComposeResult:
+        from textual.widgets import OptionList
+        from textual.widgets.option_list import Option
+
+        with Vertical(classes="dialog"):
+            yield Static(self.question, classes="dialog-question")
+            yield OptionList(*(Option(label, id=value) for label, value in self.choices), id="pick-list")
+
+    def on_option_list_option_selected(self, event) -> None:
+        self.dismiss(event.option.id)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class TextScreen(ModalScreen[None]):
+    """A long text to read and copy from (a read-only text area: select with the mouse or shift+arrows); esc closes."""
+
+    BINDINGS = [Binding("escape,q", "close", "Close", id="text.close")]
+
+    def __init__(self, title: str, text: str) -> None:
+        super().__init__()
+        self.title_text, self.text = title, text
+
+    def compose(self) -> ComposeResult:
+        from textual.widgets import TextArea
+
+        with Vertical(classes="dialog text-dialog"):
+            yield Static(self.title_text, classes="dialog-question")
+            yield TextArea(self.text, read_only=True, soft_wrap=True, id="text-body")
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -71,6 +71,7 @@ class EvalScreen(KrlScreen):
         Binding("enter", "open_sample", "Open sample", id="eval.open"),
         Binding("c", "compare", "Compare with…", id="eval.compare"),
         Binding("r", "reload", "Reload", id="eval.reload"),
+        Binding("o", "run_detail", "Run details", id="eval.run_detail"),
     ]
 
     def __init__(self, run: int | str) -> None:
@@ -150,16 +151,38 @@ class EvalScreen(KrlScreen):
         self.action_open_sample()
 
     def action_compare(self) -> None:
-        from app.screens.dialogs import PromptScreen
+        """Pick the evaluation to compare against from a list (it becomes A, this one B)."""
+        if self.summary:
+            self._load_compare_choices(self.summary["name"])
+
+    @work(thread=True, exclusive=True, group="eval-compare-choices", exit_on_error=False)
+    def _load_compare_choices(self, this: str) -> None:
+        rows = self.app.registry("eval").list_runs(kind="eval", columns=("name", "status", "model", "problem_set"))
+        choices = [(f"{r['name']}  ·  {r['status']} · {r.get('model') or '?'} · {r.get('problem_set') or '?'}",
+                    r["name"]) for r in rows if r["name"] != this]
+        self.app.call_from_thread(self._pick_other, this, choices)
+
+    def _pick_other(self, this: str, choices: list[tuple[str, str]]) -> None:
+        from app.screens.dialogs import PickScreen
+
+        if not choices:
+            self.notify("no other evaluation in this workspace to compare with", severity="warning")
+            return
 
         def answered(other: Optional[str]) -> None:
-            if other and self.summary:
-                self.app.push_screen(EvalCompareScreen(other.strip(), self.summary["name"]))
+            if other:
+                self.app.push_screen(EvalCompareScreen(other, this))
 
-        self.app.push_screen(PromptScreen("Compare with which evaluation (it becomes A, this one B)?"), answered)
+        self.app.push_screen(PickScreen(f"Compare {this} (B) against which evaluation (A)?", choices), answered)
 
     def action_reload(self) -> None:
         self.load()
+
+    def action_run_detail(self) -> None:
+        """The evaluation as a run: logs, config, events, trajectories."""
+        from app.screens.run_detail import RunDetailScreen
+
+        self.app.push_screen(RunDetailScreen(self.run, tab="logs"))
 
     def action_back(self) -> None:
         self.app.pop_screen()
@@ -199,6 +222,10 @@ class EvalCompareScreen(KrlScreen):
             return
         result = message.result
         lines = [f"[b]{result['b']}[/b] against [b]{result['a']}[/b] on {result['shared_problems']} shared problems"]
+        if result.get("partial"):
+            lines.append("[b]PARTIAL: not every sample is evaluated:[/b] " + "; ".join(
+                f"{name} ({state})" for name, state in result["partial"].items())
+                + f"; {len(result['unfinished_problems'])} unfinished problem(s) left out")
         if result["stamp_differences"]:
             lines.append("[b]WARNING: made differently, not comparable:[/b] " + "; ".join(
                 f"{k}: {v[0]!r} vs {v[1]!r}" for k, v in result["stamp_differences"].items()))
@@ -247,8 +274,9 @@ def start_checkpoint_eval(app: Any, run_name: str, step: Optional[int], samples:
 
 
 def evaluate_from_run_detail(screen: Any) -> None:
-    """The run screen's `v`: an eval run opens its grid; a training run's selected checkpoint (checkpoints tab),
-    else its last, is evaluated in the background."""
+    """The run screen's `v`: an eval run opens its grid; for a training run it asks first (which checkpoint, how
+    many samples per problem), then evaluates the selected checkpoint (checkpoints tab), else its last, in the
+    background. Esc or an empty answer starts nothing."""
     run = getattr(screen, "run", None)
     if not run:
         return
@@ -260,5 +288,25 @@ def evaluate_from_run_detail(screen: Any) -> None:
     if tables and tables.first().has_focus and tables.first().row_count:
         table = tables.first()
         step = int(table.get_row_at(table.cursor_row)[0])
-    screen.run_worker(lambda: start_checkpoint_eval(screen.app, run["name"], step), thread=True,
-                      group="eval-start", exit_on_error=False)
+    from app.screens.dialogs import PromptScreen
+
+    samples = ((run.get("config") or {}).get("evaluation") or {}).get("samples")
+    which = f"checkpoint of step {step}" if step is not None else "its last checkpoint"
+
+    def answered(text: Optional[str]) -> None:
+        if not text or not text.strip():
+            return
+        try:
+            chosen = int(text.strip())
+            if chosen < 1:
+                raise ValueError
+        except ValueError:
+            screen.app.notify(f"samples per problem must be a whole number ≥ 1, not {text.strip()!r}; nothing "
+                              "started", severity="error")
+            return
+        screen.run_worker(lambda: start_checkpoint_eval(screen.app, run["name"], step, chosen), thread=True,
+                          group="eval-start", exit_on_error=False)
+
+    screen.app.push_screen(PromptScreen(
+        f"Evaluate {run['name']} ({which}) on its problems as a background run of kind 'eval'. Samples per problem "
+        "(pass@k up to this)? enter starts it, esc cancels.", value=str(samples or 1)), answered)

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
+from core.progress import steps_done
 from core.config import flatten  # re-exported: screens and widgets flatten configs for display
 from core.registry import HEADLINE_COLUMNS, Registry, correct_key, reward_key  # noqa: F401 - re-exported
 
@@ -56,6 +57,7 @@ class RunRow:
     gpus_requested: int
     tags: list[str]
     error: str = ""
+    done: Optional[int] = None  # steps (training) or finished samples (evaluation): core.progress.steps_done
 
 
 def run_row(run: dict[str, Any]) -> RunRow:
@@ -69,7 +71,16 @@ def run_row(run: dict[str, Any]) -> RunRow:
         reward_key=run.get("reward_key"), correct_key=run.get("correct_key"), best_speedup=run.get("best_speedup"),
         created_at=run.get("created_at") or 0.0, started_at=run.get("started_at"), ended_at=run.get("ended_at"),
         heartbeat_at=run.get("heartbeat_at"), gpus=list(run.get("gpus") or []),
-        gpus_requested=run.get("gpus_requested") or 0, tags=list(run.get("tags") or []), error=run.get("error") or "")
+        gpus_requested=run.get("gpus_requested") or 0, tags=list(run.get("tags") or []), error=run.get("error") or "",
+        done=steps_done(run))
+
+
+def _with_progress(reg: Registry, run: dict[str, Any]) -> dict[str, Any]:
+    """An evaluation's progress lives in its summary, which the light run columns leave out: read it for those."""
+    if run.get("kind") == "eval" and "summary" not in run:
+        found = reg.find_run(run["id"])
+        run = {**run, "summary": (found or {}).get("summary") or {}}
+    return run
 
 
 # What a run row shows: reading only these keeps listing thousands of runs fast (no config, command, segments …).
@@ -78,13 +89,13 @@ RUN_ROW_COLUMNS = ("name", "status", "kind", "model", "backend", "preset", "last
 
 
 def load_runs(reg: Registry) -> list[RunRow]:
-    return [run_row(run) for run in reg.list_runs(columns=RUN_ROW_COLUMNS)]
+    return [run_row(_with_progress(reg, run)) for run in reg.list_runs(columns=RUN_ROW_COLUMNS)]
 
 
 def refresh_active(reg: Registry, rows: Sequence[RunRow]) -> list[RunRow]:
     """`rows` with every active run re-read: runs that are active now, and runs that were active before
     (their status changed, or they were deleted). Newly created runs are active (queued), so they appear."""
-    active = {run["id"]: run_row(run)
+    active = {run["id"]: run_row(_with_progress(reg, run))
               for run in reg.list_runs(status=("queued", "running", "stopping"), columns=RUN_ROW_COLUMNS)}
     out = []
     for row in rows:

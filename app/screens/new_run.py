@@ -37,6 +37,35 @@ FIELDS = (
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,119}$")
 
 
+# core's messages name CLI options; in the form they name its fields and the TUI's keys.
+_FORM_WORDS = ((re.compile(r"Use --gpus (\d+)"), r"Set GPUs to \1"), (re.compile(r"--gpus"), "GPUs"),
+               (re.compile(r"Choose another --name"), "Choose another run name"),
+               (re.compile(r"resume it with `krl runs resume [^`]*`"), "resume it from the runs screen (r)"),
+               (re.compile(r"fork it to train further \(`krl runs fork [^`]*`\)"),
+                "fork it from the runs screen (f) to train further"))
+
+
+def form_wording(message: str) -> str:
+    """A core error as the form says it: fields and keys instead of CLI options."""
+    for pattern, replacement in _FORM_WORDS:
+        message = pattern.sub(replacement, message)
+    return message
+
+
+def machine_defaults(presets: list[str], gpu_count: int, has_tinker_key: bool) -> tuple[str, list[str]]:
+    """The preset the form opens on for this machine, and why the others may not run here: without a Tinker key
+    the kevin preset's first launch fails, so the form starts from the demo (replayed responses, CPU evaluator)."""
+    notes = []
+    if not has_tinker_key:
+        notes.append("tinker backend: needs TINKER_API_KEY, which is not set")
+    if gpu_count == 0:
+        notes.append("local backend and GPU timing: need a CUDA GPU, none found here (GPUs set to 0: the evaluator "
+                     "runs on CPU)")
+    preferred = "kevin" if has_tinker_key else "demo"
+    chosen = preferred if preferred in presets else presets[0]
+    return chosen, notes
+
+
 def _format_weights(weights: Any) -> str:
     if not isinstance(weights, dict):
         return ""
@@ -113,7 +142,8 @@ class NewRunScreen(KrlScreen):
     BINDINGS = [
         Binding("escape", "cancel", "Cancel", id="new.cancel"),
         Binding("ctrl+s", "launch", "Launch", id="new.launch"),
-        Binding("ctrl+e", "evaluate", "Evaluate instead", id="new.evaluate"),
+        # priority: a text box binds ctrl+e (end of line) itself and would swallow it while it has focus.
+        Binding("ctrl+e", "evaluate", "Evaluate instead", id="new.evaluate", priority=True),
     ]
 
     def __init__(self) -> None:
@@ -121,6 +151,8 @@ class NewRunScreen(KrlScreen):
         self.defaults: dict[str, str] = {}
         self.launching = False
         self.launch_kind: Optional[str] = None  # "eval": the form's model is evaluated, not trained
+        self.shown_preset: Optional[str] = None  # the preset whose values the fields hold
+        self.gpu_count: Optional[int] = None  # GPUs this machine has (procman.detect_gpus), once presets load
 
     def compose(self) -> ComposeResult:
         yield Static("[b]New run[/b] · fields start from the preset; only what you change becomes an override",
@@ -137,6 +169,7 @@ class NewRunScreen(KrlScreen):
                     yield Label(label, classes="form-label")
                     yield Input(id=f"new-{field_id}")
                 yield Static("", id=f"err-{field_id}", classes="field-error")
+            yield Static("", id="new-machine")
             yield Static("", id="new-errors")
             with Horizontal(id="new-buttons"):
                 yield Button("Launch (ctrl+s)", variant="primary", id="new-launch")
@@ -152,15 +185,20 @@ class NewRunScreen(KrlScreen):
     @work(thread=True, exclusive=True, group="new-preset", exit_on_error=False)
     def load_presets(self, preset: Optional[str] = None) -> None:
         try:
+            import os
+
             from core.config import list_presets, load_config
+            from core.procman import detect_gpus
 
             presets = list_presets()
-            chosen = preset or ("kevin" if "kevin" in presets else presets[0])
+            self.gpu_count = len(detect_gpus())
+            machine_choice, notes = machine_defaults(presets, self.gpu_count, bool(os.environ.get("TINKER_API_KEY")))
+            chosen = preset or machine_choice
             config = load_config(chosen).model_dump(mode="json")
         except Exception as exc:  # core.config missing or a broken preset: the form still opens
             self.app.call_from_thread(self._show_errors, {}, f"cannot load presets: {exc}")
             return
-        self.app.call_from_thread(self._apply_preset, presets, chosen, config)
+        self.app.call_from_thread(self._apply_preset, presets, chosen, config, notes)
 
     @work(thread=True, exclusive=True, group="new-launch", exit_on_error=False)
     def launch(self, preset: str, overrides: list[str], name: Optional[str], gpus: int,
@@ -176,22 +214,28 @@ class NewRunScreen(KrlScreen):
         except Exception as exc:
             from core.errors import KrlError
 
-            message = str(exc) if isinstance(exc, KrlError) else f"{type(exc).__name__}: {exc}"
+            message = form_wording(str(exc)) if isinstance(exc, KrlError) else f"{type(exc).__name__}: {exc}"
             self.app.call_from_thread(self._show_errors, {}, message)
 
     # ---------------------------------------------------------------- UI updates
 
-    def _apply_preset(self, presets: list[str], chosen: str, config: dict[str, Any]) -> None:
+    def _apply_preset(self, presets: list[str], chosen: str, config: dict[str, Any], notes: list[str] = ()) -> None:
         select = self.query_one("#new-preset", Select)
         with select.prevent(Select.Changed):
             select.set_options([(p, p) for p in presets])
             select.value = chosen
         self.defaults = form_defaults(config)
+        self.shown_preset = chosen
         for field_id, *_ in FIELDS:
             self.query_one(f"#new-{field_id}", Input).value = self.defaults.get(field_id, "")
         backend = self.query_one("#new-backend", Select)
         if self.defaults.get("backend") in BACKENDS:
             backend.value = self.defaults["backend"]
+        if self.gpu_count is not None and int(self.defaults.get("gpus") or 0) > self.gpu_count:
+            # More GPUs than this machine has would queue for ever: ask for what is here (an override, shown).
+            self.query_one("#new-gpus", Input).value = str(self.gpu_count)
+        self.query_one("#new-machine", Static).update(
+            "[b]On this machine[/b]: " + "; ".join(notes) + "." if notes else "")
         self._show_errors({}, "")
 
     def _show_errors(self, errors: dict[str, str], general: str) -> None:
@@ -212,7 +256,12 @@ class NewRunScreen(KrlScreen):
 
     @on(Select.Changed, "#new-preset")
     def _preset_changed(self, event: Select.Changed) -> None:
-        self.load_presets(str(event.value))
+        # The select's own first value arrives as a change too, possibly after the machine's default was applied:
+        # only a preset other than the one shown is loaded.
+        chosen = str(event.select.value)
+        if self.shown_preset is None or chosen == self.shown_preset:
+            return
+        self.load_presets(chosen)
 
     @on(Button.Pressed, "#new-launch")
     def action_launch(self) -> None:

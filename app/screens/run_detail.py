@@ -33,7 +33,7 @@ from app.widgets.distributions import HistogramView
 from app.widgets.sparkline import sparkline_text
 from app.widgets.system_panel import HostPanel
 from app.widgets.cluster_panel import ClusterPanel
-from app.widgets.format import STATUS_COLOUR, fmt_float, fmt_speedup, status_glyph, theme_colour
+from app.widgets.format import STATUS_COLOUR, fmt_float, fmt_speedup, fmt_steps, status_glyph, theme_colour
 from app.widgets.log_tail import LogTail
 
 RECOVERY_EVENT_KINDS = ("retry", "checkpoint", "resume", "status")  # shown under the Checkpoints tab
@@ -283,7 +283,10 @@ class RunDetailScreen(KrlScreen):
         reg = self.app.registry("detail")
         rows, total = load_trajectories(reg, self.run_id, self.traj_filter, offset=offset)
         problems = [p["problem_id"] for p in reg.problem_summary(self.run_id)] if offset == 0 else None
-        self.post_message(TrajectoriesLoaded(rows, {"problems": problems, "offset": offset, "total": total}))
+        # How many the run has in all, so a filter reads "5 match of 56", not "5 of 5".
+        in_run = reg.count_trajectories(self.run_id) if offset == 0 else None
+        self.post_message(TrajectoriesLoaded(rows, {"problems": problems, "offset": offset, "total": total,
+                                                    "in_run": in_run}))
 
     @work(thread=True, exclusive=True, group="detail-problems", exit_on_error=False)
     def load_problems(self) -> None:
@@ -380,6 +383,12 @@ class RunDetailScreen(KrlScreen):
             if active in ("trajectories", "problems", "checkpoints", "distributions"):
                 self._load_tab(active, force=True)
 
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        """`9` (Cluster) exists only for a run that has the tab; help and the key bar leave it out otherwise."""
+        if action == "tab" and parameters and parameters[0] == "cluster":
+            return bool(self.is_mounted and self.query("#cluster"))
+        return True
+
     def _add_cluster_tab(self) -> None:
         """A Cluster tab for a run that evaluates on a Ray cluster or a service; a local run has none (its
         evaluator's machine is the System tab's)."""
@@ -395,10 +404,10 @@ class RunDetailScreen(KrlScreen):
     def _render_header(self) -> None:
         run = self.run
         colour = theme_colour(self.app, STATUS_COLOUR.get(run["status"], "foreground"))
-        step = "–" if run.get("last_step") is None else run["last_step"] + 1
+        step = fmt_steps(run)
         text = Text.assemble((run["name"], "bold"), "  ",
                              (f"{status_glyph(run['status'], 0)} {run['status']}", colour),
-                             f"  step {step}/{run.get('total_steps') or '?'}",
+                             f"  step {step}",
                              f"  · {run.get('backend') or '?'} · {run.get('model') or '?'}",
                              f" · preset {run.get('preset') or '–'}",
                              f" · best {fmt_speedup((run.get('summary') or {}).get('best_speedup'))}")
@@ -467,8 +476,12 @@ class RunDetailScreen(KrlScreen):
                           fmt_speedup(row["best_speedup"]), Text("HACK", style=bad) if row["hack"] else "",
                           key=str(row["id"]))
         self._trajectories_total = total
+        if extra.get("in_run") is not None:
+            self._trajectories_in_run = extra["in_run"]
+        in_run = getattr(self, "_trajectories_in_run", total)
         more = " · the next page loads when the cursor reaches the end" if table.row_count < total else ""
-        self.query_one("#traj-count", Static).update(f"{table.row_count:,} of {total:,} trajectories shown{more}")
+        matching = f"{total:,} match the filter of {in_run:,} in the run" if total != in_run else f"{total:,} in the run"
+        self.query_one("#traj-count", Static).update(f"{table.row_count:,} shown · {matching}{more}")
 
     def _set_problem_options(self, problems: list[str]) -> None:
         select = self.query_one("#traj-problem", Select)
@@ -676,7 +689,8 @@ class RunDetailScreen(KrlScreen):
         panel = self.active_panel()
         name = f"{self.run['name'] if self.run else 'run'}-{self.query_one(TabbedContent).active}"
         try:
-            written = export_view(self.app, panel.plots() if panel else [], name)
+            written = export_view(self.app, panel.plots() if panel else [], name,
+                                  run_name=self.run["name"] if self.run else "")
         except OSError as exc:
             self.notify(f"export failed: {exc}", severity="error")
             return

@@ -39,9 +39,10 @@ class ConfigValuesLoaded(Message):
 
 
 def group_label(row: RunRow, group_by: str, config_values: dict[int, dict[str, Any]]) -> str:
-    """The group a run falls in: its first tag (group_by 'tag') or its value of a dotted config key."""
+    """The group a run falls in: its set of tags (group_by 'tag': a run tagged a and b is in "a + b", not hidden
+    under a alone; a run is drawn once) or its value of a dotted config key."""
     if group_by == "tag":
-        return f"tag {row.tags[0]}" if row.tags else f"tag {NO_GROUP}"
+        return f"tag {' + '.join(sorted(row.tags))}" if row.tags else f"tag {NO_GROUP}"
     value = config_values.get(row.id, {}).get(group_by)
     return f"{group_by} = {NO_GROUP if value is None else value}"
 
@@ -118,6 +119,7 @@ class RunsScreen(KrlScreen):
         yield Static(id="runs-title")
         yield Input(placeholder="filter runs: name, status, model, backend, tag…", id="runs-filter")
         yield RunTable(id="runs-table")
+        yield Static(id="runs-empty")
         yield KeyBar()
 
     def on_mount(self) -> None:
@@ -243,6 +245,18 @@ class RunsScreen(KrlScreen):
         rows = [r for r in self.rows if row_matches(r, terms)] if terms else self.rows
         return sort_rows(rows, self.sort_key, self.sort_reverse, self.app.clock())
 
+    def _show_empty_hint(self, shown: list) -> None:
+        """Below an empty table, what to do next: start a run, or clear a filter that hides them all."""
+        hint = self.query_one("#runs-empty", Static)
+        if not self.rows:
+            hint.update("[b]No runs in this workspace yet.[/b]\n  n  new run (the form starts from what this machine "
+                        "can run)\n  or in a shell: [b]krl demo[/b] (a recorded run through the real evaluator, no "
+                        "GPU or key needed)\n  ?  every key")
+        elif not shown:
+            hint.update(f"No run matches the filter {self.filter_text!r}: esc on the table clears it "
+                        f"({len(self.rows)} run(s) in all).")
+        hint.display = not shown
+
     def _render_table(self) -> None:
         rows = self.visible_rows()
         table = self.query_one(RunTable)
@@ -255,6 +269,7 @@ class RunsScreen(KrlScreen):
         if self.group_by:
             rows, groups = group_rows(rows, self.group_by, self.config_values)
         table.show(rows, self.sparks, self.selected, self.ticks, self.app.clock(), self.config_values, groups)
+        self._show_empty_hint(rows)
         stale = [r for r in rows[:SPARK_ROWS] if self._spark_versions.get(r.id, -2) != r.step]
         if stale:
             for r in stale:
@@ -392,6 +407,11 @@ class RunsScreen(KrlScreen):
     def action_delete(self) -> None:
         row = self.current_row()
         if row is None:
+            return
+        if row.status in ("running", "stopping"):  # refused before asking, as procman would after: a live job
+            # would keep writing to what is deleted (a queued run has no job yet and can go).
+            self.notify(f"{row.name} is {row.status}: stop it first with s, then delete it with d.",
+                        severity="warning")
             return
 
         def answered(yes: Optional[bool]) -> None:

@@ -31,6 +31,7 @@ class TrajectoryScreen(KrlScreen):
         Binding("right,l", "turn(1)", "Next turn", id="traj.next_turn"),
         Binding("left,h", "turn(-1)", "Prev turn", id="traj.prev_turn"),
         Binding("v", "cycle_view", "Code/diff/split", id="traj.view"),
+        Binding("p", "show_prompt", "Full prompt", id="traj.prompt"),
         Binding("right_square_bracket", "neighbour(1)", "Next of problem", id="traj.next_trajectory"),
         Binding("left_square_bracket", "neighbour(-1)", "Prev of problem", id="traj.prev_trajectory"),
     ]
@@ -90,7 +91,7 @@ class TrajectoryScreen(KrlScreen):
         table.clear()
         for turn in self.detail.turns:
             verdict = turn.get("verdict") or "–"
-            table.add_row(turn["turn"] + 1, Text(verdict, style=theme_colour(self.app, VERDICT_COLOUR.get(verdict, "foreground"))),
+            table.add_row(turn["turn"], Text(verdict, style=theme_colour(self.app, VERDICT_COLOUR.get(verdict, "foreground"))),
                           fmt_float(turn.get("step_score"), 2), key=str(turn["turn"]))
         self._render_header()
         self._show_turn()
@@ -99,8 +100,9 @@ class TrajectoryScreen(KrlScreen):
 
     def _render_header(self) -> None:
         t = self.detail.trajectory
-        # Turns are stored from 0; people count them from 1.
-        outcome = (f"solved at turn {t['solved_at_turn'] + 1}" if t["solved"] else "never solved")
+        # Turns are numbered from 0 here as in the trajectory table, the Problems tab, `krl watch`, `krl evals` and
+        # every export: one base everywhere, so a turn number copied from one reads the same in the others.
+        outcome = (f"solved at turn {t['solved_at_turn']}" if t["solved"] else "never solved")
         colour = theme_colour(self.app, "success" if t["solved"] else "warning")
         text = Text.assemble(
             (t["problem_id"], "bold"), f"  run {self.detail.run_name} · step {t['step']} · group {t['group_index']} ",
@@ -121,7 +123,7 @@ class TrajectoryScreen(KrlScreen):
         previous = turns[self.turn_index - 1].get("kernel") if self.turn_index > 0 else None
         language = "cuda" if kernel_language(turn.get("kernel") or "") == "cuda" else "python"
         view = self.query_one(KernelView)
-        view.border_title = f"turn {turn['turn'] + 1} of {len(turns)} · {language} kernel (run backend {self.detail.kernel_language})"
+        view.border_title = f"turn {turn['turn']} of 0–{len(turns) - 1} · {language} kernel (run backend {self.detail.kernel_language})"
         view.show(turn.get("kernel") or "", previous, language, self.mode)
         self.query_one(FeedbackPanel).show(turn)
         table = self.query_one("#turn-list", DataTable)
@@ -142,6 +144,18 @@ class TrajectoryScreen(KrlScreen):
     def action_turn(self, delta: int) -> None:
         self.turn_index += delta
         self._show_turn()
+
+    def action_show_prompt(self) -> None:
+        """The whole prompt the model saw at this turn (system, problem, earlier attempts and their feedback) and its
+        full response, in a scrollable view."""
+        from app.screens.dialogs import TextScreen
+
+        if not self.detail or not self.detail.turns:
+            return
+        turn = self.detail.turns[self.turn_index]
+        self.app.push_screen(TextScreen(f"turn {turn['turn']}: the prompt the model saw, then its response",
+                                        f"{turn.get('prompt') or '(no prompt stored)'}\n\n"
+                                        f"──────── response ────────\n{turn.get('response') or ''}"))
 
     def action_cycle_view(self) -> None:
         self.mode = MODES[(MODES.index(self.mode) + 1) % len(MODES)]

@@ -70,7 +70,8 @@ def _finite(series: Series) -> tuple[np.ndarray, np.ndarray]:
 def _range(values: list[np.ndarray]) -> tuple[float, float]:
     low = min(float(v.min()) for v in values)
     high = max(float(v.max()) for v in values)
-    if high == low:  # a flat line sits in the middle of the plot
+    if high - low <= 1e-9 * max(abs(low), abs(high)):  # a flat line (to rounding) sits in the middle of the plot
+        low = high = (low + high) / 2
         pad = abs(low) * 0.1 or 0.5
         return low - pad, high + pad
     return low, high
@@ -106,9 +107,10 @@ def _view(xy: tuple[np.ndarray, np.ndarray], x_range: tuple[float, float] | None
 
 def render_plot(series: Sequence[Series], width: int, height: int, title: str | Text = "", x_label: str = "",
                 empty_note: str = "no data yet", log_y: bool = False, x_range: tuple[float, float] | None = None,
-                cursor_x: float | None = None) -> Text:
+                cursor_x: float | None = None, integer_x: bool = False) -> Text:
     """The whole plot as `height` lines of `width` cells. Later series draw over earlier ones.
-    log_y: y on a log10 scale (points <= 0 left out); x_range: only that span of x; cursor_x: a vertical marker."""
+    log_y: y on a log10 scale (points <= 0 left out); x_range: only that span of x; cursor_x: a vertical marker.
+    integer_x: x is a count (steps), so its ticks are whole numbers."""
     width, height = max(width, 12), max(height, 5)
     out = Text(no_wrap=True, overflow="crop")
     heading = title if isinstance(title, Text) else Text(title[:width].center(width).rstrip(), TITLE_STYLE)
@@ -188,6 +190,8 @@ def render_plot(series: Sequence[Series], width: int, height: int, title: str | 
         out.append("\n")
 
     x_ticks = nice_ticks(x_low, x_high, max(1, columns // 12))
+    if integer_x:  # no step 2.5: whole ticks only
+        x_ticks = [t for t in x_ticks if float(t).is_integer()] or [float(round(x_low))]
     x_step = x_ticks[1] - x_ticks[0] if len(x_ticks) > 1 else abs(x_high - x_low) or 1.0
     axis = ["─"] * columns
     labels = [" "] * (columns + margin + 2)

@@ -323,7 +323,7 @@ class CurvesPanel(Horizontal):
             if per_run is None:
                 continue
             out[key] = [Curve(line.label or key, self._xs(per_run[line.run_id]), per_run[line.run_id].values,
-                              line.colour) for line in self._lines() if line.run_id in per_run]
+                              line.colour, run=line.label) for line in self._lines() if line.run_id in per_run]
         return out
 
     def _full_x_range(self) -> Optional[tuple[float, float]]:

@@ -13,6 +13,9 @@ from textual.widget import Widget
 from app.screens.view_data import StepHistogram
 
 SHADES = " ░▒▓█"
+# What the shades mean, printed under every histogram: each step column is scaled to its own peak.
+# The shade is round(count / peak * 4), at least 1: boundaries at 3/8, 5/8 and 7/8 of the peak.
+SHADE_LEGEND = "share of the step's busiest bin: ░ <⅜  ▒ <⅝  ▓ <⅞  █ ≥⅞"
 
 
 def histogram_text(hist: StepHistogram, width: int, colour: Optional[Style] = None) -> Text:
@@ -39,7 +42,8 @@ def histogram_text(hist: StepHistogram, width: int, colour: Optional[Style] = No
     axis = f"step {first}"
     end = f"{last}"
     gap = max(1, cell * columns - len(axis) - len(end) + 2)
-    out.append(" " * margin + axis + " " * gap + end, style="dim")
+    out.append(" " * margin + axis + " " * gap + end + "\n", style="dim")
+    out.append(" " * margin + SHADE_LEGEND, style="dim")
     return out
 
 

@@ -30,8 +30,9 @@ def stamp() -> str:
     return time.strftime("%Y%m%d-%H%M%S")
 
 
-def write_series_csv(path: Path, plots: Sequence[RewardPlot]) -> int:
-    """One row per plotted point: metric, run, x, raw value, smoothed value (as drawn). Returns the rows written."""
+def write_series_csv(path: Path, plots: Sequence[RewardPlot], run_name: str = "") -> int:
+    """One row per plotted point: metric, run, x, raw value, smoothed value (as drawn). Returns the rows written.
+    run_name: the run of a single run's plots (their curves carry no run of their own)."""
     rows = 0
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
@@ -40,7 +41,7 @@ def write_series_csv(path: Path, plots: Sequence[RewardPlot]) -> int:
             for curve in plot.curves:
                 smoothed = debiased_ema(curve.ys, plot.view.smoothing)
                 for x, y, s in zip(curve.xs, curve.ys, smoothed):
-                    writer.writerow([plot.plot_title, curve.label, x, plot.view.x_label, y, s])
+                    writer.writerow([plot.plot_title, curve.run or run_name, x, plot.view.x_label, y, s])
                     rows += 1
     return rows
 
@@ -58,7 +59,7 @@ def write_plot_svgs(folder: Path, stem: str, plots: Iterable[RewardPlot]) -> lis
     return paths
 
 
-def export_view(app, plots: Sequence[RewardPlot], name: str) -> list[Path]:
+def export_view(app, plots: Sequence[RewardPlot], name: str, run_name: str = "") -> list[Path]:
     """Screen SVG + one SVG per plot + the series CSV under <workspace>/exports; returns the files written."""
     folder = export_folder(app.workspace)
     stem = f"{safe_stem(name)}-{stamp()}"
@@ -66,6 +67,6 @@ def export_view(app, plots: Sequence[RewardPlot], name: str) -> list[Path]:
     if plots:
         written += write_plot_svgs(folder, stem, plots)
         csv_path = folder / f"{stem}-series.csv"
-        write_series_csv(csv_path, plots)
+        write_series_csv(csv_path, plots, run_name)
         written.append(csv_path)
     return written

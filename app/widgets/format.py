@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from core.progress import steps_done
+
 # Theme variable per run status; `text-muted` for the settled ones.
 STATUS_COLOUR = {"queued": "secondary", "running": "success", "stopping": "warning", "stopped": "foreground-muted",
                  "finished": "primary", "failed": "error", "crashed": "error"}
@@ -34,11 +36,12 @@ def printable(text: object) -> str:
     return "".join(c if c.isprintable() or c in "\n\t" else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
-def fmt_steps(last_step: Optional[int], total_steps: Optional[int]) -> str:
-    """Progress as steps done / total: steps are numbered from 0, so a run whose last step is 6 has done 7.
+def fmt_steps(row: dict) -> str:
+    """Progress as steps done / total (finished samples / total for an evaluation; core.progress counts them).
     The one definition the CLI and the TUI show."""
-    done = "–" if last_step is None else str(last_step + 1)
-    return f"{done}/{'?' if total_steps is None else total_steps}"
+    done = steps_done(row)
+    total = row.get("total_steps")
+    return f"{'–' if done is None else done}/{'?' if total is None else total}"
 
 
 def runtime_ms(value: object) -> Optional[float]:

@@ -23,10 +23,15 @@ def debiased_ema(values: Sequence[float], smoothing: float) -> list[float]:
         return list(values)
     smoothing = min(smoothing, 0.999)
     out, average, weight = [], 0.0, 0.0
+    low, high = math.inf, -math.inf
     for value in values:
         average = smoothing * average + (1 - smoothing) * value
         weight = smoothing * weight + (1 - smoothing)
-        out.append(average / weight)
+        # A weighted mean lies within the values it averages; rounding can push it a hair outside, which on a
+        # constant series made a cliff of 1e-14 fill the whole plot.
+        if math.isfinite(value):
+            low, high = min(low, value), max(high, value)
+        out.append(min(max(average / weight, low), high) if low <= high else average / weight)
     return out
 
 
@@ -36,6 +41,7 @@ class Curve:
     xs: list[float]
     ys: list[float]
     colour: str  # a theme variable name such as "series-1"
+    run: str = ""  # the run it belongs to, where several are overlaid ("" on a single run's plots)
 
 
 @dataclass
@@ -115,7 +121,12 @@ class RewardPlot(Widget):
         elif len(self._curves) == 1:
             stats = curve_stats(self._curves[0], view.x_range)
             if stats:
-                right.append(f"last {fmt(stats[0])} min {fmt(stats[1])} max {fmt(stats[2])}", style="dim")
+                # The title comes first: on a narrow plot the statistics shrink to the last value, then go.
+                for wording in (f"last {fmt(stats[0])} min {fmt(stats[1])} max {fmt(stats[2])}",
+                                f"last {fmt(stats[0])}", ""):
+                    if not width or len(self.plot_title) + len(wording) + 2 <= width:
+                        break
+                right.append(wording, style="dim")
         title = self.plot_title
         room = (width or 10_000) - right.cell_len - 2
         if len(title) > room:
@@ -140,7 +151,8 @@ class RewardPlot(Widget):
                 label = curve.label + (f" {fmt(stats[0])} [{fmt(stats[1])}–{fmt(stats[2])}]" if stats else "")
             series.append(Series(curve.xs, debiased_ema(curve.ys, view.smoothing), self._style(curve.colour), label))
         return render_plot(series, self.size.width, self.size.height, self.title_text(self.size.width), view.x_label,
-                           log_y=view.log_y, x_range=view.x_range, cursor_x=view.cursor_x)
+                           log_y=view.log_y, x_range=view.x_range, cursor_x=view.cursor_x,
+                           integer_x=view.x_label == "step")
 
 
 def fmt(value: Optional[float]) -> str:

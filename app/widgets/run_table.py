@@ -34,6 +34,43 @@ SORT_KEYS = ("created", "name", "status", "step", "reward", "correct", "best", "
 GAP = 2
 TOTAL_WIDTH = sum(w for _, _, w in COLUMNS) + GAP * len(COLUMNS)
 CONFIG_COLUMN_WIDTH = 14
+# Which built-in columns give way, first to last, when the table is wider than its widget: name, status and step
+# never do, then reward and best are the last to go (issue 26 item 9). The user's config columns stay.
+DROP_ORDER = ("kind", "gpus", "backend", "model", "elapsed", "tags", "correct", "best", "reward")
+
+
+def whole_tags(tags: Sequence[str], width: int) -> str:
+    """As many whole tags as fit in width, then "+N" for the rest: a tag is never cut in the middle."""
+    shown: list[str] = []
+    for index, tag in enumerate(tags):
+        rest = len(tags) - index - 1
+        candidate = " ".join(shown + [tag])
+        if len(candidate) + (len(f" +{rest}") if rest else 0) <= width:
+            shown.append(tag)
+            continue
+        more = len(tags) - len(shown)
+        return (" ".join(shown) + f" +{more}").strip() if shown else (tag[:max(1, width - 1)] + "…" if width > 1 else "")
+    return " ".join(shown)
+
+
+def fit_columns(columns: Sequence[tuple[str, str, int]], width: int) -> tuple[tuple[str, str, int], ...]:
+    """The columns shown in `width` cells: built-in ones dropped in DROP_ORDER until the rest fits; the room left
+    goes to tags, so they are not cut when there is space. width <= 0 (not laid out yet): all of them."""
+    shown = list(columns)
+    if width <= 0:
+        return tuple(shown)
+
+    def total() -> int:
+        return sum(w for _, _, w in shown) + GAP * len(shown)
+
+    for key in DROP_ORDER:
+        if total() <= width:
+            break
+        shown = [c for c in shown if c[0] != key]
+    spare = width - total()
+    if spare > 0:
+        shown = [(k, h, w + spare) if k == "tags" else (k, h, w) for k, h, w in shown]
+    return tuple(shown)
 
 
 def elapsed_s(row: RunRow, now: float) -> Optional[float]:
@@ -81,6 +118,8 @@ class RunTable(ScrollView, can_focus=True):
         self._cells: dict[int, list[Text]] = {}  # run id -> cells (a cache; cleared when the theme changes)
         self._strips: dict[tuple, Strip] = {}
         self.columns = COLUMNS
+        self.shown_columns = COLUMNS  # what fits the widget's width (fit_columns); cells stay per column
+        self._shown_index: list[int] = list(range(len(COLUMNS)))
         self._config_values: dict[int, dict] = {}
         # What each line below the header shows: a row index (>= 0) or a group header (-1 - index into _groups).
         self._lines: list[int] = []
@@ -91,8 +130,21 @@ class RunTable(ScrollView, can_focus=True):
         """Add a column per dotted config key (after the built-in ones); values come with `show`."""
         self.columns = COLUMNS + tuple((f"config:{k}", k.rsplit(".", 1)[-1], CONFIG_COLUMN_WIDTH) for k in keys)
         self._cells.clear()
+        self._fit()
+
+    def _fit(self) -> None:
+        width = self.scrollable_content_region.width if self.is_mounted else 0
+        shown = fit_columns(self.columns, width)
+        if shown != self.shown_columns:
+            self.shown_columns = shown
+            keys = [c[0] for c in self.columns]
+            self._shown_index = [keys.index(c[0]) for c in shown]
+            self.virtual_size = Size(sum(w for _, _, w in shown) + GAP * len(shown), len(self._lines) + 1)
         self._strips.clear()
         self.refresh()
+
+    def on_resize(self, _event: events.Resize) -> None:
+        self._fit()
 
     def on_mount(self) -> None:
         self.app.theme_changed_signal.subscribe(self, lambda _theme: self._invalidate(cells=True))
@@ -152,7 +204,7 @@ class RunTable(ScrollView, can_focus=True):
             keep = {r.id for r in self._rows}
             self._inputs = {k: v for k, v in self._inputs.items() if k in keep}
             self._cells = {k: v for k, v in self._cells.items() if k in keep}
-        width = TOTAL_WIDTH + (CONFIG_COLUMN_WIDTH + GAP) * (len(self.columns) - len(COLUMNS))
+        width = sum(w for _, _, w in self.shown_columns) + GAP * len(self.shown_columns)
         self.virtual_size = Size(width, len(self._lines) + 1)
         ids = [r.id for r in self._rows]
         if current in ids:
@@ -182,7 +234,7 @@ class RunTable(ScrollView, can_focus=True):
         colour = theme_colour(self.app, STATUS_COLOUR.get(row.status, "foreground"))
         muted = theme_colour(self.app, "foreground-muted")
         reward_spark, correct_spark = spark or ([], [])
-        step = "–" if row.step is None else str(row.step + 1)
+        step = "–" if row.done is None else str(row.done)
         total = "?" if row.total_steps is None else str(row.total_steps)
         gpus = ",".join(map(str, row.gpus)) if row.gpus else (f"({row.gpus_requested})" if row.gpus_requested else "–")
         return [
@@ -207,7 +259,10 @@ class RunTable(ScrollView, can_focus=True):
     def _line(self, cells: Sequence[Text], style: Style) -> list[Segment]:
         segments: list[Segment] = []
         console = self.app.console
-        for (key, _header, width), cell in zip(self.columns, cells):
+        for (key, _header, width), index in zip(self.shown_columns, self._shown_index):
+            cell = cells[index]
+            if key == "tags" and cell.plain and self._rows:
+                cell = Text(whole_tags(cell.plain.split(" "), width), style=cell.style)
             text = cell.copy()
             text.truncate(width, overflow="ellipsis", pad=True)
             text.append(" " * GAP)
@@ -292,7 +347,7 @@ class RunTable(ScrollView, can_focus=True):
         y = event.y
         if y == 0:
             x = event.x + int(self.scroll_offset.x)
-            for key, _header, width in self.columns:
+            for key, _header, width in self.shown_columns:
                 if x < width + GAP:
                     self.post_message(self.HeaderSelected(key))
                     return

@@ -31,9 +31,14 @@ class RunsTable:
             raise KrlError(f"run kind must be one of {', '.join(RUN_KINDS)}, not '{kind}'.")
         check_run_name(name)
         with self.transaction():
-            if self.conn.execute("SELECT 1 FROM runs WHERE name = ?", (name,)).fetchone():
-                raise KrlError(f"a run named '{name}' already exists. Choose another --name, or resume it with "
-                               f"`krl runs resume {name}`.")
+            existing = self.conn.execute("SELECT status FROM runs WHERE name = ?", (name,)).fetchone()
+            if existing:
+                # Only a run that can resume is offered a resume; a finished one is forked to train further.
+                resume = f", or resume it with `krl runs resume {name}`"
+                hint = {"stopped": resume, "failed": resume, "crashed": resume,
+                        "finished": f", or fork it to train further (`krl runs fork {name} --name NEW`)"}
+                raise KrlError(f"a run named '{name}' already exists ({existing[0]}). Choose another "
+                               f"--name{hint.get(existing[0], '')}.")
             now = time.time()
             cursor = self.conn.execute(
                 "INSERT INTO runs (name, kind, status, config, preset, model, backend, problem_set, created_at, "

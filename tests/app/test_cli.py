@@ -267,6 +267,8 @@ def test_stop_and_resume_through_the_cli(krl, workspace):
         failing = krl("runs", "resume", "bg", extra_env={"KRL_STANDIN": json.dumps({"exit_code": 4})}, timeout=60)
         assert failing.returncode == 3 and "boom: the last line" in failing.stderr and "failed" in failing.stderr
         assert "segment 0 of run bg" not in failing.stderr  # only the new segment's lines
+        # The resume line numbers the segment as the log does (from 0), issue 26 item 6.
+        assert "(segment 1)" in failing.stderr and "segment 1 of run bg" in failing.stderr, failing.stderr
         # … and a good one runs to the end and exits 0.
         done = krl("runs", "resume", "bg", check_rc=0, timeout=60,
                    extra_env={"KRL_STANDIN": json.dumps({"extra_steps": 3, "step_s": 0.01})})
@@ -386,7 +388,7 @@ def test_step_counts_agree_for_a_finished_one_step_run(krl, registry):
 
     run = registry.create_run("one-step", total_steps=1, status="finished")
     registry.write_step(run["id"], 0, {"reward/mean": 1.0})
-    assert fmt_steps(registry.get_run("one-step")["last_step"], 1) == "1/1"
+    assert fmt_steps(registry.get_run("one-step")) == "1/1"
     listing = krl("runs", "ls", check_rc=0).stderr
     assert next(line for line in listing.splitlines() if "one-step" in line).split()[2] == "1/1"
     assert "1/1" in krl("runs", "show", "one-step", check_rc=0).stderr.replace(" / ", "/")

@@ -151,7 +151,7 @@ async def test_trajectories_table_pages_through_a_long_run(workspace):
     async with app.run_test(size=(140, 40)) as pilot:
         table = await open_trajectories_tab(pilot)
         assert table.row_count == 500
-        assert "500 of 1,200" in str(app.screen.query_one("#traj-count").render())
+        assert "500 shown · 1,200 in the run" in str(app.screen.query_one("#traj-count").render())
         table.focus()
         for expected in (1000, 1200, 1200):
             await pilot.press("ctrl+end")  # the cursor on the last loaded row asks for the next page
@@ -159,7 +159,7 @@ async def test_trajectories_table_pages_through_a_long_run(workspace):
             assert table.row_count == expected
         ids = [int(table.get_row_at(i)[0]) for i in range(table.row_count)]
         assert len(set(ids)) == 1200  # no page loaded twice
-        assert "1,200 of 1,200" in str(app.screen.query_one("#traj-count").render())
+        assert "1,200 shown · 1,200 in the run" in str(app.screen.query_one("#traj-count").render())
 
 
 async def test_problems_tab_jumps_to_problem_trajectories(filled, workspace):

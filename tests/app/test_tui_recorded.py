@@ -35,16 +35,16 @@ async def test_inspector_steps_through_every_turn_of_a_recorded_trajectory(recor
         await settle(pilot)
         screen = app.screen
         assert isinstance(screen, TrajectoryScreen)
-        for number in range(1, len(turns) + 1):
-            assert screen.query_one(KernelView).border_title.startswith(f"turn {number} of {len(turns)}")
+        for number in range(len(turns)):  # numbered from 0 as everywhere else (issue 26 item 6)
+            assert screen.query_one(KernelView).border_title.startswith(f"turn {number} of 0–{len(turns) - 1}")
             await pilot.press("right")
             await settle(pilot)
         verdict = str(screen.query_one("#fb-verdict", Static).render())
         assert "correct" in verdict and "kernel" in verdict and " ms" in verdict, verdict
         first_column = [screen.query_one("#turn-list", DataTable).get_row_at(i)[0] for i in range(len(turns))]
-        assert [str(c) for c in first_column] == [str(i) for i in range(1, len(turns) + 1)]
+        assert [str(c) for c in first_column] == [str(t["turn"]) for t in turns] == [str(i) for i in range(len(turns))]
         header = str(screen.query_one("#traj-header", Static).render())
-        assert f"solved at turn {trajectory['solved_at_turn'] + 1}" in header, header
+        assert f"solved at turn {trajectory['solved_at_turn']} " in header, header
 
 
 async def test_every_recorded_trajectory_opens(recorded_demo, workspace):
@@ -74,7 +74,7 @@ async def test_the_runs_table_and_krl_runs_ls_agree_on_a_recorded_run(recorded_d
     from app.widgets.run_table import RunTable
 
     reg, run = recorded_demo
-    steps = fmt_steps(run["last_step"], run["total_steps"])
+    steps = fmt_steps(run)
     assert steps == f"{run['total_steps']}/{run['total_steps']}"  # a finished run has done all its steps
     app = make_app(workspace)
     async with app.run_test(size=(160, 30)) as pilot:

@@ -82,7 +82,11 @@ def test_compare_screen(snap_compare, filled, workspace):
     assert snap_compare(make_app(workspace), terminal_size=SIZE, run_before=settled(then=open_compare))
 
 
-def test_new_run_form_with_errors(snap_compare, filled, workspace):
+def test_new_run_form_with_errors(snap_compare, filled, workspace, monkeypatch):
+    # The form opens on what the machine can run (issue 26 item 10): pin the machine, a CPU one without Tinker.
+    monkeypatch.setenv("KRL_GPUS", "0")
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+
     async def fill(pilot) -> None:
         pilot.app.open_new_run()
         await settle(pilot)
