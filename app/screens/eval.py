@@ -179,10 +179,9 @@ class EvalScreen(KrlScreen):
         self.load()
 
     def action_run_detail(self) -> None:
-        """The evaluation as a run: logs, config, events, trajectories."""
-        from app.screens.run_detail import RunDetailScreen
-
-        self.app.push_screen(RunDetailScreen(self.run, tab="logs"))
+        """The evaluation as a run: logs, config, events, trajectories (through the app: the run screen itself
+        opens evaluations, so importing it here would be a circle)."""
+        self.app.open_run_detail(self.run, tab="logs")
 
     def action_back(self) -> None:
         self.app.pop_screen()
