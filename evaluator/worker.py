@@ -11,7 +11,6 @@ import os
 import random
 import socket
 import sys
-import tempfile
 import time
 import traceback
 import types
@@ -23,8 +22,9 @@ from evaluator import judge, rules, sol, timing
 from evaluator.rules import runtime as runtime_rules
 from evaluator.rules import static as static_rules
 from evaluator.api import BACKENDS, PRECISIONS, EvalRequest, EvalResult, Verdict
+from evaluator.slot.candidate_errors import MAX_MESSAGE_CHARS, cap, format_compile_error, format_traceback, is_compile_exception
+from evaluator.slot.worker_setup import WorkerContext, default_timing_settings, prepare_worker  # noqa: F401 - public here too
 
-MAX_MESSAGE_CHARS = 2000
 # Calls in the device-wide synchronised cross-check of the event timing.
 CROSS_CHECK_CALLS = 20
 CROSS_CHECK_BATCHES = 15  # untimed_work fires only if every batch exceeds its allowance
@@ -33,99 +33,7 @@ FULL_GC_EVERY = 32
 FULL_GC_CUDA_BYTES = 2 * 2**30
 
 
-@dataclass
-class WorkerContext:
-    """Per-process state: device, scratch folder, pristine function identities, reference-timing cache."""
-
-    device: str  # "cpu" or "cuda:N"
-    device_name: str
-    torch_version: str
-    work_dir: str
-    cache_dir: str = ""
-    sticky_cuda_error: bool = False  # the pool retires the worker when True
-    # Why this process can no longer be trusted although CUDA is fine (e.g. a candidate left threads running).
-    polluted_reason: str = ""
-    reference_timing_cache: dict = field(default_factory=dict)
-    guard: Any = None
-    launch_counter: Any = None
-    flusher: Any = None
-    launch_hold: Any = None
-    timing_settings: timing.TimingSettings = field(default_factory=timing.TimingSettings)
-    requests_done: int = 0
-    timed_evaluations: int = 0
-    baseline_cuda_bytes: int = 0
-
-    @property
-    def is_cuda(self) -> bool:
-        return self.device.startswith("cuda")
-
-    @property
-    def should_retire(self) -> bool:
-        return self.sticky_cuda_error or bool(self.polluted_reason)
-
-
-def default_timing_settings(is_cuda: bool) -> timing.TimingSettings:
-    if is_cuda:
-        # One call per event pair after an L2 flush, reference and candidate interleaved (ABBA). On an H200 this kept
-        # the self-speedup of a 15 µs ReLU within 0.98-1.03 (40 repeats, tests/bench/bench_timing_stability.py);
-        # several calls per pair were no better, and more samples (min_measured_ms=30, extra_trials_factor=10)
-        # tighten it further at ~3x the timing cost.
-        return timing.TimingSettings(sample_min_ms=0.0, min_measured_ms=0.0, extra_trials_factor=1, budget_s=10.0,
-                                     hold_launches=os.environ.get(timing.LaunchHold.ENV, "1") != "0")
-    return timing.TimingSettings(flush_l2=False, budget_s=1.5)
-
-
-def prepare_worker(device: str = "cpu", work_dir: str | None = None, cache_dir: str | None = None) -> WorkerContext:
-    """Once per process: import torch (and triton when present), initialise the device, snapshot critical functions."""
-    import torch
-
-    if device in ("cuda", "gpu"):
-        device = "cuda:0"
-    if device.startswith("cuda"):
-        torch.cuda.init()
-        torch.cuda.set_device(torch.device(device))
-        torch.empty(1, device=device).add_(1)
-        torch.cuda.synchronize()
-        device_name = torch.cuda.get_device_name(torch.device(device))
-    else:
-        device_name = "cpu"
-    try:  # importing triton once here keeps it out of the first triton task's time
-        import triton  # noqa: F401
-    except Exception:
-        pass
-    work_dir = work_dir or tempfile.mkdtemp(prefix="krl-worker-")
-    ctx = WorkerContext(
-        device=device,
-        device_name=device_name,
-        torch_version=torch.__version__,
-        work_dir=work_dir,
-        cache_dir=cache_dir or os.environ.get("KRL_WORKER_CACHE_DIR", "") or os.environ.get("KRL_CACHE_DIR", ""),
-        timing_settings=default_timing_settings(device.startswith("cuda")),
-    )
-    ctx.launch_counter = runtime_rules.LaunchCounter()
-    ctx.launch_counter.install()
-    ctx.guard = runtime_rules.FunctionGuard()  # after the launch counter, whose wrappers are ours
-    if ctx.is_cuda:
-        ctx.flusher = timing.L2Flusher(device)
-        ctx.launch_hold = timing.LaunchHold()
-        timing.profiler_events(lambda: None)  # CUPTI's set-up, paid here rather than in an evaluation's checks
-        _warm_up_timing(torch, ctx)
-        ctx.baseline_cuda_bytes = torch.cuda.memory_allocated()
-    return ctx
-
-
-def _warm_up_timing(torch: Any, ctx: WorkerContext) -> None:
-    """One timing session on a throwaway kernel, so the first real measurement of this process (which seeds the
-    reference-timing cache) does not pay for cold allocator pools, event machinery and clocks."""
-    x = torch.randn(2**22, device=ctx.device)
-    settings = timing.TimingSettings(trials=100, warmup=10, warmup_min_ms=100.0)
-    with torch.no_grad():
-        timing.time_cuda({"a": lambda: torch.relu(x), "b": lambda: torch.relu(x)}, settings, ctx.flusher,
-                          hold=ctx.launch_hold)
-    del x
-
-
-class _Outcome(Exception):
+class Outcome(Exception):
     """Ends an evaluation early with a verdict."""
 
     def __init__(self, verdict: Verdict, message: str = "", hack_rule: str | None = None):
@@ -133,65 +41,6 @@ class _Outcome(Exception):
         self.verdict = verdict
         self.message = message
         self.hack_rule = hack_rule
-
-
-def _cap(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
-    text = text.strip()
-    if len(text) <= limit:
-        return text
-    half = limit // 2 - 20
-    return text[:half] + "\n… [truncated] …\n" + text[-half:]
-
-
-def _format_traceback(exc: BaseException, candidate_filename: str) -> str:
-    try:
-        from evaluator import errclean  # written by the pool engineer; optional until it lands
-
-        return errclean.clean_traceback(exc, candidate_filename, max_chars=MAX_MESSAGE_CHARS)
-    except Exception:
-        pass
-    # Fallback: keep the frames in the candidate's file plus the exception line.
-    frames = traceback.extract_tb(exc.__traceback__)
-    lines = []
-    for frame in frames:
-        if frame.filename == candidate_filename:
-            lines.append(f"  line {frame.lineno}, in {frame.name}: {(frame.line or '').strip()}")
-    head = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    body = ("Traceback (candidate frames):\n" + "\n".join(lines[-8:]) + "\n") if lines else ""
-    return _cap(body + head)
-
-
-def _format_compile_error(exc: BaseException, candidate_source: str, candidate_filename: str) -> str:
-    text = str(exc)
-    if type(exc).__name__ == "CudaBuildError":
-        return _cap(text)  # compile.py already cleaned the compiler output
-    try:
-        from evaluator import errclean
-
-        if "Error building extension" in text or "error:" in text:
-            return errclean.clean_compile_log(text, candidate_source, max_chars=MAX_MESSAGE_CHARS)
-        return errclean.clean_traceback(exc, candidate_filename, max_chars=MAX_MESSAGE_CHARS)
-    except Exception:
-        pass
-    return _format_traceback(exc, candidate_filename)
-
-
-def _is_compile_exception(exc: BaseException) -> bool:
-    """Kernel build failures: load_inline/nvcc, the compile cache hook, Triton's compiler."""
-    for cls in type(exc).__mro__:
-        if cls.__module__.startswith("triton") and cls.__name__ in ("CompilationError", "CompileTimeAssertionFailure",
-                                                                   "UnsupportedLanguageConstruct", "TritonError",
-                                                                   "OutOfResources", "PTXASError"):
-            return True
-        if cls.__name__ in ("CudaBuildError", "BuildError", "CompileError"):
-            return True
-    if "Error building extension" in str(exc):
-        return True
-    for frame in traceback.extract_tb(exc.__traceback__):
-        name = frame.filename.replace("\\", "/")
-        if name.endswith("torch/utils/cpp_extension.py") or name.endswith("evaluator/compile.py"):
-            return True
-    return False
 
 
 def _cuda_broken(torch: Any, ctx: WorkerContext) -> bool:
@@ -238,10 +87,10 @@ class _Watch:
             self.candidate_running = False
 
 
-def _hack(found: Optional[rules.Finding]) -> None:
+def hack(found: Optional[rules.Finding]) -> None:
     """The one place a rule's finding becomes a verdict."""
     if found is not None:
-        raise _Outcome(Verdict.HACK_DETECTED, found.message, found.rule)
+        raise Outcome(Verdict.HACK_DETECTED, found.message, found.rule)
 
 
 class _TimedOutputSampler:
@@ -272,7 +121,7 @@ class _TimedOutputSampler:
                 self.keep(values_index, output, self.rotation.current)
 
     def keep(self, values_index: int, output: Any, inputs: list) -> None:
-        _hack(runtime_rules.check_plain_outputs(output))  # before the snapshot, which would run a lazy output's work
+        hack(runtime_rules.check_plain_outputs(output))  # before the snapshot, which would run a lazy output's work
         self.outputs.append((values_index, judge.snapshot(output)))
         self.inputs.append((values_index, judge.clone_inputs(inputs)))
 
@@ -287,7 +136,7 @@ def _load_reference(request: EvalRequest) -> types.ModuleType:
         setattr(module, name, value)
     for name in ("Model", "get_inputs", "get_init_inputs"):
         if not hasattr(module, name):
-            raise _Outcome(Verdict.RUNTIME_ERROR, f"The reference problem defines no `{name}` (evaluator input error).")
+            raise Outcome(Verdict.RUNTIME_ERROR, f"The reference problem defines no `{name}` (evaluator input error).")
     return module
 
 
@@ -329,41 +178,47 @@ def evaluate_in_process(request: EvalRequest, ctx: WorkerContext, prebuilt: dict
         result.cache_hits.append("compile")
     if prebuilt and prebuilt.get("seconds") is not None:
         result.phase_times_s["compile"] = round(float(prebuilt["seconds"]), 6)
-    state = _RunState(request, ctx, result, torch)
+    state = RunState(request, ctx, result, torch)
     try:
         with torch.no_grad():
             state.run(prebuilt)
         result.verdict = Verdict.CORRECT
-    except _Outcome as outcome:
-        result.verdict = outcome.verdict
-        result.error_message = _cap(outcome.message)
-        result.hack_rule = outcome.hack_rule
     except BaseException as exc:  # noqa: BLE001 - a candidate can raise anything, SystemExit included
         if isinstance(exc, KeyboardInterrupt):
             raise
-        if _is_compile_exception(exc):
-            result.verdict = Verdict.COMPILE_ERROR
-            result.compiled = False
-            result.error_message = _format_compile_error(exc, request.candidate_source, state.candidate_path)
-        else:
-            result.verdict = Verdict.RUNTIME_ERROR
-            result.error_message = _format_traceback(exc, state.candidate_path)
+        record_failure(result, exc, request.candidate_source, state.candidate_path)
     finally:
         state.cleanup()
-    if result.verdict not in (Verdict.CORRECT,) and ctx.is_cuda and _cuda_broken(torch, ctx):
-        ctx.sticky_cuda_error = True
-        if result.verdict != Verdict.HACK_DETECTED:
-            result.verdict = Verdict.RUNTIME_ERROR
-        result.error_message = _cap(result.error_message + "\n(The CUDA context is unusable after this kernel.)")
+    note_broken_context(result, ctx, torch)
     ctx.requests_done += 1
     result.phase_times_s["total"] = round(time.perf_counter() - started, 6)
     return result
 
 
+def record_failure(result: EvalResult, exc: BaseException, source: str, candidate_path: str) -> None:
+    """An evaluation ended by `exc`: a rule's or phase's Outcome, a build failure, or the candidate's own exception."""
+    if isinstance(exc, Outcome):
+        result.verdict, result.error_message, result.hack_rule = exc.verdict, cap(exc.message), exc.hack_rule
+    elif is_compile_exception(exc):
+        result.verdict, result.compiled = Verdict.COMPILE_ERROR, False
+        result.error_message = format_compile_error(exc, source, candidate_path)
+    else:
+        result.verdict, result.error_message = Verdict.RUNTIME_ERROR, format_traceback(exc, candidate_path)
+
+
+def note_broken_context(result: EvalResult, ctx: WorkerContext, torch: Any) -> None:
+    """A failed evaluation that left the CUDA context unusable: the process is retired, the verdict says why."""
+    if result.verdict not in (Verdict.CORRECT,) and ctx.is_cuda and _cuda_broken(torch, ctx):
+        ctx.sticky_cuda_error = True
+        if result.verdict != Verdict.HACK_DETECTED:
+            result.verdict = Verdict.RUNTIME_ERROR
+        result.error_message = cap(result.error_message + "\n(The CUDA context is unusable after this kernel.)")
+
+
 _MISSING = object()
 
 
-class _RunState:
+class RunState:
     """One evaluation's moving parts, so cleanup can undo whatever was reached."""
 
     def __init__(self, request: EvalRequest, ctx: WorkerContext, result: EvalResult, torch: Any):
@@ -379,13 +234,18 @@ class _RunState:
 
     # ---- phases -------------------------------------------------------------------------------------------------
     def run(self, prebuilt: dict | None) -> None:
+        reference, ref_model, new_model, watch = self.load(prebuilt)
+        self.after_load(reference, ref_model, new_model, watch)
+
+    def load(self, prebuilt: dict | None) -> tuple:
+        """Parse, rule-check and load the candidate, build both models: (reference module, Model, ModelNew, watch)."""
         request, ctx, result, torch = self.request, self.ctx, self.result, self.torch
         if request.backend not in BACKENDS:
-            raise _Outcome(Verdict.FORMAT_ERROR, f"Unknown backend {request.backend!r}; use one of {', '.join(BACKENDS)}.")
+            raise Outcome(Verdict.FORMAT_ERROR, f"Unknown backend {request.backend!r}; use one of {', '.join(BACKENDS)}.")
         if request.precision not in PRECISIONS:
-            raise _Outcome(Verdict.FORMAT_ERROR, f"Unknown precision {request.precision!r}; use one of {', '.join(PRECISIONS)}.")
+            raise Outcome(Verdict.FORMAT_ERROR, f"Unknown precision {request.precision!r}; use one of {', '.join(PRECISIONS)}.")
         if request.backend == "cuda" and not ctx.is_cuda:
-            raise _Outcome(Verdict.RUNTIME_ERROR, "CUDA candidates need a GPU; this worker runs on the CPU.")
+            raise Outcome(Verdict.RUNTIME_ERROR, "CUDA candidates need a GPU; this worker runs on the CPU.")
         ctx.guard.reset_numeric_flags()  # (patched functions were already restored by the last cleanup)
         import threading
 
@@ -393,19 +253,19 @@ class _RunState:
 
         with _Phase(result, "load"):
             tree = self._parse_candidate()
-            _hack(static_rules.findings(tree, request.candidate_source, request.backend))
+            hack(static_rules.findings(tree, request.candidate_source, request.backend))
             try:
                 reference = _load_reference(request)
-            except _Outcome:
+            except Outcome:
                 raise
             except Exception as exc:
-                raise _Outcome(Verdict.RUNTIME_ERROR, f"The reference problem failed to load (evaluator input error): "
+                raise Outcome(Verdict.RUNTIME_ERROR, f"The reference problem failed to load (evaluator input error): "
                                f"{type(exc).__name__}: {exc}") from None
             ref_cls = reference.Model
             watch = _Watch(ref_cls)
             self.reference_dicts = [(d, dict(d)) for d in (reference.__dict__, ref_cls.__dict__)]
             model_new_cls = self._load_candidate(prebuilt, watch, reference)
-            _hack(runtime_rules.check_reference_class(model_new_cls, ref_cls))
+            hack(runtime_rules.check_reference_class(model_new_cls, ref_cls))
 
             dtype = judge.DTYPES[request.precision]
             with self._default_device():
@@ -417,20 +277,23 @@ class _RunState:
                     self.reference_model = ref_model
                     self.reference_state = self._reference_checksum()  # before the candidate can reach it
                 except Exception as exc:
-                    raise _Outcome(Verdict.RUNTIME_ERROR, f"The reference Model could not be built (evaluator input "
+                    raise Outcome(Verdict.RUNTIME_ERROR, f"The reference Model could not be built (evaluator input "
                                    f"error): {type(exc).__name__}: {exc}") from None
                 judge.set_seed(request.seed)
                 with watch.candidate():
                     new_model = model_new_cls(*init_inputs)
             self._verify_untampered()  # outside the device context, whose torch-function mode the guard would see
-            _hack(runtime_rules.check_reference_calls(watch.reference_calls))
-            _hack(runtime_rules.check_reference_instance(new_model, ref_cls))
+            hack(runtime_rules.check_reference_calls(watch.reference_calls))
+            hack(runtime_rules.check_reference_instance(new_model, ref_cls))
             ref_model = ref_model.to(ctx.device).to(dtype) if dtype != torch.float32 else ref_model.to(ctx.device)
             new_model = new_model.to(ctx.device).to(dtype) if dtype != torch.float32 else new_model.to(ctx.device)
             self._sync()
             self.reference_state = self._reference_checksum()  # again after our own device/precision cast
             result.compiled = True
+        return reference, ref_model, new_model, watch
 
+    def after_load(self, reference, ref_model, new_model, watch) -> None:
+        request, result = self.request, self.result
         own_kernels = request.backend in ("triton", "cuda")
         with _Phase(result, "correctness"):
             last_inputs = self._correctness(reference, ref_model, new_model, watch)
@@ -453,7 +316,7 @@ class _RunState:
         except SyntaxError as exc:
             line = (exc.text or "").rstrip()
             pointer = f"\n    {line}" if line else ""
-            raise _Outcome(Verdict.COMPILE_ERROR, f"SyntaxError at line {exc.lineno}: {exc.msg}{pointer}") from None
+            raise Outcome(Verdict.COMPILE_ERROR, f"SyntaxError at line {exc.lineno}: {exc.msg}{pointer}") from None
 
     def _load_candidate(self, prebuilt: dict | None, watch: _Watch, reference: types.ModuleType) -> type:
         request, ctx = self.request, self.ctx
@@ -477,25 +340,25 @@ class _RunState:
         try:
             with watch.candidate():
                 spec.loader.exec_module(module)
-        except _Outcome:
+        except Outcome:
             raise
         except BaseException as exc:  # noqa: BLE001
             if isinstance(exc, KeyboardInterrupt):
                 raise
             self._verify_untampered()
-            message = (_format_compile_error(exc, request.candidate_source, self.candidate_path)
-                       if request.backend == "cuda" or _is_compile_exception(exc)
-                       else _format_traceback(exc, self.candidate_path))
-            raise _Outcome(Verdict.COMPILE_ERROR, message) from None
+            message = (format_compile_error(exc, request.candidate_source, self.candidate_path)
+                       if request.backend == "cuda" or is_compile_exception(exc)
+                       else format_traceback(exc, self.candidate_path))
+            raise Outcome(Verdict.COMPILE_ERROR, message) from None
         self._verify_untampered()
         model_new = getattr(module, "ModelNew", None)
         if model_new is None:
-            raise _Outcome(Verdict.FORMAT_ERROR, "The candidate defines no `ModelNew` class; define `class ModelNew(nn.Module)` "
+            raise Outcome(Verdict.FORMAT_ERROR, "The candidate defines no `ModelNew` class; define `class ModelNew(nn.Module)` "
                            "taking the same init arguments as `Model`.")
         import torch
 
         if not (isinstance(model_new, type) and issubclass(model_new, torch.nn.Module)):
-            raise _Outcome(Verdict.FORMAT_ERROR, "`ModelNew` must be a subclass of torch.nn.Module.")
+            raise Outcome(Verdict.FORMAT_ERROR, "`ModelNew` must be a subclass of torch.nn.Module.")
         return model_new
 
     def _reference_checksum(self) -> list:
@@ -514,11 +377,11 @@ class _RunState:
     def _verify_untampered(self) -> None:
         self.ctx.guard.reset_numeric_flags()
         changed = getattr(self, "reference_model", None) is not None and self._reference_changed()
-        _hack(runtime_rules.check_reference_intact(getattr(self, "reference_dicts", []), changed))
+        hack(runtime_rules.check_reference_intact(getattr(self, "reference_dicts", []), changed))
         patched = self.ctx.guard.violations()
         if patched:
             self.ctx.guard.restore()
-        _hack(runtime_rules.check_patched(patched))
+        hack(runtime_rules.check_patched(patched))
 
     def _sync(self) -> None:
         if self.ctx.is_cuda:
@@ -556,7 +419,7 @@ class _RunState:
         except Exception as exc:
             if self.ctx.is_cuda and _cuda_broken(self.torch, self.ctx):
                 raise  # an earlier candidate kernel broke the context; reported as the candidate's fault
-            raise _Outcome(Verdict.RUNTIME_ERROR, f"The reference Model failed (evaluator input error): "
+            raise Outcome(Verdict.RUNTIME_ERROR, f"The reference Model failed (evaluator input error): "
                            f"{type(exc).__name__}: {exc}") from None
 
     def _call_candidate(self, new_model: Any, inputs: list, watch: _Watch, verify: bool = True) -> Any:
@@ -565,22 +428,22 @@ class _RunState:
             output = new_model(*inputs)
             self._sync()  # asynchronous CUDA faults belong to the candidate
         if stream is not None:
-            _hack(runtime_rules.check_current_stream(stream, self.torch.cuda.current_stream()))
+            hack(runtime_rules.check_current_stream(stream, self.torch.cuda.current_stream()))
         if verify:
             self._verify_untampered()
-        _hack(runtime_rules.check_reference_calls(watch.reference_calls))
-        _hack(runtime_rules.check_plain_outputs(output))
+        hack(runtime_rules.check_reference_calls(watch.reference_calls))
+        hack(runtime_rules.check_plain_outputs(output))
         return output
 
     def _fail_wrong(self, comparison: judge.Comparison, output: Any, where: str, earlier: list) -> None:
         """A wrong output: a hack when it repeats an output returned for other inputs, else wrong_output with the
         measured difference (an approximation outside tolerance is never a hack)."""
-        _hack(runtime_rules.check_cached_output(earlier, output))
+        hack(runtime_rules.check_cached_output(earlier, output))
         if comparison.verdict == Verdict.SHAPE_MISMATCH:
-            raise _Outcome(Verdict.SHAPE_MISMATCH, comparison.message)
+            raise Outcome(Verdict.SHAPE_MISMATCH, comparison.message)
         self.result.max_abs_diff = comparison.max_abs_diff
         self.result.mean_abs_diff = comparison.mean_abs_diff
-        raise _Outcome(Verdict.WRONG_OUTPUT, f"{where}{comparison.message}")
+        raise Outcome(Verdict.WRONG_OUTPUT, f"{where}{comparison.message}")
 
     def _correctness(self, reference, ref_model, new_model, watch) -> list:
         request, result, torch = self.request, self.result, self.torch
@@ -603,15 +466,15 @@ class _RunState:
             new_out = self._call_candidate(new_model, inputs, watch, verify=False)
             self.trial_launches.append(counter.count - launches_before)
             self.ctx.guard.reset_numeric_flags()
-            _hack(runtime_rules.check_inputs_unchanged(inputs, pristine))
+            hack(runtime_rules.check_inputs_unchanged(inputs, pristine))
             self._hand_over(f"trial-{trial}", new_out)
             comparison = judge.compare(ref_out, new_out, atol, rtol)
             if not comparison.ok:
                 self._verify_untampered()  # a failure may come from a patched torch: report the patch instead
-                _hack(runtime_rules.check_cached_output(self.earlier_outputs, new_out))
+                hack(runtime_rules.check_cached_output(self.earlier_outputs, new_out))
             if comparison.verdict == Verdict.SHAPE_MISMATCH:
                 result.correctness_trials_passed = passed
-                raise _Outcome(Verdict.SHAPE_MISMATCH, comparison.message)
+                raise Outcome(Verdict.SHAPE_MISMATCH, comparison.message)
             if comparison.ok:
                 passed += 1
                 worst = (max(worst[0], comparison.max_abs_diff), max(worst[1], comparison.mean_abs_diff))
@@ -624,7 +487,7 @@ class _RunState:
         if first_failure is not None:
             result.max_abs_diff = first_failure.max_abs_diff
             result.mean_abs_diff = first_failure.mean_abs_diff
-            raise _Outcome(Verdict.WRONG_OUTPUT, f"{first_failure.message} Passed {passed}/{request.correctness_trials} trials.")
+            raise Outcome(Verdict.WRONG_OUTPUT, f"{first_failure.message} Passed {passed}/{request.correctness_trials} trials.")
         result.max_abs_diff, result.mean_abs_diff = worst
         return inputs
 
@@ -640,9 +503,9 @@ class _RunState:
             if request.backend == "triton" and own_launches is not None:
                 own_launches = max(own_launches, triton_launches)
             if own_names and own_launches is not None:
-                _hack(runtime_rules.check_kernels_launched(own_launches))
+                hack(runtime_rules.check_kernels_launched(own_launches))
         elif request.backend == "triton":
-            _hack(runtime_rules.check_kernels_launched(triton_launches))
+            hack(runtime_rules.check_kernels_launched(triton_launches))
 
     def _profile_candidate(self, new_model, inputs, own_names, watch) -> tuple[Optional[float], Optional[int], int]:
         """(own-kernel time fraction, own launches, all launches) of one extra call; (None, None, 0) when the
@@ -678,7 +541,7 @@ class _RunState:
         if launches == 0:
             return  # nothing of the candidate's ran where we could see it; the launch rules decide
         moved = min(runtime_rules.moved_fraction(normal, poisoned) for poisoned in poisoned_outputs)
-        _hack(runtime_rules.check_output_uses_kernels(moved, launches))
+        hack(runtime_rules.check_output_uses_kernels(moved, launches))
 
     def _time(self, reference, ref_model, new_model, watch) -> None:
         request, ctx, result, torch = self.request, self.ctx, self.result, self.torch
@@ -755,13 +618,13 @@ class _RunState:
             ctx.guard.reset_numeric_flags()  # the thread count back for what follows
         self._sync()
         self._verify_untampered()
-        _hack(runtime_rules.check_reference_calls(watch.reference_calls))
+        hack(runtime_rules.check_reference_calls(watch.reference_calls))
         checked.keep(last["values"], last.get("output"), last["inputs"])  # the last timed call, always checked
-        _hack(runtime_rules.check_replayed_storages(checked.storage_values, rotation.set_count, checked.calls))
+        hack(runtime_rules.check_replayed_storages(checked.storage_values, rotation.set_count, checked.calls))
         for values_index, seen in checked.inputs:
-            _hack(runtime_rules.check_inputs_unchanged(seen, rotation.values(values_index), "during timing"))
+            hack(runtime_rules.check_inputs_unchanged(seen, rotation.values(values_index), "during timing"))
         if request.backend == "triton":
-            _hack(runtime_rules.check_work_when_timed(min(self.trial_launches, default=0), checked.idle_calls,
+            hack(runtime_rules.check_work_when_timed(min(self.trial_launches, default=0), checked.idle_calls,
                                                        checked.calls))
         kernel_stats = timing.summarize(samples["candidate"])
         if cached is None:
@@ -791,9 +654,9 @@ class _RunState:
                 others = earlier + [o for v, o in checked.outputs if v != values_index]
                 self._fail_wrong(comparison, output, "Wrong on the timing inputs: ", others)
         if ctx.is_cuda:
-            _hack(self._untimed_work_finding(candidate_call, kernel_stats.median_ms))
+            hack(self._untimed_work_finding(candidate_call, kernel_stats.median_ms))
             if ctx.launch_hold is not None and settings.hold_launches:
-                _hack(self._early_start_finding(candidate_call))
+                hack(self._early_start_finding(candidate_call))
             self._check_work_after_timing(new_model, rotation, watch)
             self._speed_of_light(ref_model, first, kernel_stats.median_ms)
         self.timing_inputs = last["inputs"]
@@ -807,7 +670,7 @@ class _RunState:
         rotation.advance()
         _, _, kernels = self._profile_candidate(new_model, rotation.current, set(), watch)
         if kernels == 0:
-            _hack(runtime_rules.check_work_when_timed(self.correctness_kernels, 1, 1))
+            hack(runtime_rules.check_work_when_timed(self.correctness_kernels, 1, 1))
 
     def _speed_of_light(self, ref_model, inputs, measured_ms: float) -> None:
         """Report the speed-of-light time and fraction on this GPU; a measurement below the physical floor is a hack."""
@@ -825,7 +688,7 @@ class _RunState:
         self.result.sol_time_ms = sol.sol_time_ms(cost.flops, cost.bytes_moved, spec, precision, cost.tf32_flops)
         self.result.sol_fraction = sol.sol_fraction(self.result.sol_time_ms, measured_ms)
         floor_ms = sol.hack_floor_ms(cost.flops, cost.input_bytes, spec, precision, cost.tf32_flops)
-        _hack(runtime_rules.check_speed_of_light(measured_ms, floor_ms))
+        hack(runtime_rules.check_speed_of_light(measured_ms, floor_ms))
 
     def _untimed_work_finding(self, candidate_call, event_median_ms: float):
         """The device-wide cross-check, robust to a busy host: descheduling (parallel compiles, other jobs) only
@@ -867,7 +730,7 @@ class _RunState:
             return
         stale = [self.timed_output] if getattr(self, "timed_output", None) is not None else []
         if comparison.verdict == Verdict.SHAPE_MISMATCH:
-            _hack(rules.finding("cached_output", "the output shape did not follow the inputs"))
+            hack(rules.finding("cached_output", "the output shape did not follow the inputs"))
         self._fail_wrong(comparison, new_out, "Wrong on fresh inputs after repeated calls: ", stale + self.earlier_outputs)
 
     def _check_threads(self) -> None:
@@ -882,7 +745,7 @@ class _RunState:
                     if t.ident not in self.threads_before and t.is_alive() and from_candidate(t)]
         if leftover:
             self.ctx.polluted_reason = "candidate left threads running"
-        _hack(runtime_rules.check_threads(leftover))
+        hack(runtime_rules.check_threads(leftover))
 
     # ---- cleanup ------------------------------------------------------------------------------------------------
     def cleanup(self) -> None:
@@ -912,3 +775,10 @@ class _RunState:
                     self.torch.cuda.empty_cache()
                 except Exception:
                     pass
+
+
+def open_session(request: EvalRequest, ctx: WorkerContext, prebuilt: dict | None = None) -> Any:
+    """A slot runner's session for one request: these checks, one judge order at a time (evaluator/slot/)."""
+    from evaluator.slot.worker_session import TaskSession
+
+    return TaskSession(request, ctx, prebuilt)

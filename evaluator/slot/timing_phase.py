@@ -1,0 +1,176 @@
+"""The timing of one task, measured by the judge alone. The reference runs in the judge (a process that never ran
+candidate code); the candidate runs batches of calls on the judge's order and is charged what the judge measures
+around them (its own clock on a GPU, the task's CPU accounting on the CPU), then shows the outputs of calls the judge
+picks after each batch. Rounds interleave the two sides; an unsteady measurement is retried a bounded number of times."""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from typing import Any, Callable
+
+from evaluator.api import Verdict
+from evaluator.slot.outcome import TaskEnded
+
+CLOCK_JUDGE_WALL = "judge_wall"  # the judge's clock around a synchronised batch (GPU)
+CLOCK_TASK_CPU = "task_cpu"  # CPU time of the task's processes, from the kernel (CPU mode)
+BATCH_TARGET_S = {"cuda": 0.005, "cpu": 0.010}  # long enough that one pipe round trip (~0.05 ms) hardly counts
+STAGING_BUDGET_BYTES = {"cuda": 1 << 30, "cpu": 64 << 20}  # distinct value sets the runner keeps for one batch
+MAX_CALLS = 512
+PICKED_PER_BATCH = 2
+ROUNDS = {"cuda": 7, "cpu": 5}
+MAX_SPREAD = 0.25  # (p75 - p25) / median of the candidate's per-call times beyond this: measured again
+RETRIES = 2
+BASE_SETS = 2
+# A hand-over that takes longer than this many times the judge's own cost of writing the same outputs (plus the
+# slack) is charged as computation: a runner that skipped the batch and computes only the picked calls pays for them.
+HAND_ALLOWANCE_FACTOR = 4.0
+HAND_ALLOWANCE_SLACK_S = 0.002
+
+# Further measurements of the same task by other conventions (KernelBench's, evaluator/judging/kernelbench_timing.py):
+# each is called as hook(phase, result) after the judge's own rounds, while the device is still held, and may add
+# fields to the result. It runs in the judge; it may order the runner through phase.driver like the rounds do.
+EXTRA_TIMINGS: dict[str, Callable[["TimingPhase", Any], None]] = {}
+
+
+class TimingPhase:
+    def __init__(self, task: Any, driver: Any, schedule: Any, charge: Any = None, lock: Any = None):
+        self.task, self.driver, self.schedule = task, driver, schedule
+        self.kind = "cuda" if task.device.startswith("cuda") else "cpu"
+        self.charge = charge  # CpuCharge of the runner's tree (CPU mode)
+        self.lock = lock  # DeviceLock of this GPU, held only while timing
+        self.rng = random.SystemRandom()
+        self.bases: list[list] = []
+        self.judge_sets: list[list] = []
+
+    # ---- the two sides' batches
+    def reference_batch(self, calls: int) -> float:
+        """Seconds per call of the reference over `calls` staged sets, timed here."""
+        import torch
+
+        model, sets = self.task.model, self.judge_sets
+        with torch.no_grad():
+            if self.kind == "cuda":
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+                for index in range(calls):
+                    model(*sets[index % len(sets)])
+                torch.cuda.synchronize()
+                return (time.perf_counter() - start) / calls
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)  # the candidate's runner works on one thread too (its CPU time is what counts)
+            try:
+                start = time.thread_time_ns()
+                for index in range(calls):
+                    model(*sets[index % len(sets)])
+                return (time.thread_time_ns() - start) / 1e9 / calls
+            finally:
+                torch.set_num_threads(threads)
+
+    def measured(self, message: dict[str, Any], expected: str) -> float:
+        """Seconds the runner took to answer `message`, as the judge measures it."""
+        before = self.charge.now() if self.charge is not None else 0
+        self.driver.order(message, expected)
+        if self.charge is not None:
+            return (self.charge.now() - before) / 1e9
+        return self.driver.answered_at - self.driver.sent_at
+
+    def candidate_batch(self, calls: int, salt: int) -> float:
+        """Seconds per call of the candidate: the batch, then the outputs of calls picked now, checked here."""
+        seconds = self.measured({"type": "run", "calls": calls}, "ran")
+        picked = sorted(self.rng.sample(range(calls), min(PICKED_PER_BATCH, calls)))
+        hand_s = self.measured({"type": "hand", "calls": picked}, "handed")
+        lazy_s = max(0.0, hand_s - len(picked) * self.hand_cost_s * HAND_ALLOWANCE_FACTOR - HAND_ALLOWANCE_SLACK_S)
+        self.check(picked, salt)
+        return max(seconds / calls, lazy_s / len(picked))
+
+    def check(self, picked: list[int], salt: int) -> None:
+        from evaluator import judge
+
+        for call in picked:
+            values = judge.nudged_values(self.bases[call % len(self.bases)], salt + call)
+            expected = self.task.reference_output(values)
+            comparison, output = self.task.compare(f"call-{call}", expected)
+            if not comparison.ok:
+                self.schedule.wrong(comparison, output, "while being timed")
+            self.schedule.earlier.append(output)
+
+    # ---- the rounds
+    def run(self, result: Any) -> None:
+        from evaluator import judge, sol, timing
+
+        names = [f"timing-{j}" for j in range(BASE_SETS)]
+        self.bases = [self.task.make(name) for name in names]
+        set_bytes = sol.tensor_bytes(self.bases[0]) + sol.tensor_bytes(self.task.reference_outputs[names[0]])
+        self.staged = max(1, min(MAX_CALLS, STAGING_BUDGET_BYTES[self.kind] // max(1, set_bytes)))
+        self.judge_sets = [judge.nudged_values(self.bases[i % BASE_SETS], i) for i in range(self.staged)]
+        self.hand_cost_s = self.own_hand_cost(self.task.reference_outputs[names[0]])
+        deadline = self.driver.deadline
+        if self.lock is not None:
+            waited = self.lock.acquire(deadline)
+            if waited is None:
+                raise TaskEnded(Verdict.TIMEOUT, "The evaluation did not get the GPU for timing within its limit.")
+            self.schedule.phases["device_wait"] = round(waited, 6)
+        try:
+            reference_ms, candidate_ms = self.rounds()
+            for hook in EXTRA_TIMINGS.values():
+                hook(self, result)
+        finally:
+            if self.lock is not None:
+                self.lock.release()
+        result.kernel_runtime = timing.summarize(candidate_ms)
+        result.reference_runtime = timing.summarize(reference_ms)
+        result.timing_clock = CLOCK_JUDGE_WALL if self.kind == "cuda" else CLOCK_TASK_CPU
+        candidate = statistics.median(candidate_ms)
+        result.speedup = statistics.median(reference_ms) / candidate if candidate > 0 else None
+
+    def own_hand_cost(self, output: Any) -> float:
+        """Seconds the judge takes to encode one output of this size (the runner's hand-over does the same work)."""
+        from evaluator import tensorwire
+
+        start = time.perf_counter()
+        tensorwire.encode_values(output)
+        return time.perf_counter() - start
+
+    def rounds(self) -> tuple[list[float], list[float]]:
+        salt = self.stage()
+        warm = min(self.staged, 3)
+        reference_s = self.reference_batch(warm)
+        candidate_s = self.candidate_batch(warm, salt)
+        target = BATCH_TARGET_S[self.kind]
+        reference_calls = max(1, min(self.staged, int(target / max(reference_s, 1e-7))))
+        candidate_calls = max(1, min(self.staged, int(target / max(candidate_s, 1e-7))))
+        reference_ms: list[float] = []
+        candidate_ms: list[float] = []
+        rounds = ROUNDS[self.kind]
+        for attempt in range(RETRIES + 1):
+            for index in range(rounds):
+                salt = self.stage()
+                sides = ("reference", "candidate") if index % 2 == 0 else ("candidate", "reference")
+                for side in sides:
+                    if side == "reference":
+                        reference_ms.append(self.reference_batch(reference_calls) * 1e3)
+                    else:
+                        candidate_ms.append(self.candidate_batch(candidate_calls, salt) * 1e3)
+            if spread(candidate_ms[-rounds:]) <= MAX_SPREAD and spread(reference_ms[-rounds:]) <= MAX_SPREAD:
+                return reference_ms[-rounds:], candidate_ms[-rounds:]
+            self.schedule.phases["timing_retries"] = attempt + 1
+        return reference_ms, candidate_ms
+
+    def stage(self) -> int:
+        """Fresh values for the next batch in the runner's staged sets (a memo from an earlier batch answers stale)."""
+        salt = self.rng.getrandbits(30)
+        self.driver.order({"type": "stage", "sets": [f"timing-{j}" for j in range(BASE_SETS)],
+                           "count": self.staged, "salt": salt}, "staged")
+        return salt
+
+
+def spread(values: list[float]) -> float:
+    if len(values) < 4:
+        return 0.0
+    ordered = sorted(values)
+    q1, q3 = ordered[len(ordered) // 4], ordered[(3 * len(ordered)) // 4]
+    median = statistics.median(ordered)
+    return (q3 - q1) / median if median > 0 else 0.0
+
