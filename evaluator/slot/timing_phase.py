@@ -16,17 +16,17 @@ from evaluator.slot.outcome import TaskEnded
 CLOCK_JUDGE_WALL = "judge_wall"  # the judge's clock around a synchronised batch (GPU)
 CLOCK_TASK_CPU = "task_cpu"  # CPU time of the task's processes, from the kernel (CPU mode)
 BATCH_TARGET_S = {"cuda": 0.005, "cpu": 0.010}  # long enough that one pipe round trip (~0.05 ms) hardly counts
-STAGING_BUDGET_BYTES = {"cuda": 1 << 30, "cpu": 64 << 20}  # distinct value sets the runner keeps for one batch
-MAX_CALLS = 512
-PICKED_PER_BATCH = 2
-ROUNDS = {"cuda": 7, "cpu": 5}
+STAGING_BUDGET_BYTES = {"cuda": 1 << 30, "cpu": 16 << 20}  # distinct value sets the runner keeps for one batch
+MAX_CALLS = {"cuda": 1024, "cpu": 4096}  # and never more than the staging budget holds
+PICKED_PER_BATCH = {"cuda": 2, "cpu": 1}  # the judge's checks of one output cost more than a small batch on a CPU
+ROUNDS = {"cuda": 7, "cpu": 3}
 MAX_SPREAD = 0.25  # (p75 - p25) / median of the candidate's per-call times beyond this: measured again
-RETRIES = 2
+RETRIES = {"cuda": 2, "cpu": 1}
 BASE_SETS = 2
 # A hand-over that takes longer than this many times the judge's own cost of writing the same outputs (plus the
 # slack) is charged as computation: a runner that skipped the batch and computes only the picked calls pays for them.
 HAND_ALLOWANCE_FACTOR = 4.0
-HAND_ALLOWANCE_SLACK_S = 0.002
+HAND_ALLOWANCE_SLACK_S = 0.005
 
 # Further measurements of the same task by other conventions (KernelBench's, evaluator/judging/kernelbench_timing.py):
 # each is called as hook(phase, result) after the judge's own rounds, while the device is still held, and may add
@@ -49,21 +49,27 @@ class TimingPhase:
         """Seconds per call of the reference over `calls` staged sets, timed here."""
         import torch
 
-        model, sets = self.task.model, self.judge_sets
+        model, sets, outputs = self.task.model, self.judge_sets, []
         with torch.no_grad():
             if self.kind == "cuda":
                 torch.cuda.synchronize()
                 start = time.perf_counter()
-                for index in range(calls):
-                    model(*sets[index % len(sets)])
+                for index in range(calls):  # outputs kept, as the runner keeps its own for the hand-over
+                    outputs.append(model(*sets[index % len(sets)]))
                 torch.cuda.synchronize()
                 return (time.perf_counter() - start) / calls
+            from evaluator import sol, timing
+
+            # Both sides' outputs on pages already mapped (the runner does the same before its batch): a page fault
+            # per 4 KiB of a fresh output costs more than a small kernel's work.
+            timing.keep_freed_memory()
+            timing.reserve_touched_memory(calls * sol.tensor_bytes(self.task.reference_outputs["timing-0"]))
             threads = torch.get_num_threads()
             torch.set_num_threads(1)  # the candidate's runner works on one thread too (its CPU time is what counts)
             try:
                 start = time.thread_time_ns()
                 for index in range(calls):
-                    model(*sets[index % len(sets)])
+                    outputs.append(model(*sets[index % len(sets)]))
                 return (time.thread_time_ns() - start) / 1e9 / calls
             finally:
                 torch.set_num_threads(threads)
@@ -79,7 +85,7 @@ class TimingPhase:
     def candidate_batch(self, calls: int, salt: int) -> float:
         """Seconds per call of the candidate: the batch, then the outputs of calls picked now, checked here."""
         seconds = self.measured({"type": "run", "calls": calls}, "ran")
-        picked = sorted(self.rng.sample(range(calls), min(PICKED_PER_BATCH, calls)))
+        picked = sorted(self.rng.sample(range(calls), min(PICKED_PER_BATCH[self.kind], calls)))
         hand_s = self.measured({"type": "hand", "calls": picked}, "handed")
         lazy_s = max(0.0, hand_s - len(picked) * self.hand_cost_s * HAND_ALLOWANCE_FACTOR - HAND_ALLOWANCE_SLACK_S)
         self.check(picked, salt)
@@ -103,7 +109,7 @@ class TimingPhase:
         names = [f"timing-{j}" for j in range(BASE_SETS)]
         self.bases = [self.task.make(name) for name in names]
         set_bytes = sol.tensor_bytes(self.bases[0]) + sol.tensor_bytes(self.task.reference_outputs[names[0]])
-        self.staged = max(1, min(MAX_CALLS, STAGING_BUDGET_BYTES[self.kind] // max(1, set_bytes)))
+        self.staged = max(1, min(MAX_CALLS[self.kind], STAGING_BUDGET_BYTES[self.kind] // max(1, set_bytes)))
         self.judge_sets = [judge.nudged_values(self.bases[i % BASE_SETS], i) for i in range(self.staged)]
         self.hand_cost_s = self.own_hand_cost(self.task.reference_outputs[names[0]])
         deadline = self.driver.deadline
@@ -126,16 +132,25 @@ class TimingPhase:
         result.speedup = statistics.median(reference_ms) / candidate if candidate > 0 else None
 
     def own_hand_cost(self, output: Any) -> float:
-        """Seconds the judge takes to encode one output of this size (the runner's hand-over does the same work)."""
+        """Seconds the judge takes to write and read back one output of this size in the exchange folder: the work
+        of one hand-over (the best of three, so a busy moment here does not lower the allowance)."""
+        import os
+
         from evaluator import tensorwire
 
-        start = time.perf_counter()
-        tensorwire.encode_values(output)
-        return time.perf_counter() - start
+        path = os.path.join(self.task.outputs_dir, ".judge-probe.krlt")
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            tensorwire.write_values(path, output)
+            tensorwire.read_values(path, 1 << 40)
+            best = min(best, time.perf_counter() - start)
+        os.unlink(path)
+        return best
 
     def rounds(self) -> tuple[list[float], list[float]]:
-        salt = self.stage()
         warm = min(self.staged, 3)
+        salt = self.stage(warm)
         reference_s = self.reference_batch(warm)
         candidate_s = self.candidate_batch(warm, salt)
         target = BATCH_TARGET_S[self.kind]
@@ -144,9 +159,9 @@ class TimingPhase:
         reference_ms: list[float] = []
         candidate_ms: list[float] = []
         rounds = ROUNDS[self.kind]
-        for attempt in range(RETRIES + 1):
+        for attempt in range(RETRIES[self.kind] + 1):
             for index in range(rounds):
-                salt = self.stage()
+                salt = self.stage(candidate_calls)
                 sides = ("reference", "candidate") if index % 2 == 0 else ("candidate", "reference")
                 for side in sides:
                     if side == "reference":
@@ -158,11 +173,11 @@ class TimingPhase:
             self.schedule.phases["timing_retries"] = attempt + 1
         return reference_ms, candidate_ms
 
-    def stage(self) -> int:
-        """Fresh values for the next batch in the runner's staged sets (a memo from an earlier batch answers stale)."""
+    def stage(self, calls: int) -> int:
+        """Fresh values for each call of the next batch (a memo from an earlier call or batch answers stale)."""
         salt = self.rng.getrandbits(30)
         self.driver.order({"type": "stage", "sets": [f"timing-{j}" for j in range(BASE_SETS)],
-                           "count": self.staged, "salt": salt}, "staged")
+                           "count": calls, "salt": salt}, "staged")
         return salt
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 from typing import Any, Optional
 
-from evaluator import judge, timing
+from evaluator import judge, sol, timing
 from evaluator.api import EvalRequest, EvalResult, Verdict
 from evaluator.rules import runtime as runtime_rules
 from evaluator.rules import static as static_rules
@@ -50,6 +50,7 @@ class TaskSession(RunState):
         self.ctx.guard.reset_numeric_flags()
         hack(runtime_rules.check_inputs_unchanged(inputs, pristine))
         self.last_inputs = inputs
+        self.output_bytes = sol.tensor_bytes(output)
         return output
 
     def kernel_checks(self, poison_inputs: list) -> None:
@@ -70,9 +71,16 @@ class TaskSession(RunState):
     def stage(self, bases: list[list], count: int, salt: int) -> None:
         """`count` distinct value sets for the next timed batches, made as the judge makes them (judge.nudged_values of
         base set i % len(bases) with seed salt + i), so the judge can check any call's output it picks."""
+        if not self.ctx.is_cuda:
+            # CPU mode charges every thread of the task: one intra-op thread, as the reference has in the judge, so
+            # no pool thread spins idle on the candidate's account (the guard's reset after a call restores more).
+            self.torch.set_num_threads(1)
         bases = [judge.to_device(b, self.ctx.device) for b in bases]
         self.sets = [judge.nudged_values(bases[i % len(bases)], salt + i) for i in range(count)]
         self.outputs = []
+        if not self.ctx.is_cuda:  # the batch's outputs on pages already mapped, as the judge does for the reference
+            timing.keep_freed_memory()
+            timing.reserve_touched_memory(count * getattr(self, "output_bytes", 0))
         self._sync()
 
     def run(self, calls: int) -> None:
