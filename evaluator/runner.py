@@ -144,7 +144,8 @@ def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:
 # ---------------------------------------------------------------- the zygote
 
 # Modules a runner would otherwise import lazily, each time, after its fork. The evaluator's own never touch CUDA.
-RUNNER_MODULES = ("evaluator.judge", "evaluator.slot.worker_session", "evaluator.slot.order_loop", "evaluator.tensorwire", "evaluator.timing", "evaluator.errclean",
+RUNNER_MODULES = ("evaluator.judge", "evaluator.slot.worker_session", "evaluator.slot.order_loop",
+                  "evaluator.tensorwire", "evaluator.timing", "evaluator.errclean",
                   "evaluator.rules.runtime", "evaluator.rules.static", "evaluator.triton_cache", "torch.utils._device")
 # CPU mode only (TRITON_INTERPRET=1): ~25 ms per runner for triton's interpreter alone, measured. Not on a GPU: one of
 # these initialised CUDA in the zygote there (H100, triton 3.6: every runner then failed "Cannot re-initialize CUDA in
