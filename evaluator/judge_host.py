@@ -356,6 +356,17 @@ class Slot:
         runner.close()
         self.runners.pop(runner.runner_id, None)
 
+    def kill_leftovers(self, runner: _Runner) -> int:
+        """Kill what the candidate left running under its runner (the runner is their subreaper and waits, after its
+        last answer, to be killed itself): the judge's own count, never the runner's."""
+        from evaluator.proctree import children
+
+        if not self.locate(runner) or not children(runner.host_pid):
+            return 0
+        killed = len(kill_tree(runner.host_pid, include_root=False))
+        self.counters.add("leftover_processes_killed", killed)
+        return killed
+
     def returncode_of(self, runner: _Runner, wait_s: float) -> Optional[int]:
         deadline = time.monotonic() + wait_s
         while runner.runner_id not in self.exit_reports and self.control is not None:

@@ -79,6 +79,7 @@ def serve_orders(read_message, write_message, session: Any, exchange: Exchange) 
             elif kind == "finish":
                 session.finish()
                 write_message({"type": "evidence", **session.evidence()})
+                read_message()  # wait to be killed: the judge counts and kills what the candidate left in this tree
                 return
             else:
                 return  # not an order of this protocol: stop answering; the judge's deadline ends the task

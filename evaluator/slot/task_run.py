@@ -29,6 +29,7 @@ def drive_task(slot: Any, runner: Any, driver: Any, task: Any, prebuilt: Optiona
         started = True
         on_started()
         schedule.run()
+        slot.kill_leftovers(runner)  # before the reply: processes the candidate left must not outlive its verdict
     except Deadline:
         slot.discard(runner)
         if not started:  # the candidate never ran, so no verdict on it: ours, retried once on a fresh runner

@@ -155,7 +155,9 @@ class TimingPhase:
         candidate_s = self.candidate_batch(warm, salt)
         target = BATCH_TARGET_S[self.kind]
         reference_calls = max(1, min(self.staged, int(target / max(reference_s, 1e-7))))
-        candidate_calls = max(1, min(self.staged, int(target / max(candidate_s, 1e-7))))
+        # The warm-up batch is short, so its pipe round trip inflates the candidate's estimate: never fewer calls than
+        # the reference gets (H100: batches of ~0.5 ms otherwise, unsteady and biased by the round trip).
+        candidate_calls = max(1, min(self.staged, max(reference_calls, int(target / max(candidate_s, 1e-7)))))
         reference_ms: list[float] = []
         candidate_ms: list[float] = []
         rounds = ROUNDS[self.kind]

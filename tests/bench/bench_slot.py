@@ -137,7 +137,7 @@ def requests(kind: str, n: int):
 def run(kind: str, n: int, slots: int, cache_dir: str) -> dict:
     from evaluator.api import Evaluator, Verdict
 
-    with Evaluator(devices="cuda", workers_per_device=slots, cache_dir=cache_dir) as ev:
+    with Evaluator(devices=[0], workers_per_device=slots, cache_dir=cache_dir) as ev:
         warm = list(ev.evaluate_many(requests(kind, len(BLOCKS))))  # builds and JIT caches, as in a long run
         batch = requests(kind, n)
         with GpuSampler() as gpu:
