@@ -11,7 +11,7 @@ import shutil
 import signal
 import socket
 import sys
-from typing import Any, Optional
+from typing import Any
 
 from evaluator.proctree import become_subreaper, has_children, kill_tree
 

@@ -12,17 +12,15 @@ import random
 import socket
 import sys
 import time
-import traceback
 import types
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from evaluator import judge, rules, sol, timing
 from evaluator.rules import runtime as runtime_rules
 from evaluator.rules import static as static_rules
 from evaluator.api import BACKENDS, PRECISIONS, EvalRequest, EvalResult, Verdict
-from evaluator.slot.candidate_errors import MAX_MESSAGE_CHARS, cap, format_compile_error, format_traceback, is_compile_exception
+from evaluator.slot.candidate_errors import cap, format_compile_error, format_traceback, is_compile_exception
 from evaluator.slot.worker_setup import WorkerContext, default_timing_settings, prepare_worker  # noqa: F401 - public here too
 
 # Calls in the device-wide synchronised cross-check of the event timing.

@@ -67,7 +67,8 @@ def serve_orders(read_message, write_message, session: Any, exchange: Exchange) 
                 session.kernel_checks(exchange.inputs(order["name"]))
                 answer = {"type": "checked"}
             elif kind == "stage":
-                session.stage([exchange.inputs(name) for name in order["sets"]], int(order["count"]), int(order["salt"]))
+                bases = [exchange.inputs(name) for name in order["sets"]]
+                session.stage(bases, int(order["count"]), int(order["salt"]))
                 answer = {"type": "staged"}
             elif kind == "run":
                 session.run(int(order["calls"]))

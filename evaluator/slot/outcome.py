@@ -13,7 +13,8 @@ PROTOCOL_RULE = "judge_protocol"
 class TaskEnded(Exception):
     """A verdict reached before the schedule's end (a candidate fault the judge saw, or one the runner admitted)."""
 
-    def __init__(self, verdict: Verdict, message: str, hack_rule: Optional[str] = None, compiled: Optional[bool] = None):
+    def __init__(self, verdict: Verdict, message: str, hack_rule: Optional[str] = None,
+                 compiled: Optional[bool] = None):
         super().__init__(message)
         self.verdict, self.message, self.hack_rule, self.compiled = verdict, message, hack_rule, compiled
 
@@ -22,7 +23,8 @@ class ProtocolBreach(TaskEnded):
     """The runner said something the judge did not ask for, in a form or order it did not ask for, or too much."""
 
     def __init__(self, why: str):
-        super().__init__(Verdict.CRASHED, f"The candidate's process broke the judge's protocol ({why}) and was stopped.")
+        super().__init__(Verdict.CRASHED,
+                         f"The candidate's process broke the judge's protocol ({why}) and was stopped.")
 
 
 class RunnerGone(Exception):

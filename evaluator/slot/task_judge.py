@@ -23,13 +23,14 @@ _SECRET_SEED_OFFSET = secrets.randbelow(2**40) + 2**32  # per judge process; nev
 
 def input_seed(request: EvalRequest, name: str) -> Optional[int]:
     """The seed of a named input set the judge makes, None for a name outside its schedule. Trials keep KernelBench's
-    reproducible seeds; timing, recheck and poison sets use this judge's secret, so answers precomputed at import miss."""
+    reproducible seeds; timing, recheck and poison sets use this judge's secret: answers precomputed at import miss."""
     from evaluator import judge
 
     if not _SET_NAME.match(name):
         return None
     kind, _, index = name.partition("-")
-    if (kind == "trial" and int(index) >= request.correctness_trials) or (kind == "timing" and int(index) >= MAX_TIMING_SETS):
+    if (kind == "trial" and int(index) >= request.correctness_trials) or \
+            (kind == "timing" and int(index) >= MAX_TIMING_SETS):
         return None
     if kind == "trial":
         return judge.input_seed(request.seed, name)
@@ -92,7 +93,7 @@ class TaskJudge:
                                  f"{type(exc).__name__}: {exc}"[:1000]
 
     def make(self, name: str) -> list:
-        """The inputs of set `name` on the judge's device (made once per problem and seed), its reference output kept."""
+        """The inputs of set `name` on the judge's device (made once per problem, seed); its reference output kept."""
         from evaluator import judge, tensorwire
 
         self.build()

@@ -1,7 +1,8 @@
 """The timing of one task, measured by the judge alone. The reference runs in the judge (a process that never ran
 candidate code); the candidate runs batches of calls on the judge's order and is charged what the judge measures
 around them (its own clock on a GPU, the task's CPU accounting on the CPU), then shows the outputs of calls the judge
-picks after each batch. Rounds interleave the two sides; an unsteady measurement is retried a bounded number of times."""
+picks after each batch. Rounds interleave the two sides; an unsteady measurement is retried a bounded number of
+times."""
 
 from __future__ import annotations
 

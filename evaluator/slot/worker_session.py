@@ -106,7 +106,8 @@ class TaskSession(RunState):
         fresh = judge.to_device(fresh, self.ctx.device)
         torch = self.torch
         for value, new_value in zip(inputs, fresh):
-            if isinstance(value, torch.Tensor) and isinstance(new_value, torch.Tensor) and value.shape == new_value.shape:
+            if isinstance(value, torch.Tensor) and isinstance(new_value, torch.Tensor) and \
+                    value.shape == new_value.shape:
                 value.copy_(new_value)
         with torch.no_grad():
             return self._call_candidate(new_model, inputs, watch)

@@ -101,8 +101,9 @@ class GpuSampler:
 
     def __enter__(self):
         try:
-            self.process = subprocess.Popen(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
-                                             "-i", "0", "-lms", "100"], stdout=subprocess.PIPE, text=True)
+            self.process = subprocess.Popen(["nvidia-smi", "--query-gpu=utilization.gpu",
+                                             "--format=csv,noheader,nounits", "-i", "0", "-lms", "100"],
+                                            stdout=subprocess.PIPE, text=True)
         except OSError:
             return self
         threading.Thread(target=self._read, daemon=True).start()
@@ -154,7 +155,8 @@ def run(kind: str, n: int, slots: int, cache_dir: str) -> dict:
             "errors": sorted({r.error_message[:200] for r in results if r.verdict != Verdict.CORRECT})[:3],
             "wall_s": round(wall_s, 2), "evals_per_min": round(60 * n / wall_s, 1),
             "phase_mean_s": {k: round(statistics.mean(v), 4) for k, v in sorted(phases.items())},
-            "speedup_median": round(statistics.median([r.speedup for r in correct if r.speedup]), 3) if correct else None,
+            "speedup_median": round(statistics.median([r.speedup for r in correct if r.speedup]), 3)
+            if correct else None,
             "gpu_idle_share": gpu.idle_share()}
 
 

@@ -1,5 +1,5 @@
-"""Issue 23's attacks on the slot's protocol and timing, one hostile candidate each under slot_attacks/, through the real
-Evaluator in CPU mode with its sandbox: nothing a runner says may set a verdict, a speedup or our own failure."""
+"""Issue 23's attacks on the slot's protocol and timing, one hostile candidate each under slot_attacks/, through the
+real Evaluator in CPU mode with its sandbox: nothing a runner says may set a verdict, a speedup or our own failure."""
 
 from __future__ import annotations
 
