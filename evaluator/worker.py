@@ -396,18 +396,9 @@ class RunState:
         return judge.make_inputs(reference, seed, self.ctx.device, self.request.precision)
 
     def _inputs_named(self, name: str, reference: types.ModuleType) -> list:
-        """The input set `name` (see judge.input_seed). Where a trusted judge process makes the inputs, this is the
-        one place that asks it (judge helper's link); in process, they are made here from the same seed."""
-        link = getattr(self.ctx, "judge_link", None)
-        if link is not None:
-            return judge.to_device(link.inputs(name), self.ctx.device)
+        """The input set `name` (see judge.input_seed), made here from its seed; a slot's session (worker_session.py)
+        takes the sets the judge pushes instead."""
         return self._inputs(reference, judge.input_seed(self.request.seed, name))
-
-    def _hand_over(self, name: str, output: Any) -> None:
-        """Give the candidate's output on input set `name` to a trusted judge process, where there is one."""
-        link = getattr(self.ctx, "judge_link", None)
-        if link is not None:
-            link.hand_over(name, output)
 
     def _call_reference(self, ref_model: Any, inputs: list) -> Any:
         try:
@@ -465,7 +456,6 @@ class RunState:
             self.trial_launches.append(counter.count - launches_before)
             self.ctx.guard.reset_numeric_flags()
             hack(runtime_rules.check_inputs_unchanged(inputs, pristine))
-            self._hand_over(f"trial-{trial}", new_out)
             comparison = judge.compare(ref_out, new_out, atol, rtol)
             if not comparison.ok:
                 self._verify_untampered()  # a failure may come from a patched torch: report the patch instead
@@ -557,9 +547,6 @@ class RunState:
         # between samples.
         salt = random.SystemRandom().getrandbits(30)
 
-        def set_name(index: int) -> str:
-            return f"timing-{index}" if index < set_count else judge.nudged_set_name(index % set_count, salt + index)
-
         rotation = timing.RotatingInputs(value_sets, buffer_count,
                                          lambda j: judge.nudged_values(value_sets[j % set_count], salt + j),
                                          timing.FRESH_VALUE_SETS)
@@ -646,7 +633,6 @@ class RunState:
         atol, rtol = request.tolerances()
         earlier = self.earlier_outputs
         for index, (values_index, output) in enumerate(checked.outputs):
-            self._hand_over(set_name(values_index), output)
             comparison = judge.compare(expected_output(values_index), output, atol, rtol)
             if not comparison.ok:
                 others = earlier + [o for v, o in checked.outputs if v != values_index]
@@ -721,7 +707,6 @@ class RunState:
                 value.copy_(new_value)
         ref_out = self._call_reference(ref_model, inputs)
         new_out = self._call_candidate(new_model, inputs, watch)
-        self._hand_over("recheck", new_out)
         atol, rtol = self.request.tolerances()
         comparison = judge.compare(ref_out, new_out, atol, rtol)
         if comparison.ok:
