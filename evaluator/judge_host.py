@@ -541,12 +541,14 @@ class JudgeHost:
         def on_started() -> None:
             write_message(self.result_fd, {"type": "started", "task": task_id})
 
+        hits = self.reference_cache.hits
         try:
             outcome = drive_task(self.slot, runner, driver, task, message.get("prebuilt"), on_started,
                                  self._timing_for(runner), min(deadline, started_at + TASK_START_TIMEOUT_S),
                                  self.device_name, self.err_path)
         finally:
             driver.close()
+        self.slot.counters.add("judge_cache_hits", self.reference_cache.hits - hits)
         if outcome.get("type") == "result":
             outcome["task"] = task_id
             outcome["result"]["phase_times_s"]["judge_ready"] = round(ready_s, 6)
