@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from evaluator.proctree import descendants, process_table
+from evaluator.proctree import children
 
 
 def cgroup_cpu_ns(cgroup_dir: str) -> Optional[int]:
@@ -64,5 +64,8 @@ class CpuCharge:
             value = cgroup_cpu_ns(self.cgroup_dir)
             if value is not None:
                 return value
-        pids = [self.root_pid] + descendants(self.root_pid, process_table())
+        pids, index = [self.root_pid], 0
+        while index < len(pids) and len(pids) < 4096:  # the tree through /proc/<pid>/task/*/children: no full scan
+            pids.extend(children(pids[index]))
+            index += 1
         return sum(_threads_ns(pid) for pid in pids) + _reaped_children_ns(self.root_pid)

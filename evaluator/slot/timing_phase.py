@@ -16,7 +16,7 @@ from evaluator.slot.outcome import TaskEnded
 
 CLOCK_JUDGE_WALL = "judge_wall"  # the judge's clock around a synchronised batch (GPU)
 CLOCK_TASK_CPU = "task_cpu"  # CPU time of the task's processes, from the kernel (CPU mode)
-BATCH_TARGET_S = {"cuda": 0.005, "cpu": 0.010}  # long enough that one pipe round trip (~0.05 ms) hardly counts
+BATCH_TARGET_S = {"cuda": 0.005, "cpu": 0.005}  # GPU: a pipe round trip (~0.1 ms) hardly counts; CPU: charged CPU time
 STAGING_BUDGET_BYTES = {"cuda": 2 << 30, "cpu": 16 << 20}  # per side (runner, judge) and slot: distinct value sets
 MAX_CALLS = {"cuda": 1024, "cpu": 4096}  # and never more than the staging budget holds
 PICKED_PER_BATCH = 2  # two calls' outputs: the same answer for both (a replay) is told from a plain wrong one
