@@ -76,7 +76,7 @@ def serve_orders(read_message, write_message, session: Any, exchange: Exchange) 
             elif kind == "hand":
                 for call in order["calls"]:
                     exchange.hand(f"call-{int(call)}", session.output_of(int(call)))
-                answer = {"type": "handed"}
+                answer = {"type": "handed", "projections": session.projections(int(order["seed"]))}
             elif kind == "finish":
                 session.finish()
                 write_message({"type": "evidence", **session.evidence()})

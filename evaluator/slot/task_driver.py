@@ -12,7 +12,7 @@ from evaluator.slot.evidence import check_answer
 from evaluator.slot.outcome import ProtocolBreach, RunnerGone, SlotFailure, TaskEnded
 from evaluator.api import Verdict
 
-MAX_ANSWER_BYTES = 64 * 1024  # answers are small: names and numbers; outputs travel beside the pipe
+MAX_ANSWER_BYTES = 256 * 1024  # answers are small: names and numbers (a batch's projections); outputs travel beside
 MEMORY_CHECK_S = 0.25
 
 

@@ -12,7 +12,7 @@ import time
 from typing import Any, Callable
 
 from evaluator.api import Verdict
-from evaluator.slot.outcome import TaskEnded
+from evaluator.slot.outcome import ProtocolBreach, TaskEnded
 
 CLOCK_JUDGE_WALL = "judge_wall"  # the judge's clock around a synchronised batch (GPU)
 CLOCK_TASK_CPU = "task_cpu"  # CPU time of the task's processes, from the kernel (CPU mode)
@@ -24,10 +24,8 @@ ROUNDS = {"cuda": 7, "cpu": 3}
 MAX_SPREAD = 0.25  # (p75 - p25) / median of the candidate's per-call times beyond this: measured again
 RETRIES = {"cuda": 2, "cpu": 1}
 BASE_SETS = 2
-# A hand-over that takes longer than this many times the judge's own cost of writing the same outputs (plus the
-# slack) is charged as computation: a runner that skipped the batch and computes only the picked calls pays for them.
-HAND_ALLOWANCE_FACTOR = 4.0
-HAND_ALLOWANCE_SLACK_S = 0.005
+# Beyond the request's tolerances, the summation order's rounding of a projection (relative to its magnitude).
+PROJECTION_SLACK = 1e-4
 
 # Further measurements of the same task by other conventions (KernelBench's, evaluator/judging/kernelbench_timing.py):
 # each is called as hook(phase, result) after the judge's own rounds, while the device is still held, and may add
@@ -43,14 +41,19 @@ class TimingPhase:
         self.lock = lock  # DeviceLock of this GPU, held only while timing
         self.rng = random.SystemRandom()
         self.bases: list[list] = []
-        self.judge_sets: list[list] = []
+        self.judge_sets: list[list] = []  # this round's value sets, made as the runner makes its own
+        self.outputs: list = []  # the reference's outputs of this round's batch
+        self.reference_projection: tuple = ([], [], [])
+        self.candidate_projection: list[float] = []
+        self.batch_only: dict[str, float] = {}
 
     # ---- the two sides' batches
     def reference_batch(self, calls: int) -> float:
-        """Seconds per call of the reference over `calls` staged sets, timed here."""
+        """Seconds of the reference over this round's `calls` sets, timed here; its outputs kept (self.outputs)."""
         import torch
 
         model, sets, outputs = self.task.model, self.judge_sets, []
+        self.outputs = outputs
         with torch.no_grad():
             if self.kind == "cuda":
                 torch.cuda.synchronize()
@@ -58,63 +61,94 @@ class TimingPhase:
                 for index in range(calls):  # outputs kept, as the runner keeps its own for the hand-over
                     outputs.append(model(*sets[index % len(sets)]))
                 torch.cuda.synchronize()
-                return (time.perf_counter() - start) / calls
+                return time.perf_counter() - start
             from evaluator import sol, timing
 
             # Both sides' outputs on pages already mapped (the runner does the same before its batch): a page fault
             # per 4 KiB of a fresh output costs more than a small kernel's work.
             timing.keep_freed_memory()
-            timing.reserve_touched_memory(calls * sol.tensor_bytes(self.task.reference_outputs["timing-0"]))
+            timing.reserve_touched_memory(2 * calls * sol.tensor_bytes(self.task.reference_outputs["timing-0"]))
             threads = torch.get_num_threads()
             torch.set_num_threads(1)  # the candidate's runner works on one thread too (its CPU time is what counts)
             try:
                 start = time.thread_time_ns()
                 for index in range(calls):
                     outputs.append(model(*sets[index % len(sets)]))
-                return (time.thread_time_ns() - start) / 1e9 / calls
+                return (time.thread_time_ns() - start) / 1e9
             finally:
                 torch.set_num_threads(threads)
 
-    def measured(self, message: dict[str, Any], expected: str) -> float:
-        """Seconds the runner took to answer `message`, as the judge measures it."""
+    def reference_hand(self, picked: list[int], seed: int) -> float:
+        """Seconds of the judge doing what the runner's hand-over does: write the picked outputs, project them all."""
+        import os
+
+        import torch
+
+        from evaluator import tensorwire
+        from evaluator.slot.projection import projections
+
+        path = os.path.join(self.task.outputs_dir, ".judge-hand.krlt")
+        cuda = self.kind == "cuda"
+        threads = torch.get_num_threads()
+        if not cuda:
+            torch.set_num_threads(1)  # as in the runner, whose every thread is charged
+        try:
+            start = time.perf_counter() if cuda else time.thread_time_ns() / 1e9
+            for call in picked:
+                tensorwire.write_values(path, self.outputs[call])
+            self.reference_projection = projections(self.outputs, seed)
+            if cuda:
+                torch.cuda.synchronize()
+            seconds = (time.perf_counter() if cuda else time.thread_time_ns() / 1e9) - start
+        finally:
+            torch.set_num_threads(threads)
+        os.unlink(path)
+        return seconds
+
+    def measured(self, message: dict[str, Any], expected: str) -> tuple[float, dict[str, Any]]:
+        """Seconds the runner took to answer `message`, as the judge measures it, and the answer."""
         before = self.charge.now() if self.charge is not None else 0
-        self.driver.order(message, expected)
+        answer = self.driver.order(message, expected)
         if self.charge is not None:
-            return (self.charge.now() - before) / 1e9
-        return self.driver.answered_at - self.driver.sent_at
+            return (self.charge.now() - before) / 1e9, answer
+        return self.driver.answered_at - self.driver.sent_at, answer
 
-    def candidate_batch(self, calls: int, salt: int) -> float:
-        """Seconds per call of the candidate: the batch, then the outputs of calls picked now, checked here."""
-        seconds = self.measured({"type": "run", "calls": calls}, "ran")
-        picked = sorted(self.rng.sample(range(calls), min(PICKED_PER_BATCH, calls)))
-        hand_s = self.measured({"type": "hand", "calls": picked}, "handed")
-        lazy_s = max(0.0, hand_s - len(picked) * self.hand_cost_s * HAND_ALLOWANCE_FACTOR - HAND_ALLOWANCE_SLACK_S)
-        self.check(picked, salt)
-        return max(seconds / calls, lazy_s / len(picked))
+    def candidate_batch(self, calls: int, picked: list[int], seed: int) -> float:
+        """Seconds of the candidate's batch and hand-over (picked outputs, every output's projection)."""
+        seconds, _ = self.measured({"type": "run", "calls": calls}, "ran")
+        self.batch_only["candidate"] = seconds
+        hand_s, answer = self.measured({"type": "hand", "calls": picked, "seed": seed}, "handed")
+        projected = answer.get("projections")
+        if not isinstance(projected, list) or len(projected) != calls or \
+                not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in projected):
+            raise ProtocolBreach("its hand-over did not project every call of the batch")
+        self.candidate_projection = [float(v) for v in projected]
+        return seconds + hand_s
 
-    def check(self, picked: list[int], salt: int) -> None:
-        from evaluator import judge
-
-        checked = []
-        for call in picked:
-            values = judge.nudged_values(self.bases[call % len(self.bases)], salt + call)
-            checked.append(self.task.compare(f"call-{call}", self.task.reference_output(values)))
+    def check(self, picked: list[int]) -> None:
+        """The picked outputs against the reference outputs of the same values; every call through its projection."""
+        checked = [self.task.compare(f"call-{call}", self.outputs[call]) for call in picked]
         outputs = [output for _, output in checked]
         for index, (comparison, output) in enumerate(checked):
             if not comparison.ok:  # the same answer handed for another call's values too is a replay, a hack
                 self.schedule.wrong(comparison, output, "while being timed", outputs[:index] + outputs[index + 1:])
         self.schedule.earlier.extend(o for o in outputs if o is not None)
+        atol, rtol = self.task.request.tolerances()
+        sums, magnitudes, weights = self.reference_projection
+        for call, (got, want, size, scale) in enumerate(zip(self.candidate_projection, sums, magnitudes, weights)):
+            allowed = atol * scale + (rtol + PROJECTION_SLACK) * size + 1e-6
+            if not abs(got - want) <= allowed:  # NaN fails too
+                raise TaskEnded(Verdict.WRONG_OUTPUT, f"Wrong while being timed: the output of timed call {call} "
+                                f"does not match the reference (projection {got:.6g}, expected {want:.6g}).")
 
     # ---- the rounds
     def run(self, result: Any) -> None:
-        from evaluator import judge, sol, timing
+        from evaluator import sol, timing
 
         names = [f"timing-{j}" for j in range(BASE_SETS)]
         self.bases = [self.task.make(name) for name in names]
         set_bytes = sol.tensor_bytes(self.bases[0]) + sol.tensor_bytes(self.task.reference_outputs[names[0]])
         self.staged = max(1, min(MAX_CALLS[self.kind], STAGING_BUDGET_BYTES[self.kind] // max(1, set_bytes)))
-        self.judge_sets = [judge.nudged_values(self.bases[i % BASE_SETS], i) for i in range(self.staged)]
-        self.hand_cost_s = self.own_hand_cost(self.task.reference_outputs[names[0]])
         deadline = self.driver.deadline
         if self.lock is not None:
             waited = self.lock.acquire(deadline)
@@ -155,45 +189,42 @@ class TimingPhase:
                                              cost.tf32_flops)
         result.sol_fraction = sol.sol_fraction(result.sol_time_ms, measured_ms)
 
-    def own_hand_cost(self, output: Any) -> float:
-        """Seconds the judge takes to write and read back one output of this size in the exchange folder: the work
-        of one hand-over (the best of three, so a busy moment here does not lower the allowance)."""
-        import os
+    def one_round(self, calls: int, candidate_first: bool) -> tuple[float, float]:
+        """(reference, candidate) seconds per call of one round: both sides on the same fresh value sets, each timed
+        over its batch and its hand-over; then the judge's checks (untimed)."""
+        from evaluator import judge
 
-        from evaluator import tensorwire
-
-        path = os.path.join(self.task.outputs_dir, ".judge-probe.krlt")
-        best = float("inf")
-        for _ in range(3):
-            start = time.perf_counter()
-            tensorwire.write_values(path, output)
-            tensorwire.read_values(path, 1 << 40)
-            best = min(best, time.perf_counter() - start)
-        os.unlink(path)
-        return best
+        salt = self.stage(calls)
+        self.judge_sets = [judge.nudged_values(self.bases[i % len(self.bases)], salt + i) for i in range(calls)]
+        picked = sorted(self.rng.sample(range(calls), min(PICKED_PER_BATCH, calls)))
+        seed = self.rng.getrandbits(30)
+        times = {}
+        for side in (("candidate", "reference") if candidate_first else ("reference", "candidate")):
+            if side == "reference":
+                self.batch_only[side] = self.reference_batch(calls)
+                times[side] = self.batch_only[side] + self.reference_hand(picked, seed)
+            else:
+                times[side] = self.candidate_batch(calls, picked, seed)
+        self.check(picked)
+        return times["reference"] / calls, times["candidate"] / calls
 
     def rounds(self) -> tuple[list[float], list[float]]:
         warm = min(self.staged, 3)
-        salt = self.stage(warm)
-        reference_s = self.reference_batch(warm)
-        candidate_s = self.candidate_batch(warm, salt)
+        self.one_round(warm, False)  # sized on the batches alone: the hand-over's cost does not grow with the calls
+        reference_s, candidate_s = self.batch_only["reference"] / warm, self.batch_only["candidate"] / warm
         target = BATCH_TARGET_S[self.kind]
-        reference_calls = max(1, min(self.staged, int(target / max(reference_s, 1e-7))))
         # The warm-up batch is short, so its pipe round trip inflates the candidate's estimate: never fewer calls than
-        # the reference gets (H100: batches of ~0.5 ms otherwise, unsteady and biased by the round trip).
-        candidate_calls = max(1, min(self.staged, max(reference_calls, int(target / max(candidate_s, 1e-7)))))
+        # the reference would get (H100: batches of ~0.5 ms otherwise, unsteady and biased by the round trip).
+        reference_calls = int(target / max(reference_s, 1e-7))
+        calls = max(1, min(self.staged, max(reference_calls, int(target / max(candidate_s, 1e-7)))))
         reference_ms: list[float] = []
         candidate_ms: list[float] = []
         rounds = ROUNDS[self.kind]
         for attempt in range(RETRIES[self.kind] + 1):
             for index in range(rounds):
-                salt = self.stage(candidate_calls)
-                sides = ("reference", "candidate") if index % 2 == 0 else ("candidate", "reference")
-                for side in sides:
-                    if side == "reference":
-                        reference_ms.append(self.reference_batch(reference_calls) * 1e3)
-                    else:
-                        candidate_ms.append(self.candidate_batch(candidate_calls, salt) * 1e3)
+                reference, candidate = self.one_round(calls, index % 2 == 1)
+                reference_ms.append(reference * 1e3)
+                candidate_ms.append(candidate * 1e3)
             if spread(candidate_ms[-rounds:]) <= MAX_SPREAD and spread(reference_ms[-rounds:]) <= MAX_SPREAD:
                 return reference_ms[-rounds:], candidate_ms[-rounds:]
             self.schedule.phases["timing_retries"] = attempt + 1

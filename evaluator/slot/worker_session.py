@@ -80,7 +80,7 @@ class TaskSession(RunState):
         self.outputs = []
         if not self.ctx.is_cuda:  # the batch's outputs on pages already mapped, as the judge does for the reference
             timing.keep_freed_memory()
-            timing.reserve_touched_memory(count * getattr(self, "output_bytes", 0))
+            timing.reserve_touched_memory(2 * count * getattr(self, "output_bytes", 0))  # outputs + their projection
         self._sync()
 
     def run(self, calls: int) -> None:
@@ -98,6 +98,12 @@ class TaskSession(RunState):
     def output_of(self, call: int) -> Any:
         hack(runtime_rules.check_plain_outputs(self.outputs[call]))
         return self.outputs[call]
+
+    def projections(self, seed: int) -> list[float]:
+        """Every batch call's output projected on weights drawn from `seed` (evaluator/slot/projection.py)."""
+        from evaluator.slot.projection import projections
+
+        return projections(self.outputs, seed)[0]
 
     def recheck(self, fresh: list) -> Any:
         """The last inputs refilled in place with fresh values: a memo by identity, pointer or shape answers stale."""

@@ -123,6 +123,11 @@ class StandinSession:
     def output_of(self, call: int):
         return self.outputs[call]
 
+    def projections(self, seed: int) -> list:
+        from evaluator.slot.projection import projections
+
+        return projections(self.outputs, seed)[0]
+
     def finish(self) -> None:
         pass
 
