@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import selectors
-import secrets
 import shutil
 import signal
 import socket
@@ -17,9 +15,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from evaluator.contract.types import EvalRequest, EvalResult, RuntimeStats, Verdict
+from evaluator.contract.types import EvalRequest
 from evaluator.isolation.proctree import kill_tree, process_table, tree_resident_bytes
-from evaluator.judging.reference_cache import ReferenceCache, nbytes, problem_key
+from evaluator.judging.reference_cache import ReferenceCache
+from evaluator.slot.task_driver import TaskDriver
+from evaluator.slot.task_judge import TaskJudge, input_seed  # noqa: F401 - input_seed: public here too
+from evaluator.slot.task_run import drive_task
 
 # Candidate outputs travel to the judge as files: the runner's hand-over lifts its soft file-size cap (the output-flood
 # cap) to this hard one while it writes an output.
@@ -34,272 +35,10 @@ MEMORY_CHECK_S = 0.25
 # than a typical evaluation, so one spare left each next task waiting for it; CPU runners are ready in well under 1 s.
 SPARE_RUNNERS_ENV = "KRL_WORKER_SPARE_RUNNERS"
 MAX_RUNNER_MESSAGE_BYTES = 8 * 2**20
-MAX_TIMING_SETS = 64
-_SET_NAME = re.compile(r"^(trial-\d{1,4}|timing-\d{1,2}|recheck|poison)$")  # and nudged timing sets (judge.py)
-_SECRET_SEED_OFFSET = secrets.randbelow(2**40) + 2**32  # per judge process; never sent to a runner
 
 
 class InfrastructureFailure(Exception):
     """The slot's own machinery (zygote, pre-warmed runner, judge) failed: not the candidate's fault, retried once."""
-
-
-def input_seed(request: EvalRequest, name: str) -> Optional[int]:
-    """The seed of a named input set the judge serves (judge.input_seed decides, for the runner's in-process path
-    too), None for a name it does not serve: trial-k beyond the request's trials, timing-j beyond MAX_TIMING_SETS."""
-    from evaluator.judging import judge
-
-    nudged = judge.parse_nudged_set(name)
-    if nudged is not None:  # its base set's seed; judge.nudged_values(base, nudged[1]) makes it from there
-        name = f"timing-{nudged[0]}"
-    if not _SET_NAME.match(name):
-        return None
-    kind, _, index = name.partition("-")
-    if (kind == "trial" and int(index) >= request.correctness_trials) or (kind == "timing" and int(index) >= MAX_TIMING_SETS):
-        return None
-    if kind == "trial":  # KernelBench's reproducible seeding
-        return judge.input_seed(request.seed, name)
-    # Timing, recheck and poison sets are seeded with this judge's secret: a candidate that regenerates the inputs at
-    # import and replays precomputed answers (tests/evaluator/attacks/precomputed_replay.py) misses on every timed call.
-    return judge.input_seed(request.seed + _SECRET_SEED_OFFSET, name)
-
-
-# ---------------------------------------------------------------- judging one request
-
-@dataclass
-class _Received:
-    comparison: Any  # judge.Comparison
-    count: int = 1
-
-
-class TaskJudge:
-    """One request's judging: the reference built here, inputs written for the runner, outputs compared here."""
-
-    def __init__(self, request: EvalRequest, device: str, inputs_dir: str, outputs_dir: str,
-                 cache: Optional[ReferenceCache] = None):
-        self.request, self.device = request, device
-        self.inputs_dir, self.outputs_dir = inputs_dir, outputs_dir
-        self.cache = cache if cache is not None else ReferenceCache(0)
-        self.problem_key = problem_key(request.reference_source, request.size_overrides, request.precision,
-                                       request.seed, device)
-        self.model: Any = None
-        self.problem_error = ""
-        self.reference_outputs: dict[str, Any] = {}
-        self.received: dict[str, _Received] = {}
-        self.base_values: dict[int, list] = {}  # timing base sets, decoded once per task for the nudged sets
-
-    def _build(self) -> None:
-        import torch
-
-        from evaluator.judging import judge
-
-        from evaluator.slot import worker
-
-        if self.model is not None or self.problem_error:
-            return
-        built = self.cache.get(("model", self.problem_key))
-        if built is not None:
-            self.reference, self.model = built
-            return
-        request = self.request
-        try:
-            load = getattr(judge, "load_problem", None)
-            self.reference = load(request.reference_source, request.size_overrides) if load else \
-                worker._load_reference(request)
-            dtype = judge.DTYPES[request.precision]
-            with torch.device(self.device):
-                judge.set_seed(request.seed)
-                init_inputs = judge.to_device(list(self.reference.get_init_inputs()), self.device)
-                judge.set_seed(request.seed)
-                model = self.reference.Model(*init_inputs)
-            model = model.to(self.device)
-            self.model = model.to(dtype) if dtype != torch.float32 else model
-            self.cache.put(("model", self.problem_key), (self.reference, self.model), nbytes(self.model))
-        except Exception as exc:  # noqa: BLE001 - the runner reports the same failure as the evaluator's input error
-            self.problem_error = f"the reference problem failed in the judge: {type(exc).__name__}: {exc}"[:1000]
-
-    def write_inputs(self, name: str, write: bool = True) -> str:
-        """Make the inputs of set `name`, write them for the runner (unless not `write`), keep the reference output.
-        '' or why not."""
-        from evaluator.judging import judge, tensorwire
-
-        self._build()
-        if self.problem_error:
-            return self.problem_error
-        seed = input_seed(self.request, name)
-        if seed is None:
-            return f"no input set named {name!r}"
-        path = os.path.join(self.inputs_dir, name + ".krlt")
-        # Same problem, sizes, precision and seed: the same inputs and reference output as last time.
-        key = ("set", self.problem_key, seed)
-        made = self.cache.get(key)
-        if made is None:
-            inputs = judge.make_inputs(self.reference, seed, self.device, self.request.precision)
-            encoded = tensorwire.encode_values(inputs)  # before the reference runs: it may work in place
-            made = (encoded, self._reference_output(inputs))
-            self.cache.put(key, made, len(encoded) + nbytes(made[1]))
-        nudged = judge.parse_nudged_set(name)
-        if nudged is not None:
-            base = self.base_values.get(seed)
-            if base is None:  # nudged_values makes new tensors and the reference gets copies: the base stays as made
-                base = judge.to_device(list(tensorwire.decode(bytearray(made[0]))), self.device)
-                self.base_values[seed] = base
-            inputs = judge.nudged_values(base, nudged[1])
-            output = self._reference_output(judge.clone_inputs(inputs))
-            made = (tensorwire.encode_values(inputs) if write else b"", output)
-        self.reference_outputs[name] = made[1]
-        if not write:
-            return ""
-        with open(path + ".part", "wb") as handle:
-            handle.write(made[0])
-        os.replace(path + ".part", path)
-        return ""
-
-    def _reference_output(self, inputs: list) -> Any:
-        import torch
-
-        with torch.no_grad():
-            output = self.model(*inputs)
-        if self.device.startswith("cuda"):
-            torch.cuda.synchronize()
-        return output
-
-    def receive(self, name: str) -> None:
-        """Read the runner's output of set `name` and compare it with the kept reference output."""
-        import torch
-
-        from evaluator.judging import judge, tensorwire
-
-        if name not in self.reference_outputs and judge.parse_nudged_set(name) is not None:
-            # A timed call's nudged values: the runner made them itself (on the device, between timed calls); the
-            # judge makes the same set from its own base set and seed, and the reference output with it.
-            if self.write_inputs(name, write=False):
-                return
-        if name not in self.reference_outputs:
-            return  # an output for inputs never served: ignored, and a missing set fails the verdict
-        reference = self.reference_outputs[name]
-        expected = sum(t.numel() * t.element_size() for t in judge.flatten_output(reference)
-                       if isinstance(t, torch.Tensor))
-        path = os.path.join(self.outputs_dir, name + ".krlt")
-        try:
-            output = tensorwire.read_values(path, max_bytes=8 * expected + 2**20)
-        except tensorwire.WireError as exc:
-            comparison = judge.Comparison(Verdict.WRONG_OUTPUT, f"The output handed to the judge was unusable: {exc}.")
-        else:
-            output = self._placed(output, reference)
-            atol, rtol = self.request.tolerances()
-            with torch.no_grad():
-                comparison = judge.compare(reference, output, atol, rtol)
-        # The file stays until the post-reply wipe (an unlink on the verdict's path cost ms on a discard-mounted disk):
-        # a runner that announces a set again without rewriting it only gets its own earlier output compared again.
-        earlier = self.received.get(name)
-        if earlier is None or earlier.comparison.ok:  # once wrong, a set stays wrong
-            self.received[name] = _Received(comparison, (earlier.count + 1) if earlier else 1)
-
-    def _placed(self, output: Any, reference: Any) -> Any:
-        """Tensors go to the judge's device when the runner had them on that kind of device, else stay on the CPU
-        (so judge.compare reports the wrong device as today); opaque values keep their type name."""
-        from evaluator.judging import tensorwire
-
-        def place(value: Any) -> Any:
-            if isinstance(value, tensorwire.Opaque):
-                return type(value.type_name, (), {})()  # so judge.compare can name the type it got
-            if hasattr(value, "krl_device_type") and value.krl_device_type == self.device.split(":")[0]:
-                return value.to(self.device)
-            return value
-
-        if isinstance(output, (tuple, list)):
-            return type(output)(place(v) for v in output)
-        return place(output)
-
-    def decide(self, runner_result: EvalResult) -> EvalResult:
-        """The runner's verdict can only lower the reward: anything but correct passes through; correct stands only
-        on the judge's own comparisons of every required output."""
-        if runner_result.verdict != Verdict.CORRECT:
-            runner_result.speedup = None  # no speed is reported, or rewarded, without a correct result
-            return runner_result
-        request = self.request
-        result = runner_result
-        if self.problem_error:
-            return _override(result, Verdict.RUNTIME_ERROR, self.problem_error)
-        required = [f"trial-{k}" for k in range(request.correctness_trials)] + ["recheck"]
-        timing_sets = [n for n in self.received if n.startswith(("timing-", "nudged-"))]
-        if request.measure_timing and not timing_sets:
-            required.append("timing-0")
-        missing = [n for n in required if n not in self.received]
-        if missing:
-            return _override(result, Verdict.WRONG_OUTPUT, f"The judge never received the candidate's output for "
-                             f"{', '.join(missing[:4])}: the evaluation was interfered with.")
-        trials = [self.received[f"trial-{k}"].comparison for k in range(request.correctness_trials)]
-        passed = sum(c.ok for c in trials)
-        result.correctness_trials_passed = passed
-        failing = next((c for c in trials if not c.ok), None)
-        if failing is not None:
-            return _override(result, failing.verdict, f"{failing.message} Passed {passed}/{len(trials)} trials.",
-                             failing)
-        result.max_abs_diff = max(c.max_abs_diff or 0.0 for c in trials)
-        result.mean_abs_diff = max(c.mean_abs_diff or 0.0 for c in trials)
-        for name in sorted(timing_sets) + ["recheck"]:
-            comparison = self.received[name].comparison
-            if not comparison.ok:
-                where = "after repeated calls, on fresh inputs" if name == "recheck" else "while being timed"
-                return _override(result, comparison.verdict, f"Wrong {where}: {comparison.message}", comparison)
-        return result
-
-
-def _override(result: EvalResult, verdict: Verdict, message: str, comparison: Any = None) -> EvalResult:
-    result.verdict, result.error_message, result.hack_rule = verdict, message[:2000], None
-    result.speedup = None
-    if comparison is not None:
-        result.max_abs_diff, result.mean_abs_diff = comparison.max_abs_diff, comparison.mean_abs_diff
-    return result
-
-
-def sanitize_result(data: Any, request: EvalRequest) -> EvalResult:
-    """A runner's EvalResult dict, validated field by field (it is written by a process the candidate controls)."""
-    if not isinstance(data, dict):
-        raise ValueError("not a dict")
-    verdict = Verdict(data.get("verdict"))
-
-    def number(value: Any) -> Optional[float]:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return None
-        value = float(value)
-        return value if value == value and abs(value) != float("inf") else None
-
-    def text(value: Any, limit: int = 2000) -> str:
-        return value[:limit] if isinstance(value, str) else ""
-
-    def stats(value: Any) -> Optional[RuntimeStats]:
-        if not isinstance(value, dict):
-            return None
-        numbers = {name: number(value.get(name)) for name in ("median_ms", "mean_ms", "std_ms", "min_ms", "max_ms",
-                                                               "iqr_ms")}
-        if any(v is None or v < 0 for v in numbers.values()) or not isinstance(value.get("n"), int):
-            return None
-        return RuntimeStats(**numbers, n=max(0, min(int(value["n"]), 10**9)))
-
-    result = EvalResult(request_id=request.request_id, problem_id=request.problem_id, verdict=verdict)
-    result.compiled = bool(data.get("compiled"))
-    result.correctness_trials_total = request.correctness_trials
-    passed = data.get("correctness_trials_passed")
-    result.correctness_trials_passed = max(0, min(passed, request.correctness_trials)) if type(passed) is int else 0
-    for name in ("max_abs_diff", "mean_abs_diff", "speedup", "own_kernel_time_fraction", "sol_time_ms", "sol_fraction"):
-        if hasattr(result, name):
-            setattr(result, name, number(data.get(name)))
-    result.kernel_runtime, result.reference_runtime = stats(data.get("kernel_runtime")), stats(data.get("reference_runtime"))
-    result.hack_rule = text(data.get("hack_rule"), 100) or None
-    result.error_message = text(data.get("error_message"))
-    for name in ("device_name", "timing_clock", "node", "gpu_name"):
-        if hasattr(result, name):
-            setattr(result, name, text(data.get(name), 200))
-    phases = data.get("phase_times_s")
-    if isinstance(phases, dict):
-        result.phase_times_s = {text(k, 40): v for k, v in list(phases.items())[:32]
-                                if isinstance(k, str) and number(v) is not None}
-    hits = data.get("cache_hits")
-    if isinstance(hits, list):
-        result.cache_hits = [text(h, 40) for h in hits[:8] if isinstance(h, str)]
-    return result
 
 
 # ---------------------------------------------------------------- the slot's processes
@@ -617,6 +356,17 @@ class Slot:
         runner.close()
         self.runners.pop(runner.runner_id, None)
 
+    def kill_leftovers(self, runner: _Runner) -> int:
+        """Kill what the candidate left running under its runner (the runner is their subreaper and waits, after its
+        last answer, to be killed itself): the judge's own count, never the runner's."""
+        from evaluator.isolation.proctree import children
+
+        if not self.locate(runner) or not children(runner.host_pid):
+            return 0
+        killed = len(kill_tree(runner.host_pid, include_root=False))
+        self.counters.add("leftover_processes_killed", killed)
+        return killed
+
     def returncode_of(self, runner: _Runner, wait_s: float) -> Optional[int]:
         deadline = time.monotonic() + wait_s
         while runner.runner_id not in self.exit_reports and self.control is not None:
@@ -635,6 +385,12 @@ class Slot:
                         os.unlink(path)
                     except OSError:
                         pass
+
+    def task_cgroup(self, runner: _Runner) -> str:
+        """The runner's own cgroup folder, where the sandbox made one (its CPU accounting charges the candidate's
+        timing in CPU mode); '' where there is none: the judge then sums the runner tree's schedstat."""
+        hook = getattr(self.sandbox, "task_cgroup", None)
+        return str(hook(runner.host_pid) or "") if hook is not None and runner.host_pid else ""
 
     def resident_bytes(self, runner: _Runner) -> int:
         return tree_resident_bytes(runner.host_pid, process_table()) if self.locate(runner) else 0
@@ -664,29 +420,12 @@ def _pythonpath() -> str:
 
 
 def _tail(path: str) -> str:
-    from evaluator.isolation.exits import tail
+    from evaluator.isolation.exits import tail as tail
 
     return tail(path, max_lines=5)
 
 
 # ---------------------------------------------------------------- the judge host's loop (speaks the pool's protocol)
-
-class _PhaseClock:
-    """Where a task's time goes on the trusted side: lap(name) adds the time since the last lap to `name`
-    (judge_* phase times in the result; judge_wait is the runner's own work as the judge sees it)."""
-
-    def __init__(self) -> None:
-        self.last = time.monotonic()
-        self.totals: dict[str, float] = {}
-
-    def lap(self, name: str) -> None:
-        now = time.monotonic()
-        self.totals[name] = self.totals.get(name, 0.0) + now - self.last
-        self.last = now
-
-    def phases_s(self) -> dict[str, float]:
-        return {name: round(value, 6) for name, value in self.totals.items()}
-
 
 class JudgeHost:
     def __init__(self, device: str, workdir: str, worker_module: str, limits: dict, task_fd: int, result_fd: int):
@@ -704,6 +443,8 @@ class JudgeHost:
         self.spare_target = max(1, int(os.environ.get(SPARE_RUNNERS_ENV) or (2 if device.startswith("cuda") else 1)))
         self.finished_runner: Optional[_Runner] = None
         self.reference_cache = ReferenceCache()
+        self.device_name = ""
+        self.device_lock: Any = None  # this GPU's timing lock (evaluator/isolation/device_lock.py), once started
 
     def start(self) -> str:
         import torch
@@ -717,7 +458,12 @@ class JudgeHost:
         self.slot.start_zygote()
         self.spares = [self.slot.fork_runner()]
         self.slot.wait_ready(self.spares[0], START_TIMEOUT_S)
-        return torch.cuda.get_device_name(0) if judge_device != "cpu" else "cpu"
+        self.device_name = torch.cuda.get_device_name(0) if judge_device != "cpu" else "cpu"
+        if judge_device != "cpu":
+            from evaluator.isolation.device_lock import DeviceLock, device_uuid
+
+            self.device_lock = DeviceLock(device_uuid(0))
+        return self.device_name
 
     def _prepare_triton_cache(self, warm: bool) -> None:
         """Triton's trusted cache level (evaluator/build/triton_cache.py), warmed here (GPU) before any runner exists. In
@@ -771,37 +517,69 @@ class JudgeHost:
         task_id = message.get("task")
         request = EvalRequest.from_dict(message["request"])
         limit_s = float(message.get("limit_s") or request.run_timeout_s)
-        clock = _PhaseClock()
+        started_at = time.monotonic()
+        deadline = started_at + limit_s  # the task's limit bounds its whole life, the wait for a runner included
         try:
             runner = self._ready_runner()
         except InfrastructureFailure as exc:
             return {"type": "infra", "task": task_id, "why": str(exc)}
-        clock.lap("judge_ready")
+        ready_s = time.monotonic() - started_at
         for path in (self.err_path, self.out_path):
             with open(path, "ab") as handle:
                 handle.truncate(0)
         self.slot.wipe_exchange()
-        judge = TaskJudge(request, self.device, self.slot.inputs_dir, self.slot.outputs_dir, self.reference_cache)
-        try:
-            write_message(runner.task_w, {"type": "task", "request": request.to_dict(),
-                                          "prebuilt": message.get("prebuilt")})
-        except OSError:
-            self.slot.discard(runner)
-            return {"type": "infra", "task": task_id, "why": "the pre-warmed runner was gone"}
-        clock.lap("judge_send")
         try:
             while len(self.spares) < self.spare_target:
                 self.spares.append(self.slot.fork_runner())  # warm up (CUDA init) while this task runs
         except InfrastructureFailure:
             pass
-        clock.lap("judge_fork")
-        started_at = time.monotonic()
         self.finished_runner = runner  # killed and wiped after the reply is sent (finish_task): off the verdict's path
-        cache, hits = self.reference_cache, self.reference_cache.hits
-        reply = self._drive(runner, judge, request, task_id, started_at + limit_s, limit_s, clock)
-        self.slot.counters.add("judge_cache_hits", cache.hits - hits)
-        reply["counters"] = self.slot.counters.take()
-        return reply
+        task = TaskJudge(request, self.device, self.slot.inputs_dir, self.slot.outputs_dir, self.reference_cache)
+        driver = TaskDriver(self.slot, runner, deadline, self.resident_limit or None,
+                            spares=[spare for spare in self.spares if not spare.ready], on_spare=self._on_spare)
+
+        def on_started() -> None:
+            write_message(self.result_fd, {"type": "started", "task": task_id})
+
+        hits = self.reference_cache.hits
+        try:
+            outcome = drive_task(self.slot, runner, driver, task, message.get("prebuilt"), on_started,
+                                 self._timing_for(runner), min(deadline, started_at + TASK_START_TIMEOUT_S),
+                                 self.device_name, self.err_path)
+        finally:
+            driver.close()
+        self.slot.counters.add("judge_cache_hits", self.reference_cache.hits - hits)
+        if outcome.get("type") == "result":
+            outcome["task"] = task_id
+            outcome["result"]["phase_times_s"]["judge_ready"] = round(ready_s, 6)
+            outcome["result"]["phase_times_s"]["total"] = round(time.monotonic() - started_at, 6)
+        else:
+            outcome["task"] = task_id
+        outcome["counters"] = self.slot.counters.take()
+        return outcome
+
+    def _on_spare(self, spare: "_Runner") -> bool:
+        """A spare runner said something while a task ran: file its readiness. True once it needs no more watching."""
+        try:
+            for message in spare.reader.read():
+                self.slot.on_ready(spare, message)
+        except ValueError:
+            self.slot.discard(spare)
+            return True
+        return spare.reader.eof or spare.ready
+
+    def _timing_for(self, runner: "_Runner"):
+        """How the task's timing phase charges the candidate: the task's CPU accounting in CPU mode, the judge's clock
+        around a batch (holding this GPU's timing lock) on a GPU."""
+        from evaluator.slot.cpu_charge import CpuCharge
+        from evaluator.slot.timing_phase import TimingPhase
+
+        def make(task: TaskJudge, driver: TaskDriver, schedule: Any) -> TimingPhase:
+            if self.device.startswith("cuda"):
+                return TimingPhase(task, driver, schedule, lock=self.device_lock)
+            return TimingPhase(task, driver, schedule, charge=CpuCharge(self.slot.locate(runner),
+                                                                        self.slot.task_cgroup(runner)))
+        return make
 
     def finish_task(self) -> None:
         """The last task's runner killed (it has answered, or is dead) and the exchange folders emptied."""
@@ -809,152 +587,6 @@ class JudgeHost:
         if runner is not None:
             self.slot.discard(runner)
             self.slot.wipe_exchange()
-
-    def _drive(self, runner: _Runner, judge: TaskJudge, request: EvalRequest, task_id: Any, deadline: float,
-               limit_s: float, clock: Optional["_PhaseClock"] = None) -> dict[str, Any]:
-        from evaluator.contract.framing import write_message
-
-        started = False
-        selector = selectors.DefaultSelector()
-        selector.register(runner.result_r, selectors.EVENT_READ, "runner")
-        if self.slot.control is not None:
-            selector.register(self.slot.control, selectors.EVENT_READ, "zygote")
-        for spare in self.spares:
-            selector.register(spare.result_r, selectors.EVENT_READ, spare)
-        memory_at = time.monotonic()
-        t0 = time.monotonic()
-        start_deadline = min(deadline, t0 + TASK_START_TIMEOUT_S)
-
-        clock = clock or _PhaseClock()
-
-        def finish(result: EvalResult) -> dict[str, Any]:
-            result.phase_times_s["total"] = round(time.monotonic() - t0, 6)
-            result.phase_times_s.update(clock.phases_s())
-            return {"type": "result", "task": task_id, "result": result.to_dict()}
-
-        def verdict(kind: Verdict, text: str) -> EvalResult:
-            return EvalResult(request_id=request.request_id, problem_id=request.problem_id, verdict=kind,
-                              error_message=text[-2000:], correctness_trials_total=request.correctness_trials)
-
-        try:
-            while True:
-                now = time.monotonic()
-                if not started and now >= start_deadline:
-                    # The candidate never ran, so no verdict on it: ours, retried once on a fresh runner.
-                    self.slot.discard(runner)
-                    return {"type": "infra", "task": task_id,
-                            "why": f"the runner did not start the task within {now - t0:.0f} s"}
-                if now >= deadline:
-                    self.slot.discard(runner)
-                    self.slot.counters.add("timeouts")
-                    return finish(verdict(Verdict.TIMEOUT, f"The evaluation did not finish within {limit_s:.0f} s and "
-                                                           "was stopped."))
-                if self.resident_limit and started and now >= memory_at:
-                    memory_at = now + MEMORY_CHECK_S
-                    used = self.slot.resident_bytes(runner)
-                    if used > self.resident_limit:
-                        self.slot.discard(runner)
-                        self.slot.counters.add("memory_kills")
-                        return finish(verdict(Verdict.RUNTIME_ERROR, (
-                            f"The candidate used {used / 2**30:.1f} GiB of host memory, over the "
-                            f"{self.resident_limit / 2**30:.1f} GiB limit per evaluation, and was stopped. Keep "
-                            "host-side buffers small; work on the GPU tensors you are given.")))
-                timeout = (deadline if started else start_deadline) - now
-                if self.resident_limit and started:
-                    timeout = min(timeout, max(0.0, memory_at - now))
-                for key, _ in selector.select(timeout):
-                    if isinstance(key.data, _Runner):  # a spare saying it is ready
-                        spare = key.data
-                        try:
-                            for message in spare.reader.read():
-                                self.slot.on_ready(spare, message)
-                        except ValueError:
-                            pass
-                        if spare.reader.eof or spare.ready:
-                            selector.unregister(key.fileobj)
-                        continue
-                    if key.data == "zygote":
-                        self.slot.drain_control()
-                        if self.slot.control is None:
-                            selector.unregister(key.fileobj)
-                            # The zygote died under this task (a candidate can signal it): restart, retry once.
-                            self.slot.discard(runner)
-                            self.slot.counters.add("zygote_deaths")
-                            return {"type": "infra", "task": task_id,
-                                    "why": "the sandbox's zygote died during the evaluation"}
-                        continue
-                    try:
-                        messages = runner.reader.read()
-                    except ValueError as exc:
-                        self.slot.discard(runner)
-                        return finish(verdict(Verdict.CRASHED, f"The runner sent garbage to the judge ({exc}) and was "
-                                                              "stopped."))
-                    for message in messages:
-                        kind = message.get("type")
-                        if kind == "started" and not started:
-                            started = True
-                            write_message(self.result_fd, {"type": "started", "task": task_id})
-                        elif kind == "inputs":
-                            name = message.get("name")
-                            clock.lap("judge_wait")
-                            why = judge.write_inputs(name) if isinstance(name, str) else "no name"
-                            clock.lap("judge_inputs")
-                            self._answer(runner, {"type": "inputs", "name": name} if not why else
-                                         {"type": "refused", "why": why})
-                        elif kind == "output":
-                            name = message.get("name")
-                            clock.lap("judge_wait")
-                            if isinstance(name, str) and input_seed(request, name) is not None:
-                                judge.receive(name)
-                            clock.lap("judge_compare")
-                            self._answer(runner, {"type": "ack"})
-                        elif kind == "error" and started:
-                            # The worker code raised (an evaluator bug, or a candidate posing as one): retried once.
-                            return {"type": "error", "task": task_id,
-                                    "traceback": str(message.get("traceback", ""))[-4000:]}
-                        elif kind == "result":
-                            clock.lap("judge_wait")
-                            try:
-                                claimed = sanitize_result(message.get("result"), request)
-                            except (ValueError, TypeError, KeyError) as exc:
-                                self.slot.discard(runner)
-                                return finish(verdict(Verdict.CRASHED, f"The runner's result was unreadable ({exc})."))
-                            leftovers = message.get("leftovers")
-                            if type(leftovers) is int and 0 < leftovers < 10**6:
-                                self.slot.counters.add("leftover_processes_killed", leftovers)
-                            if not started:
-                                return {"type": "infra", "task": task_id, "why": "a result before the task started"}
-                            return finish(judge.decide(claimed))
-                    if runner.reader.eof:
-                        return self._runner_died(runner, request, task_id, started, finish, verdict)
-        finally:
-            selector.close()
-
-    def _answer(self, runner: _Runner, message: dict[str, Any]) -> None:
-        from evaluator.contract.framing import write_message
-
-        try:
-            write_message(runner.task_w, message)
-        except OSError:
-            pass  # it is dying; its end of file comes next
-
-    def _runner_died(self, runner, request, task_id, started, finish, verdict) -> dict[str, Any]:
-        from evaluator.isolation.exits import crash_report as _crash_report, describe_exit as _describe_exit
-
-        returncode = self.slot.returncode_of(runner, EXIT_STATUS_WAIT_S)
-        self.slot.discard(runner)
-        if not started:
-            return {"type": "infra", "task": task_id, "why": "the runner died before the candidate ran"}
-        self.slot.counters.add("crashes")
-        cause = _describe_exit(returncode) if returncode is not None else "it died (exit status unknown: the " \
-                                                                         "sandbox's zygote was gone)"
-        from evaluator.isolation.exits import tail
-
-        report = _crash_report(tail(self.err_path, max_lines=40, max_chars=8000), runner.workdir or "/nonexistent")
-        text = f"The worker process died while running the candidate: {cause}."
-        if report:
-            text += "\nLast lines of its stderr:\n" + report
-        return finish(verdict(Verdict.CRASHED, text))
 
     def serve(self) -> int:
         from evaluator.contract.framing import read_message, write_message

@@ -3,7 +3,6 @@ CUDA) and forks one single-use runner per task; a runner evaluates one request, 
 
 from __future__ import annotations
 
-import contextlib
 import faulthandler
 import importlib
 import json
@@ -12,13 +11,12 @@ import shutil
 import signal
 import socket
 import sys
-from typing import Any, Optional
+from typing import Any
 
 from evaluator.isolation.proctree import become_subreaper, has_children, kill_tree
 
 PR_SET_DUMPABLE = 4
 MAX_CONTROL_BYTES = 1 << 16
-MAX_INPUT_FILE_BYTES = 1 << 36  # written by the judge; bounded only against a corrupted file
 
 
 def set_dumpable(on: bool) -> None:
@@ -42,54 +40,6 @@ def die_with_parent() -> None:
 
 def send_control(sock: socket.socket, message: dict[str, Any]) -> None:
     sock.send(json.dumps(message).encode())
-
-
-# ---------------------------------------------------------------- the runner's link to the judge
-
-class JudgeLink:
-    """How a runner gets its inputs from the judge and hands its outputs back. Everything here is also within the
-    candidate's reach, so the judge trusts none of it: it made the inputs itself and compares the outputs itself."""
-
-    def __init__(self, task_fd: int, result_fd: int, inputs_dir: str, outputs_dir: str, device: str):
-        self.task_fd, self.result_fd = task_fd, result_fd
-        self.inputs_dir, self.outputs_dir, self.device = inputs_dir, outputs_dir, device
-
-    def _ask(self, message: dict[str, Any], expect: str) -> dict[str, Any]:
-        from evaluator.contract.framing import read_message, write_message
-
-        write_message(self.result_fd, message)
-        reply = read_message(self.task_fd)
-        if not reply or reply.get("type") != expect:
-            raise RuntimeError(f"the judge refused {message.get('type')} {message.get('name')!r}: "
-                               f"{(reply or {}).get('why', 'no answer')}")
-        return reply
-
-    def inputs(self, name: str) -> list:
-        from evaluator.judging import judge, tensorwire
-
-        self._ask({"type": "inputs", "name": name}, "inputs")
-        values = tensorwire.read_values(os.path.join(self.inputs_dir, name + ".krlt"), MAX_INPUT_FILE_BYTES)
-        return judge.to_device(list(values), self.device)
-
-    def hand_over(self, name: str, output: Any) -> None:
-        from evaluator.judging import tensorwire
-
-        with _file_size_cap_lifted():
-            tensorwire.write_values(os.path.join(self.outputs_dir, name + ".krlt"), output)
-        self._ask({"type": "output", "name": name}, "ack")
-
-
-@contextlib.contextmanager
-def _file_size_cap_lifted():
-    """An output may be larger than the output-flood cap: lift the soft cap to the hard one for this write only."""
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 
 
 # ---------------------------------------------------------------- the runner (a forked child of the zygote)
@@ -146,8 +96,10 @@ def wipe_scratch(keep: tuple[str, ...]) -> None:
 
 
 def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:
+    """Wait (pre-warmed) for a task, then answer the judge's orders for it (evaluator/slot/order_loop.py), and exit."""
     from evaluator.contract.types import EvalRequest
     from evaluator.contract.framing import read_message, write_message
+    from evaluator.slot.order_loop import Exchange, serve_orders
 
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -156,8 +108,6 @@ def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:
     become_subreaper()  # the candidate's detached processes stay in this tree, where the judge's kill finds them
     set_dumpable(False)
     ctx = worker.prepare_worker(device)
-    ctx.judge_link = JudgeLink(task_fd, result_fd, os.environ.get("KRL_WORKER_XFER_IN", ""),
-                               os.environ.get("KRL_WORKER_XFER_OUT", ""), getattr(ctx, "device", device))
     write_message(result_fd, {"type": "ready", "pid": os.getpid(), "workdir": getattr(ctx, "work_dir", "")})
     message = read_message(task_fd)
     if not message or message.get("type") != "task":
@@ -168,26 +118,35 @@ def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:
         _fresh_folder(work_dir)
         os.chdir(work_dir)
     write_message(result_fd, {"type": "started"})
+    session = worker.open_session(EvalRequest.from_dict(message["request"]), ctx, message.get("prebuilt"))
     try:
-        request = EvalRequest.from_dict(message["request"])
-        reply = {"type": "result", "result": worker.evaluate_in_process(request, ctx, message.get("prebuilt")).to_dict()}
-    except Exception:  # noqa: BLE001 - a bug of the evaluator's worker code (candidate faults are verdicts)
-        import traceback
-
-        reply = {"type": "error", "traceback": traceback.format_exc()[-4000:]}
-    leftovers = kill_tree(os.getpid(), include_root=False) if has_children() else []
-    sys.stdout.flush()
-    sys.stderr.flush()
-    write_message(result_fd, {**reply, "leftovers": len(leftovers)})
+        try:
+            session.load()
+        except BaseException as exc:  # noqa: BLE001 - the candidate's load failed: the judge decides what it means
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            write_message(result_fd, session.failure(exc))
+            return 0
+        write_message(result_fd, {"type": "loaded"})
+        serve_orders(lambda: read_message(task_fd), lambda answer: write_message(result_fd, answer), session,
+                     Exchange(os.environ.get("KRL_WORKER_XFER_IN", ""), os.environ.get("KRL_WORKER_XFER_OUT", "")))
+    finally:
+        close = getattr(session, "cleanup", None)
+        if close is not None:
+            close()
+        if has_children():
+            kill_tree(os.getpid(), include_root=False)
+        sys.stdout.flush()
+        sys.stderr.flush()
     return 0
 
 
 # ---------------------------------------------------------------- the zygote
 
 # Modules a runner would otherwise import lazily, each time, after its fork. The evaluator's own never touch CUDA.
-RUNNER_MODULES = ("evaluator.judging.judge", "evaluator.judging.tensorwire", "evaluator.judging.timing",
-                  "evaluator.judging.errclean", "evaluator.judging.rules.runtime", "evaluator.judging.rules.static",
-                  "evaluator.build.triton_cache", "torch.utils._device")
+RUNNER_MODULES = ("evaluator.judging.judge", "evaluator.slot.worker_session", "evaluator.slot.order_loop",
+                  "evaluator.judging.tensorwire", "evaluator.judging.timing", "evaluator.judging.errclean",
+                  "evaluator.judging.rules.runtime", "evaluator.judging.rules.static", "evaluator.build.triton_cache", "torch.utils._device")
 # CPU mode only (TRITON_INTERPRET=1): ~25 ms per runner for triton's interpreter alone, measured. Not on a GPU: one of
 # these initialised CUDA in the zygote there (H100, triton 3.6: every runner then failed "Cannot re-initialize CUDA in
 # forked subprocess"), and a zygote must never initialise CUDA.

@@ -7,7 +7,7 @@ import importlib.util
 import os
 import types
 
-from evaluator.api import EvalRequest, EvalResult, Verdict
+from evaluator.contract.types import EvalRequest, EvalResult, Verdict
 
 
 def prepare_worker(device: str):
@@ -70,3 +70,80 @@ def evaluate_in_process(request: EvalRequest, ctx, prebuilt=None) -> EvalResult:
         result.verdict = Verdict.WRONG_OUTPUT
     result.phase_times_s["pid"] = float(os.getpid())
     return result
+
+
+class StandinSession:
+    """The judge's orders, served by the stand-in: load, call, stage/run/hand, finish (evaluator/slot/order_loop.py)."""
+
+    def __init__(self, request: EvalRequest, ctx, prebuilt=None):
+        self.request, self.ctx = request, ctx
+        self.model = None
+        self.sets: list = []
+        self.outputs: list = []
+        self.last_inputs: list = []
+
+    def load(self) -> None:
+        if self.request.problem_id == "standin/internal-error":
+            raise RuntimeError("a bug in the worker")
+        if self.request.problem_id == "standin/sticky":
+            self.ctx.sticky_cuda_error = True
+        path = os.path.abspath("candidate.py")
+        with open(path, "w") as handle:
+            handle.write(self.request.candidate_source)
+        spec = importlib.util.spec_from_file_location("candidate", path)
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except BaseException as exc:  # noqa: BLE001
+            raise _Failure(Verdict.COMPILE_ERROR, repr(exc)[:2000]) from None
+        if not hasattr(module, "ModelNew"):
+            raise _Failure(Verdict.FORMAT_ERROR, "no ModelNew")
+        reference: dict = {}
+        exec(compile(self.request.reference_source, "<reference>", "exec"), reference)
+        self.model = module.ModelNew(*reference["get_init_inputs"]())
+
+    def trial(self, inputs):
+        self.last_inputs = inputs
+        return self.model(*inputs)
+
+    def recheck(self, fresh):
+        return self.model(*fresh)
+
+    def kernel_checks(self, inputs) -> None:
+        pass
+
+    def stage(self, bases, count, salt) -> None:
+        from evaluator.judging import judge
+
+        self.sets = [judge.nudged_values(bases[i % len(bases)], salt + i) for i in range(count)]
+
+    def run(self, calls: int) -> None:
+        self.outputs = [self.model(*self.sets[i % len(self.sets)]) for i in range(calls)]
+
+    def output_of(self, call: int):
+        return self.outputs[call]
+
+    def projections(self, seed: int) -> list:
+        from evaluator.slot.projection import projections
+
+        return projections(self.outputs, seed)[0]
+
+    def finish(self) -> None:
+        pass
+
+    def evidence(self) -> dict:
+        return {}
+
+    def failure(self, exc: BaseException) -> dict:
+        verdict = exc.verdict if isinstance(exc, _Failure) else Verdict.RUNTIME_ERROR
+        return {"type": "failed", "verdict": verdict.value, "message": str(exc)[:2000] or repr(exc)[:2000]}
+
+
+class _Failure(Exception):
+    def __init__(self, verdict: Verdict, message: str):
+        super().__init__(message)
+        self.verdict = verdict
+
+
+def open_session(request: EvalRequest, ctx, prebuilt=None) -> StandinSession:
+    return StandinSession(request, ctx, prebuilt)

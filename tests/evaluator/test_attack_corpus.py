@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluator.api import EvalRequest, Verdict
+from evaluator.contract.types import EvalRequest, Verdict
 from evaluator.isolation.sandbox import get_sandbox
 from tests.evaluator.pool_support import make_evaluator
 
@@ -87,14 +87,15 @@ CASES = {
     "cache_by_pointer_version": ("matmul", "torch", NO_SPEEDUP, {}),
     "cache_by_shape": ("relu", "torch", (HACK, "cached_output"), {}),
     "warmup_counting": ("relu", "torch", (HACK, "cached_output"), {}),
-    "mode_branch_when_timed": ("relu", "torch", NOT_CORRECT, {}),
+    # The judge-driven slot (issue 23) gives no frame a timing name, and charges a thread's late work: honest is fine.
+    "mode_branch_when_timed": ("relu", "torch", NO_SPEEDUP, {}),
     "lazy_tensor_subclass": ("relu", "torch", (HACK, "lazy_output"), {}),
     "subclass_eq_allclose": ("relu", "torch", NOT_CORRECT, {}),
     "return_input_view": ("relu", "torch", Verdict.WRONG_OUTPUT, {}),
     "mutate_input_inplace": ("relu", "torch", (HACK, "input_mutation"), {}),
     "zero_out_inputs": ("relu", "torch", NOT_CORRECT, {}),
     "ctypes_input_write": ("relu", "torch", NOT_CORRECT, {}),
-    "thread_after_return": ("relu", "torch", NOT_CORRECT, {}),
+    "thread_after_return": ("relu", "torch", NO_SPEEDUP, {}),
     "swallow_fallback_triton": ("small_relu", "triton", (HACK, "swallowed_kernel_failure"), {}),
     "swallow_suppress_triton": ("small_relu", "triton", HACK, {}),
     "precision_fp16": ("relu", "torch", Verdict.WRONG_OUTPUT, {}),

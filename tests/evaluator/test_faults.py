@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from evaluator.api import Verdict
+from evaluator.contract.types import Verdict
 from tests.evaluator.pool_support import GOOD, candidate, make_evaluator, request
 
 RUN_TIMEOUT_S = 3.0
@@ -149,7 +149,7 @@ def test_triton_kernel_is_correct_on_the_gpu(gpu_evaluator):
     result = gpu_evaluator.evaluate(request(triton_candidate("poke_kernel[(triton.cdiv(n, 1024),)](x, out, n, OFFSET=0, BLOCK=1024)"),
                                             backend="triton"))
     assert result.verdict == Verdict.CORRECT, result.error_message
-    assert result.timing_clock == "cuda_events" and result.device_name
+    assert result.timing_clock == "judge_wall" and result.device_name  # the judge's clock around a batch (issue 23)
 
 
 @pytest.mark.gpu

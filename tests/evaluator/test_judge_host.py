@@ -1,15 +1,18 @@
-"""The judge's side of a timed call's nudged values: it makes the set named by the runner from its own copy of the
-base set, so an output for those values is checked against its own reference output, never the runner's."""
+"""The judge's side of a task's inputs and outputs: it makes every set itself (unscheduled names refused), writes it for
+the runner, and checks an output against its own reference output, never against anything the runner says."""
 
 from __future__ import annotations
 
 import os
 
+import pytest
 import torch
 
 from evaluator.judging import judge, tensorwire
-from evaluator.api import EvalResult, Verdict
-from evaluator.slot.judge_host import TaskJudge
+from evaluator.slot.evidence import admitted_failure, check_answer
+from evaluator.slot.outcome import ProtocolBreach, TaskEnded
+from evaluator.slot.task_judge import TaskJudge
+from evaluator.contract.types import Verdict
 from tests.evaluator.pool_support import GOOD, request
 
 
@@ -17,42 +20,42 @@ def _judge(tmp_path) -> TaskJudge:
     inputs_dir, outputs_dir = tmp_path / "in", tmp_path / "out"
     inputs_dir.mkdir()
     outputs_dir.mkdir()
-    return TaskJudge(request(GOOD, request_id="nudge"), "cpu", str(inputs_dir), str(outputs_dir))
+    return TaskJudge(request(GOOD, request_id="judge"), "cpu", str(inputs_dir), str(outputs_dir))
 
 
-def _hand_over(task: TaskJudge, name: str, output) -> None:
-    tensorwire.write_values(os.path.join(task.outputs_dir, name + ".krlt"), output)
-    task.receive(name)
-
-
-def test_an_output_for_nudged_values_is_judged_on_the_judges_own_nudged_set(tmp_path):
+def test_the_judge_checks_an_output_against_its_own_reference(tmp_path):
     task = _judge(tmp_path)
-    assert task.write_inputs("timing-1") == ""
-    base = list(tensorwire.read_values(os.path.join(task.inputs_dir, "timing-1.krlt"), 2**30))
-    nudged = judge.nudged_values(base, 987654321)  # what the runner gives a timed call
-    name = judge.nudged_set_name(1, 987654321)
-    _hand_over(task, name, torch.relu(nudged[0]))
-    assert task.received[name].comparison.ok
-    assert not os.path.exists(os.path.join(task.inputs_dir, name + ".krlt"))  # made for checking only
-
-    stale = judge.nudged_set_name(1, 5)  # the answer for the base values, handed over as another set's
-    _hand_over(task, stale, torch.relu(base[0]))
-    assert not task.received[stale].comparison.ok
-    assert len(task.base_values) == 1  # both nudged sets made from one decoded copy of base set 1
-    for other in ("trial-0", "trial-1", "recheck"):  # right everywhere else
-        task.write_inputs(other)
-        _hand_over(task, other, torch.relu(tensorwire.read_values(os.path.join(task.inputs_dir, other + ".krlt"),
-                                                                  2**30)[0]))
-    verdict = task.decide(EvalResult(request_id="nudge", problem_id="test/relu", verdict=Verdict.CORRECT))
-    assert verdict.verdict == Verdict.WRONG_OUTPUT and "while being timed" in verdict.error_message
+    values = task.make("trial-0")
+    served = tensorwire.read_values(os.path.join(task.inputs_dir, "trial-0.krlt"), 2**30)
+    assert torch.equal(served[0], values[0])
+    tensorwire.write_values(os.path.join(task.outputs_dir, "trial-0.krlt"), torch.relu(values[0]))
+    assert task.compare("trial-0", task.reference_outputs["trial-0"])[0].ok
+    nudged = judge.nudged_values(task.make("timing-1"), 12345)  # a timed call's values, made by the judge too
+    tensorwire.write_values(os.path.join(task.outputs_dir, "call-3.krlt"), torch.relu(values[0]))
+    assert not task.compare("call-3", task.reference_output(nudged))[0].ok  # the base answer for nudged values
+    with open(os.path.join(task.outputs_dir, "call-4.krlt"), "wb") as handle:
+        handle.write(b"garbage")
+    comparison, output = task.compare("call-4", task.reference_output(nudged))
+    assert comparison.verdict == Verdict.WRONG_OUTPUT and output is None
 
 
-def test_a_nudged_set_is_served_like_any_other_and_names_out_of_range_are_refused(tmp_path):
+def test_sets_outside_the_schedule_are_refused(tmp_path):
     task = _judge(tmp_path)
-    name = judge.nudged_set_name(0, 42)
-    assert task.write_inputs(name) == ""
-    served = tensorwire.read_values(os.path.join(task.inputs_dir, name + ".krlt"), 2**30)
-    task.write_inputs("timing-0")
-    base = tensorwire.read_values(os.path.join(task.inputs_dir, "timing-0.krlt"), 2**30)
-    assert torch.equal(served[0], judge.nudged_values(list(base), 42)[0])
-    assert "no input set" in task.write_inputs("nudged-64-1")  # beyond the judge's timing sets
+    for name in ("trial-2", "timing-64", "nudged-0-1", "../x"):  # the request has 2 trials
+        with pytest.raises(ValueError):
+            task.make(name)
+
+
+def test_a_runner_can_admit_a_fault_but_never_claim_a_pass_or_our_failure():
+    assert admitted_failure({"type": "failed", "verdict": "compile_error", "message": "x"}).verdict == \
+        Verdict.COMPILE_ERROR
+    for verdict in ("correct", "crashed", "timeout", "nonsense"):
+        assert isinstance(admitted_failure({"type": "failed", "verdict": verdict}), ProtocolBreach)
+    with pytest.raises(ProtocolBreach):
+        check_answer({"type": "result", "result": {"verdict": "correct"}}, "output", "trial-0")
+    with pytest.raises(ProtocolBreach):
+        check_answer({"type": "output", "name": "trial-1"}, "output", "trial-0")
+    with pytest.raises(ProtocolBreach):
+        check_answer({"type": "ran", "speedup": 1000.0}, "ran")
+    with pytest.raises(TaskEnded):
+        check_answer({"type": "failed", "verdict": "runtime_error", "message": "boom"}, "ran")

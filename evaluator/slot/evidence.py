@@ -1,0 +1,59 @@
+"""What a runner says, read as evidence: each answer checked against the order it answers, its fields bounded. A
+runner may admit a fault of its candidate (lowering the reward); it can never claim a pass, a speed or our failure."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from evaluator.contract.types import Verdict
+from evaluator.slot.outcome import ProtocolBreach, TaskEnded
+
+# Verdicts a runner may report about its own candidate: each only lowers the reward. Never correct, timeout,
+# crashed-as-ours or anything the judge alone observes.
+ADMISSIBLE = {Verdict.COMPILE_ERROR, Verdict.RUNTIME_ERROR, Verdict.FORMAT_ERROR, Verdict.HACK_DETECTED}
+MAX_TEXT = 2000
+
+
+def text(value: Any, limit: int = MAX_TEXT) -> str:
+    return value[:limit] if isinstance(value, str) else ""
+
+
+def number(value: Any) -> Optional[float]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if value == value and abs(value) != float("inf") else None
+
+
+def admitted_failure(answer: dict[str, Any]) -> TaskEnded:
+    """A 'failed' answer as the verdict it admits; anything else it could say breaks the protocol."""
+    try:
+        verdict = Verdict(answer.get("verdict"))
+    except ValueError:
+        return ProtocolBreach("a failure with an unknown verdict")
+    if verdict not in ADMISSIBLE:
+        return ProtocolBreach(f"it reported its own verdict {verdict.value!r}")
+    rule = text(answer.get("rule"), 100) or None if verdict == Verdict.HACK_DETECTED else None
+    compiled = answer.get("compiled") if isinstance(answer.get("compiled"), bool) else None
+    return TaskEnded(verdict, text(answer.get("message")) or "The candidate failed.", rule, compiled)
+
+
+def check_answer(answer: dict[str, Any], expected: str, name: Optional[str] = None) -> dict[str, Any]:
+    """The answer to an order of type `expected` (naming `name`, if given), or the verdict it admits, raised."""
+    kind = answer.get("type")
+    if kind == "failed":
+        raise admitted_failure(answer)
+    if kind != expected:
+        raise ProtocolBreach(f"it answered {text(kind, 40)!r} where the judge waited for {expected!r}")
+    if name is not None and answer.get("name") != name:
+        raise ProtocolBreach(f"it answered for {text(answer.get('name'), 40)!r}, not {name!r}")
+    extra = set(answer) - {"type", "name", "own_kernel_time_fraction", "projections"}
+    if extra:
+        raise ProtocolBreach(f"its answer carried fields nobody asked for ({', '.join(sorted(extra)[:4])})")
+    return answer
+
+
+def kernel_fraction(answer: dict[str, Any]) -> Optional[float]:
+    """Reported, never judged: the share of the candidate's GPU time in its own kernels, as the runner measured it."""
+    value = number(answer.get("own_kernel_time_fraction"))
+    return min(1.0, max(0.0, value)) if value is not None else None

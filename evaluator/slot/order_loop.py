@@ -1,0 +1,92 @@
+"""The runner's side of the judge's protocol (docs/slot.md): read one order, do it, write one answer. The runner never
+asks for anything; everything here is within the candidate's reach, so the judge treats every answer as evidence."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+MAX_INPUT_FILE_BYTES = 1 << 36  # written by the judge; bounded only against a corrupted file
+
+
+@contextlib.contextmanager
+def file_size_cap_lifted():
+    """An output may be larger than the output-flood cap: lift the soft cap to the hard one for this write only."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+
+class Exchange:
+    """The folders the judge writes inputs to (read-only here) and reads outputs from."""
+
+    def __init__(self, inputs_dir: str, outputs_dir: str):
+        self.inputs_dir, self.outputs_dir = inputs_dir, outputs_dir
+
+    def inputs(self, name: str) -> list:
+        from evaluator.judging import tensorwire
+
+        return list(tensorwire.read_values(os.path.join(self.inputs_dir, _plain(name) + ".krlt"), MAX_INPUT_FILE_BYTES))
+
+    def hand(self, name: str, output: Any) -> None:
+        from evaluator.judging import tensorwire
+
+        with file_size_cap_lifted():
+            tensorwire.write_values(os.path.join(self.outputs_dir, _plain(name) + ".krlt"), output)
+
+
+def _plain(name: Any) -> str:
+    text = str(name)
+    if not text.replace("-", "").replace("_", "").isalnum():
+        raise ValueError(f"an unusable set name {text[:40]!r}")
+    return text
+
+
+def serve_orders(read_message, write_message, session: Any, exchange: Exchange) -> None:
+    """Answer the judge's orders until it says finish (or closes the pipe). A candidate fault answers 'failed' and
+    ends the loop: the judge decides what it means."""
+    while True:
+        order = read_message()
+        if not order:
+            return
+        kind = order.get("type")
+        try:
+            if kind == "trial" or kind == "recheck":
+                name = order["name"]
+                values = exchange.inputs(name)
+                output = session.trial(values) if kind == "trial" else session.recheck(values)
+                exchange.hand(name, output)
+                answer = {"type": "output", "name": name}
+            elif kind == "checks":
+                session.kernel_checks(exchange.inputs(order["name"]))
+                answer = {"type": "checked"}
+            elif kind == "stage":
+                bases = [exchange.inputs(name) for name in order["sets"]]
+                session.stage(bases, int(order["count"]), int(order["salt"]))
+                answer = {"type": "staged"}
+            elif kind == "run":
+                session.run(int(order["calls"]))
+                answer = {"type": "ran"}
+            elif kind == "hand":
+                for call in order["calls"]:
+                    exchange.hand(f"call-{int(call)}", session.output_of(int(call)))
+                answer = {"type": "handed", "projections": session.projections(int(order["seed"]))}
+            elif kind == "finish":
+                session.finish()
+                write_message({"type": "evidence", **session.evidence()})
+                read_message()  # wait to be killed: the judge counts and kills what the candidate left in this tree
+                return
+            else:
+                return  # not an order of this protocol: stop answering; the judge's deadline ends the task
+        except BaseException as exc:  # noqa: BLE001 - a candidate can raise anything, SystemExit included
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            write_message(session.failure(exc))
+            return
+        write_message(answer)

@@ -1,0 +1,41 @@
+"""How one task of a slot ends, seen from the judge: a verdict the judge decided, or its own infrastructure failure.
+The runner's misbehaviour (garbage, silence, unsolicited or out-of-order messages) is always the candidate's fault."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from evaluator.contract.types import EvalRequest, EvalResult, Verdict
+
+PROTOCOL_RULE = "judge_protocol"
+
+
+class TaskEnded(Exception):
+    """A verdict reached before the schedule's end (a candidate fault the judge saw, or one the runner admitted)."""
+
+    def __init__(self, verdict: Verdict, message: str, hack_rule: Optional[str] = None,
+                 compiled: Optional[bool] = None):
+        super().__init__(message)
+        self.verdict, self.message, self.hack_rule, self.compiled = verdict, message, hack_rule, compiled
+
+
+class ProtocolBreach(TaskEnded):
+    """The runner said something the judge did not ask for, in a form or order it did not ask for, or too much."""
+
+    def __init__(self, why: str):
+        super().__init__(Verdict.CRASHED,
+                         f"The candidate's process broke the judge's protocol ({why}) and was stopped.")
+
+
+class RunnerGone(Exception):
+    """The runner's pipe closed (it died, or closed it): a crash of the candidate once the task had started."""
+
+
+class SlotFailure(Exception):
+    """The judge's own machinery failed (the zygote died, a runner never started): not the candidate's fault."""
+
+
+def verdict_result(request: EvalRequest, verdict: Verdict, message: str, hack_rule: Optional[str] = None) -> EvalResult:
+    return EvalResult(request_id=request.request_id, problem_id=request.problem_id, verdict=verdict,
+                      error_message=message[-2000:], hack_rule=hack_rule,
+                      correctness_trials_total=request.correctness_trials)

@@ -1,0 +1,59 @@
+"""A random projection of every output of a timed batch, with weights drawn after the batch: the runner cannot answer
+it without every call's output, and the judge checks it against the same projection of its own reference outputs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def projections(outputs: list, seed: int) -> tuple[list[float], list[float], list[float]]:
+    """Per output: (sum of w * output, sum of |w * output|, sum of |w|) over its floating-point tensors, w uniform in
+    [-1, 1) drawn from `seed` (the same w for every output of one shape and device)."""
+    import torch
+
+    from evaluator.judging import judge
+
+    same = _one_shape(outputs, torch)
+    if same is not None:  # the usual case: one tensor per call, one shape: a few whole-batch ops, not a few per call
+        generator = torch.Generator(device=same.device)
+        generator.manual_seed(seed)
+        drawn = torch.rand(same.shape, generator=generator, device=same.device) * 2 - 1
+        product = torch.stack(outputs).float() * drawn
+        sums = product.flatten(1).sum(1).double().cpu().tolist()
+        sizes = product.abs().flatten(1).sum(1).double().cpu().tolist()
+        return sums, sizes, [float(drawn.abs().sum())] * len(outputs)
+    weights: dict[Any, Any] = {}
+    rows = []
+    for output in outputs:
+        parts = []
+        for tensor in judge.flatten_output(output):
+            if not (isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and tensor.numel()):
+                continue
+            key = (tuple(tensor.shape), tensor.device)
+            if key not in weights:
+                generator = torch.Generator(device=tensor.device)
+                generator.manual_seed(seed)
+                drawn = torch.rand(tensor.shape, generator=generator, device=tensor.device) * 2 - 1
+                weights[key] = (drawn, drawn.abs().sum())
+            drawn, drawn_abs = weights[key]
+            product = tensor.float() * drawn
+            parts.append(torch.stack([product.sum(), product.abs().sum(), drawn_abs]).double().cpu())
+        rows.append(torch.stack(parts).sum(0) if parts else torch.zeros(3, dtype=torch.float64))
+    if not rows:
+        return [], [], []
+    table = torch.stack(rows).tolist()
+    return [r[0] for r in table], [r[1] for r in table], [r[2] for r in table]
+
+
+def _one_shape(outputs: list, torch: Any) -> Any:
+    """The first output when every output is a plain floating-point tensor of one shape, dtype and device; else None."""
+    if not outputs:
+        return None
+    first = outputs[0]
+    if type(first) is not torch.Tensor or not first.is_floating_point() or not first.numel():
+        return None
+    for output in outputs:
+        if type(output) is not torch.Tensor or output.shape != first.shape or output.dtype != first.dtype or \
+                output.device != first.device:
+            return None
+    return first

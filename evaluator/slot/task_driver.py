@@ -1,0 +1,140 @@
+"""The judge's end of one runner's pipes: send an order, wait for its one answer, never block. Writes and reads are
+non-blocking against the task's deadline; anything else the runner says is a breach of the protocol."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import time
+from typing import Any, Callable, Optional
+
+from evaluator.slot.evidence import check_answer
+from evaluator.slot.outcome import ProtocolBreach, RunnerGone, SlotFailure, TaskEnded
+from evaluator.contract.types import Verdict
+
+MAX_ANSWER_BYTES = 256 * 1024  # answers are small: names and numbers (a batch's projections); outputs travel beside
+MEMORY_CHECK_S = 0.25
+
+
+class Deadline(Exception):
+    """The task's limit passed while the judge waited on its runner."""
+
+
+class TaskDriver:
+    """Orders to one runner and its answers, with the slot's other duties (spares, zygote, memory) served meanwhile."""
+
+    def __init__(self, slot: Any, runner: Any, deadline: float, resident_limit: Optional[int] = None,
+                 spares: tuple = (), on_spare: Optional[Callable[[Any], bool]] = None):
+        self.slot, self.runner, self.deadline = slot, runner, deadline
+        self.resident_limit = resident_limit
+        self.on_spare = on_spare
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(runner.result_r, selectors.EVENT_READ, "runner")
+        if slot.control is not None:
+            self.selector.register(slot.control, selectors.EVENT_READ, "zygote")
+        for spare in spares:
+            self.selector.register(spare.result_r, selectors.EVENT_READ, spare)
+        os.set_blocking(runner.task_w, False)
+        self.runner.reader.max_bytes = MAX_ANSWER_BYTES
+        self.memory_at = 0.0
+        self.sent_at = self.answered_at = 0.0
+        self.pending: list[dict[str, Any]] = []
+
+    def close(self) -> None:
+        self.selector.close()
+
+    # ---- one exchange
+    def order(self, message: dict[str, Any], expected: str, name: Optional[str] = None,
+              deadline: Optional[float] = None) -> dict[str, Any]:
+        """Send `message` and return its answer (of type `expected`). sent_at / answered_at: the judge's clock when the
+        order's last byte left and when the answer was read."""
+        from evaluator.contract.framing import encode_message
+
+        self.expect_silence()
+        self.send_bytes(encode_message(message), deadline)
+        return self.answer(expected, name, deadline)
+
+    def send_bytes(self, data: bytes, deadline: Optional[float] = None) -> None:
+        deadline = min(deadline or self.deadline, self.deadline)
+        view = memoryview(data)
+        while view:
+            try:
+                written = os.write(self.runner.task_w, view)
+                view = view[written:]
+                continue
+            except BlockingIOError:
+                pass
+            except OSError:
+                raise RunnerGone() from None
+            # The runner is not reading: wait for room, watching everything else, until the deadline.
+            self.selector.register(self.runner.task_w, selectors.EVENT_WRITE, "room")
+            try:
+                self._wait(deadline, want_room=True)
+            finally:
+                self.selector.unregister(self.runner.task_w)
+        self.sent_at = time.perf_counter()
+
+    def answer(self, expected: str, name: Optional[str] = None, deadline: Optional[float] = None) -> dict[str, Any]:
+        deadline = min(deadline or self.deadline, self.deadline)
+        while True:
+            self.pending += self._read()
+            if self.pending:
+                self.answered_at = time.perf_counter()
+                return check_answer(self.pending.pop(0), expected, name)
+            if self.runner.reader.eof:
+                raise RunnerGone()
+            self._wait(deadline)
+
+    def expect_silence(self) -> None:
+        """Between orders the runner says nothing: anything already there is unsolicited."""
+        if self.pending or self._read() or self.runner.reader.buffer:
+            raise ProtocolBreach("it sent messages the judge did not ask for")
+
+    # ---- waiting
+    def _read(self) -> list[dict[str, Any]]:
+        try:
+            return self.runner.reader.read()
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ProtocolBreach(f"garbage on its pipe: {str(exc)[:80]}") from None
+
+    def _wait(self, deadline: float, want_room: bool = False) -> None:
+        """Until the runner's pipe is readable (or writable, with want_room) or the deadline; serves the zygote's
+        reports, the spares' readiness and the memory watch meanwhile."""
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                raise Deadline()
+            self._watch_memory(now)
+            timeout = deadline - now
+            if self.resident_limit:
+                timeout = min(timeout, max(0.0, self.memory_at - now))
+            for key, _ in self.selector.select(timeout):
+                if key.data == "room":
+                    return
+                if key.data == "runner":
+                    if not want_room:
+                        return
+                    if self._read():  # it talks instead of reading the order the judge is still writing
+                        raise ProtocolBreach("it spoke while the judge was still sending its order")
+                    if self.runner.reader.eof:
+                        raise RunnerGone()
+                elif key.data == "zygote":
+                    self.slot.drain_control()
+                    if self.slot.control is None:
+                        self.selector.unregister(key.fileobj)
+                        raise SlotFailure("the sandbox's zygote died during the evaluation")
+                elif self.on_spare is not None:
+                    if self.on_spare(key.data):
+                        self.selector.unregister(key.fileobj)
+
+    def _watch_memory(self, now: float) -> None:
+        if not self.resident_limit or now < self.memory_at:
+            return
+        self.memory_at = now + MEMORY_CHECK_S
+        used = self.slot.resident_bytes(self.runner)
+        if used > self.resident_limit:
+            self.slot.counters.add("memory_kills")
+            raise TaskEnded(Verdict.RUNTIME_ERROR, (
+                f"The candidate used {used / 2**30:.1f} GiB of host memory, over the {self.resident_limit / 2**30:.1f} "
+                "GiB limit per evaluation, and was stopped. Keep host-side buffers small; work on the GPU tensors you "
+                "are given."))

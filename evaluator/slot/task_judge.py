@@ -1,0 +1,263 @@
+"""One task's judging in the trusted process: it builds the reference, makes every input, pushes the schedule of orders
+to the runner, compares every output and decides the verdict. Nothing the runner says is taken as a pass or a speed."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import socket
+import time
+import types
+from typing import Any, Callable, Optional
+
+from evaluator.contract.types import EvalRequest, EvalResult, Verdict
+from evaluator.judging.reference_cache import ReferenceCache, nbytes, problem_key
+from evaluator.slot.evidence import kernel_fraction
+from evaluator.slot.outcome import TaskEnded
+
+MAX_TIMING_SETS = 64
+_SET_NAME = re.compile(r"^(trial-\d{1,4}|timing-\d{1,2}|recheck|poison)$")
+_SECRET_SEED_OFFSET = secrets.randbelow(2**40) + 2**32  # per judge process; never sent to a runner
+
+
+def input_seed(request: EvalRequest, name: str) -> Optional[int]:
+    """The seed of a named input set the judge makes, None for a name outside its schedule. Trials keep KernelBench's
+    reproducible seeds; timing, recheck and poison sets use this judge's secret: answers precomputed at import miss."""
+    from evaluator.judging import judge
+
+    if not _SET_NAME.match(name):
+        return None
+    kind, _, index = name.partition("-")
+    if (kind == "trial" and int(index) >= request.correctness_trials) or \
+            (kind == "timing" and int(index) >= MAX_TIMING_SETS):
+        return None
+    if kind == "trial":
+        return judge.input_seed(request.seed, name)
+    return judge.input_seed(request.seed + _SECRET_SEED_OFFSET, name)
+
+
+def load_reference(request: EvalRequest) -> types.ModuleType:
+    module = types.ModuleType(f"krl_reference_{request.request_id}")
+    module.__file__ = "<reference>"
+    exec(compile(request.reference_source, "<reference>", "exec"), module.__dict__)
+    for name, value in (request.size_overrides or {}).items():  # the size knob: read by get_inputs() at call time
+        setattr(module, name, value)
+    for name in ("Model", "get_inputs", "get_init_inputs"):
+        if not hasattr(module, name):
+            raise ValueError(f"the reference problem defines no `{name}`")
+    return module
+
+
+class TaskJudge:
+    """The reference side of one request: its model (cached across tasks of one problem), its inputs and outputs."""
+
+    def __init__(self, request: EvalRequest, device: str, inputs_dir: str, outputs_dir: str,
+                 cache: Optional[ReferenceCache] = None):
+        self.request, self.device = request, device
+        self.inputs_dir, self.outputs_dir = inputs_dir, outputs_dir
+        self.cache = cache if cache is not None else ReferenceCache(0)
+        self.problem_key = problem_key(request.reference_source, request.size_overrides, request.precision,
+                                       request.seed, device)
+        self.model: Any = None
+        self.reference: Any = None
+        self.problem_error = ""
+        self.reference_outputs: dict[str, Any] = {}
+        self.values: dict[str, list] = {}
+
+    def build(self) -> None:
+        import torch
+
+        from evaluator.judging import judge
+
+        if self.model is not None or self.problem_error:
+            return
+        built = self.cache.get(("model", self.problem_key))
+        if built is not None:
+            self.reference, self.model = built
+            return
+        request = self.request
+        try:
+            self.reference = load_reference(request)
+            dtype = judge.DTYPES[request.precision]
+            with torch.device(self.device):
+                judge.set_seed(request.seed)
+                init_inputs = judge.to_device(list(self.reference.get_init_inputs()), self.device)
+                judge.set_seed(request.seed)
+                model = self.reference.Model(*init_inputs)
+            model = model.to(self.device)
+            self.model = model.to(dtype) if dtype != torch.float32 else model
+            self.cache.put(("model", self.problem_key), (self.reference, self.model), nbytes(self.model))
+        except Exception as exc:  # noqa: BLE001 - the problem itself is broken: the evaluator's input error
+            self.problem_error = f"The reference problem failed in the judge (evaluator input error): " \
+                                 f"{type(exc).__name__}: {exc}"[:1000]
+
+    def make(self, name: str) -> list:
+        """The inputs of set `name` on the judge's device (made once per problem, seed); its reference output kept."""
+        from evaluator.judging import judge, tensorwire
+
+        self.build()
+        if self.problem_error:
+            raise TaskEnded(Verdict.RUNTIME_ERROR, self.problem_error)
+        if name in self.values:
+            return self.values[name]
+        seed = input_seed(self.request, name)
+        if seed is None:
+            raise ValueError(f"no input set named {name!r}")
+        key = ("set", self.problem_key, seed)
+        made = self.cache.get(key)
+        if made is None:
+            inputs = judge.make_inputs(self.reference, seed, self.device, self.request.precision)
+            encoded = tensorwire.encode_values(inputs)  # before the reference runs: it may work in place
+            made = (encoded, self.reference_output(judge.clone_inputs(inputs)))
+            self.cache.put(key, made, len(encoded) + nbytes(made[1]))
+        self.reference_outputs[name] = made[1]
+        self.values[name] = judge.to_device(list(tensorwire.decode(bytearray(made[0]))), self.device)
+        path = os.path.join(self.inputs_dir, name + ".krlt")
+        with open(path + ".part", "wb") as handle:
+            handle.write(made[0])
+        os.replace(path + ".part", path)
+        return self.values[name]
+
+    def reference_output(self, inputs: list) -> Any:
+        import torch
+
+        with torch.no_grad():
+            output = self.model(*inputs)
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        return output
+
+    def output(self, file_name: str, reference: Any) -> Any:
+        """The runner's output file, read within a size bound set by the reference output; a WireError if unusable."""
+        import torch
+
+        from evaluator.judging import judge, tensorwire
+
+        expected = sum(t.numel() * t.element_size() for t in judge.flatten_output(reference)
+                       if isinstance(t, torch.Tensor))
+        value = tensorwire.read_values(os.path.join(self.outputs_dir, file_name + ".krlt"),
+                                       max_bytes=8 * expected + 2**20)
+        return self.placed(value)
+
+    def compare(self, file_name: str, reference: Any) -> tuple[Any, Any]:
+        """(judge.Comparison, the output) of the runner's output against `reference`."""
+        import torch
+
+        from evaluator.judging import judge
+
+        try:
+            output = self.output(file_name, reference)
+        except Exception as exc:  # noqa: BLE001 - whatever the file holds is the candidate's doing (WireError mostly)
+            return judge.Comparison(Verdict.WRONG_OUTPUT, f"The output handed to the judge was unusable: "
+                                                          f"{str(exc)[:200]}."), None
+        atol, rtol = self.request.tolerances()
+        with torch.no_grad():
+            return judge.compare(reference, output, atol, rtol), output
+
+    def placed(self, output: Any) -> Any:
+        """Tensors go to the judge's device when the runner had them on that kind of device, else stay on the CPU
+        (so judge.compare reports the wrong device); opaque values keep their type name."""
+        from evaluator.judging import tensorwire
+
+        def place(value: Any) -> Any:
+            if isinstance(value, tensorwire.Opaque):
+                return type(value.type_name, (), {})()
+            if hasattr(value, "krl_device_type") and value.krl_device_type == self.device.split(":")[0]:
+                return value.to(self.device)
+            return value
+
+        if isinstance(output, (tuple, list)):
+            return type(output)(place(v) for v in output)
+        return place(output)
+
+
+class Schedule:
+    """The orders of one task, in the judge's order: load, trials, kernel checks, timing, recheck, finish."""
+
+    def __init__(self, task: TaskJudge, driver: Any, timing_factory: Callable[..., Any]):
+        self.task, self.driver, self.timing_factory = task, driver, timing_factory
+        self.earlier: list = []  # the candidate's outputs so far, to recognise one replayed for other inputs
+        request = task.request
+        self.result = EvalResult(request_id=request.request_id, problem_id=request.problem_id,
+                                 verdict=Verdict.RUNTIME_ERROR, node=socket.gethostname(),
+                                 correctness_trials_total=request.correctness_trials)
+        self.phases: dict[str, float] = {}
+
+    def lap(self, name: str, since: float) -> float:
+        now = time.monotonic()
+        self.phases[name] = round(self.phases.get(name, 0.0) + now - since, 6)
+        return now
+
+    def run(self) -> EvalResult:
+        """The verdict; TaskEnded (and the driver's exceptions) end it earlier."""
+        task, driver, request, result = self.task, self.driver, self.task.request, self.result
+        t = time.monotonic()
+        driver.answer("loaded")
+        result.compiled = True
+        t = self.lap("load", t)
+        self.trials()
+        t = self.lap("correctness", t)
+        if request.backend in ("triton", "cuda"):
+            task.make("poison")
+            driver.order({"type": "checks", "name": "poison"}, "checked")
+            t = self.lap("kernel_checks", t)
+        if request.measure_timing:
+            self.timing_factory(task, driver, self).run(result)
+            t = self.lap("timing", t)
+        self.recheck()
+        t = self.lap("recheck", t)
+        evidence = driver.order({"type": "finish"}, "evidence")
+        result.own_kernel_time_fraction = kernel_fraction(evidence)
+        result.verdict = Verdict.CORRECT
+        return result
+
+    def trials(self) -> None:
+        request, result = self.task.request, self.result
+        passed, failure, worst = 0, None, (0.0, 0.0)
+        for trial in range(request.correctness_trials):
+            name = f"trial-{trial}"
+            self.task.make(name)
+            self.driver.order({"type": "trial", "name": name}, "output", name)
+            comparison, output = self.task.compare(name, self.task.reference_outputs[name])
+            if not comparison.ok:
+                self.replayed(output)
+            if comparison.verdict == Verdict.SHAPE_MISMATCH:
+                result.correctness_trials_passed = passed
+                raise TaskEnded(Verdict.SHAPE_MISMATCH, comparison.message)
+            if comparison.ok:
+                passed += 1
+                worst = (max(worst[0], comparison.max_abs_diff or 0.0), max(worst[1], comparison.mean_abs_diff or 0.0))
+            elif failure is None:
+                failure = comparison
+            if output is not None:
+                self.earlier.append(output)
+        result.correctness_trials_passed = passed
+        if failure is not None:
+            result.max_abs_diff, result.mean_abs_diff = failure.max_abs_diff, failure.mean_abs_diff
+            raise TaskEnded(Verdict.WRONG_OUTPUT, f"{failure.message} Passed {passed}/{request.correctness_trials} "
+                            "trials.")
+        result.max_abs_diff, result.mean_abs_diff = worst
+
+    def replayed(self, output: Any, others: tuple = ()) -> None:
+        """A wrong output that repeats one returned for other inputs is a cached answer, a hack."""
+        from evaluator.judging.rules import runtime as runtime_rules
+
+        if output is None:
+            return
+        found = runtime_rules.check_cached_output(self.earlier + [o for o in others if o is not None], output)
+        if found is not None:
+            raise TaskEnded(Verdict.HACK_DETECTED, found.message, found.rule)
+
+    def wrong(self, comparison: Any, output: Any, where: str, others: list = ()) -> None:
+        self.replayed(output, tuple(others))
+        self.result.max_abs_diff, self.result.mean_abs_diff = comparison.max_abs_diff, comparison.mean_abs_diff
+        verdict = Verdict.SHAPE_MISMATCH if comparison.verdict == Verdict.SHAPE_MISMATCH else Verdict.WRONG_OUTPUT
+        raise TaskEnded(verdict, f"Wrong {where}: {comparison.message}")
+
+    def recheck(self) -> None:
+        self.task.make("recheck")
+        self.driver.order({"type": "recheck", "name": "recheck"}, "output", "recheck")
+        comparison, output = self.task.compare("recheck", self.task.reference_outputs["recheck"])
+        if not comparison.ok:
+            self.wrong(comparison, output, "after repeated calls, on fresh inputs")

@@ -1,0 +1,79 @@
+"""One task from the judge host's side: hand the task to a ready runner, run the judge's schedule, and turn how it
+ended into the pool's reply. Only the judge's own observations make an infrastructure failure."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from evaluator.contract.types import Verdict
+from evaluator.slot.outcome import RunnerGone, SlotFailure, TaskEnded, verdict_result
+from evaluator.slot.task_driver import Deadline
+from evaluator.slot.task_judge import Schedule
+
+EXIT_STATUS_WAIT_S = 2.0
+
+
+def drive_task(slot: Any, runner: Any, driver: Any, task: Any, prebuilt: Optional[dict], on_started: Callable[[], None],
+               timing_factory: Callable[..., Any], start_deadline: float, device_name: str = "",
+               err_path: str = "") -> dict[str, Any]:
+    import time
+
+    request = task.request
+    schedule = Schedule(task, driver, timing_factory)
+    result = schedule.result
+    started = False
+    t0 = time.monotonic()
+    try:
+        driver.order({"type": "task", "request": request.to_dict(), "prebuilt": prebuilt}, "started",
+                     deadline=start_deadline)
+        started = True
+        on_started()
+        schedule.run()
+        slot.kill_leftovers(runner)  # before the reply: processes the candidate left must not outlive its verdict
+    except Deadline:
+        slot.discard(runner)
+        if not started:  # the candidate never ran, so no verdict on it: ours, retried once on a fresh runner
+            return {"type": "infra", "why": f"the runner did not start the task within {time.monotonic() - t0:.0f} s"}
+        slot.counters.add("timeouts")
+        limit_s = driver.deadline - t0
+        result = verdict_result(request, Verdict.TIMEOUT, f"The evaluation did not finish within {limit_s:.0f} s and "
+                                                          "was stopped.")
+    except TaskEnded as ended:
+        slot.discard(runner)
+        if not started:
+            return {"type": "infra", "why": f"the runner misbehaved before the candidate ran: {ended.message}"}
+        result.verdict, result.error_message, result.hack_rule = ended.verdict, ended.message[:2000], ended.hack_rule
+        if ended.compiled is not None:
+            result.compiled = ended.compiled
+    except RunnerGone:
+        if not started:
+            slot.discard(runner)
+            return {"type": "infra", "why": "the runner died before the candidate ran"}
+        result = crashed(slot, runner, request, err_path)
+    except SlotFailure as failure:
+        slot.discard(runner)
+        slot.counters.add("zygote_deaths")
+        return {"type": "infra", "why": str(failure)}
+    if result.verdict != Verdict.CORRECT:
+        result.speedup = None  # no speed is reported, or rewarded, without a correct result
+    result.device_name = device_name
+    result.gpu_name = device_name if task.device.startswith("cuda") else ""
+    result.correctness_trials_total = request.correctness_trials
+    result.phase_times_s.update(schedule.phases)
+    return {"type": "result", "result": result.to_dict()}
+
+
+def crashed(slot: Any, runner: Any, request: Any, err_path: str) -> Any:
+    from evaluator.isolation.exits import crash_report as _crash_report, describe_exit as _describe_exit, tail as _tail
+
+    returncode = slot.returncode_of(runner, EXIT_STATUS_WAIT_S)
+    slot.discard(runner)
+    slot.counters.add("crashes")
+    cause = _describe_exit(returncode) if returncode is not None else \
+        "it died (exit status unknown: the sandbox's zygote was gone)"
+    report = _crash_report(_tail(err_path, max_lines=40, max_chars=8000), runner.workdir or "/nonexistent") \
+        if err_path else ""
+    text = f"The worker process died while running the candidate: {cause}."
+    if report:
+        text += "\nLast lines of its stderr:\n" + report
+    return verdict_result(request, Verdict.CRASHED, text)

@@ -1,0 +1,248 @@
+"""The timing of one task, measured by the judge alone. The reference runs in the judge (a process that never ran
+candidate code); the candidate runs batches of calls on the judge's order and is charged what the judge measures
+around them (its own clock on a GPU, the task's CPU accounting on the CPU), then shows the outputs of calls the judge
+picks after each batch. Rounds interleave the two sides; an unsteady measurement is retried a bounded number of
+times."""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from typing import Any, Callable
+
+from evaluator.contract.types import Verdict
+from evaluator.slot.outcome import ProtocolBreach, TaskEnded
+
+CLOCK_JUDGE_WALL = "judge_wall"  # the judge's clock around a synchronised batch (GPU)
+CLOCK_TASK_CPU = "task_cpu"  # CPU time of the task's processes, from the kernel (CPU mode)
+BATCH_TARGET_S = {"cuda": 0.005, "cpu": 0.005}  # GPU: a pipe round trip (~0.1 ms) hardly counts; CPU: charged CPU time
+STAGING_BUDGET_BYTES = {"cuda": 2 << 30, "cpu": 16 << 20}  # per side (runner, judge) and slot: distinct value sets
+MAX_CALLS = {"cuda": 1024, "cpu": 4096}  # and never more than the staging budget holds
+PICKED_PER_BATCH = 2  # two calls' outputs: the same answer for both (a replay) is told from a plain wrong one
+ROUNDS = {"cuda": 7, "cpu": 3}
+MAX_SPREAD = 0.25  # (p75 - p25) / median of the candidate's per-call times beyond this: measured again
+RETRIES = {"cuda": 2, "cpu": 1}
+BASE_SETS = 2
+# Beyond the request's tolerances, the summation order's rounding of a projection (relative to its magnitude).
+PROJECTION_SLACK = 1e-4
+
+# Further measurements of the same task by other conventions (KernelBench's, evaluator/judging/kernelbench_timing.py):
+# each is called as hook(phase, result) after the judge's own rounds, while the device is still held, and may add
+# fields to the result. It runs in the judge; it may order the runner through phase.driver like the rounds do.
+EXTRA_TIMINGS: dict[str, Callable[["TimingPhase", Any], None]] = {}
+
+
+class TimingPhase:
+    def __init__(self, task: Any, driver: Any, schedule: Any, charge: Any = None, lock: Any = None):
+        self.task, self.driver, self.schedule = task, driver, schedule
+        self.kind = "cuda" if task.device.startswith("cuda") else "cpu"
+        self.charge = charge  # CpuCharge of the runner's tree (CPU mode)
+        self.lock = lock  # DeviceLock of this GPU, held only while timing
+        self.rng = random.SystemRandom()
+        self.bases: list[list] = []
+        self.judge_sets: list[list] = []  # this round's value sets, made as the runner makes its own
+        self.outputs: list = []  # the reference's outputs of this round's batch
+        self.reference_projection: tuple = ([], [], [])
+        self.candidate_projection: list[float] = []
+        self.batch_only: dict[str, float] = {}
+
+    # ---- the two sides' batches
+    def reference_batch(self, calls: int) -> float:
+        """Seconds of the reference over this round's `calls` sets, timed here; its outputs kept (self.outputs)."""
+        import torch
+
+        model, sets, outputs = self.task.model, self.judge_sets, []
+        self.outputs = outputs
+        with torch.no_grad():
+            if self.kind == "cuda":
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+                for index in range(calls):  # outputs kept, as the runner keeps its own for the hand-over
+                    outputs.append(model(*sets[index % len(sets)]))
+                torch.cuda.synchronize()
+                return time.perf_counter() - start
+            from evaluator.judging import sol, timing
+
+            # Both sides' outputs on pages already mapped (the runner does the same before its batch): a page fault
+            # per 4 KiB of a fresh output costs more than a small kernel's work.
+            timing.keep_freed_memory()
+            timing.reserve_touched_memory(2 * calls * sol.tensor_bytes(self.task.reference_outputs["timing-0"]))
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)  # the candidate's runner works on one thread too (its CPU time is what counts)
+            try:
+                start = time.thread_time_ns()
+                for index in range(calls):
+                    outputs.append(model(*sets[index % len(sets)]))
+                return (time.thread_time_ns() - start) / 1e9
+            finally:
+                torch.set_num_threads(threads)
+
+    def reference_hand(self, picked: list[int], seed: int) -> float:
+        """Seconds of the judge doing what the runner's hand-over does: write the picked outputs, project them all."""
+        import os
+
+        import torch
+
+        from evaluator.judging import tensorwire
+        from evaluator.slot.projection import projections
+
+        path = os.path.join(self.task.outputs_dir, ".judge-hand.krlt")
+        cuda = self.kind == "cuda"
+        threads = torch.get_num_threads()
+        if not cuda:
+            torch.set_num_threads(1)  # as in the runner, whose every thread is charged
+        try:
+            start = time.perf_counter() if cuda else time.thread_time_ns() / 1e9
+            for call in picked:
+                tensorwire.write_values(path, self.outputs[call])
+            self.reference_projection = projections(self.outputs, seed)
+            if cuda:
+                torch.cuda.synchronize()
+            seconds = (time.perf_counter() if cuda else time.thread_time_ns() / 1e9) - start
+        finally:
+            torch.set_num_threads(threads)
+        os.unlink(path)
+        return seconds
+
+    def measured(self, message: dict[str, Any], expected: str) -> tuple[float, dict[str, Any]]:
+        """Seconds the runner took to answer `message`, as the judge measures it, and the answer."""
+        before = self.charge.now() if self.charge is not None else 0
+        answer = self.driver.order(message, expected)
+        if self.charge is not None:
+            return (self.charge.now() - before) / 1e9, answer
+        return self.driver.answered_at - self.driver.sent_at, answer
+
+    def candidate_batch(self, calls: int, picked: list[int], seed: int) -> float:
+        """Seconds of the candidate's batch and hand-over (picked outputs, every output's projection)."""
+        seconds, _ = self.measured({"type": "run", "calls": calls}, "ran")
+        self.batch_only["candidate"] = seconds
+        hand_s, answer = self.measured({"type": "hand", "calls": picked, "seed": seed}, "handed")
+        projected = answer.get("projections")
+        if not isinstance(projected, list) or len(projected) != calls or \
+                not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in projected):
+            raise ProtocolBreach("its hand-over did not project every call of the batch")
+        self.candidate_projection = [float(v) for v in projected]
+        return seconds + hand_s
+
+    def check(self, picked: list[int]) -> None:
+        """The picked outputs against the reference outputs of the same values; every call through its projection."""
+        checked = [self.task.compare(f"call-{call}", self.outputs[call]) for call in picked]
+        outputs = [output for _, output in checked]
+        for index, (comparison, output) in enumerate(checked):
+            if not comparison.ok:  # the same answer handed for another call's values too is a replay, a hack
+                self.schedule.wrong(comparison, output, "while being timed", outputs[:index] + outputs[index + 1:])
+        self.schedule.earlier.extend(o for o in outputs if o is not None)
+        atol, rtol = self.task.request.tolerances()
+        sums, magnitudes, weights = self.reference_projection
+        for call, (got, want, size, scale) in enumerate(zip(self.candidate_projection, sums, magnitudes, weights)):
+            allowed = atol * scale + (rtol + PROJECTION_SLACK) * size + 1e-6
+            if not abs(got - want) <= allowed:  # NaN fails too
+                raise TaskEnded(Verdict.WRONG_OUTPUT, f"Wrong while being timed: the output of timed call {call} "
+                                f"does not match the reference (projection {got:.6g}, expected {want:.6g}).")
+
+    # ---- the rounds
+    def run(self, result: Any) -> None:
+        from evaluator.judging import sol, timing
+
+        names = [f"timing-{j}" for j in range(BASE_SETS)]
+        self.bases = [self.task.make(name) for name in names]
+        set_bytes = sol.tensor_bytes(self.bases[0]) + sol.tensor_bytes(self.task.reference_outputs[names[0]])
+        self.staged = max(1, min(MAX_CALLS[self.kind], STAGING_BUDGET_BYTES[self.kind] // max(1, set_bytes)))
+        deadline = self.driver.deadline
+        if self.lock is not None:
+            waited = self.lock.acquire(deadline)
+            if waited is None:
+                raise TaskEnded(Verdict.TIMEOUT, "The evaluation did not get the GPU for timing within its limit.")
+            self.schedule.phases["device_wait"] = round(waited, 6)
+        try:
+            reference_ms, candidate_ms = self.rounds()
+            for hook in EXTRA_TIMINGS.values():
+                hook(self, result)
+        finally:
+            if self.lock is not None:
+                self.lock.release()
+        result.kernel_runtime = timing.summarize(candidate_ms)
+        result.reference_runtime = timing.summarize(reference_ms)
+        result.timing_clock = CLOCK_JUDGE_WALL if self.kind == "cuda" else CLOCK_TASK_CPU
+        candidate = statistics.median(candidate_ms)
+        result.speedup = statistics.median(reference_ms) / candidate if candidate > 0 else None
+        self.speed_of_light(result, candidate)
+
+    def speed_of_light(self, result: Any, measured_ms: float) -> None:
+        """The speed-of-light time and fraction on this GPU, reported from the judge's own reference (evaluator/judging/sol.py).
+        Not judged here: the batch's inputs may sit in L2, which sol.hack_floor_ms assumes flushed."""
+        from evaluator.judging import judge, sol
+
+        if self.kind != "cuda":
+            return
+        import torch
+
+        spec = sol.device_spec(torch.cuda.get_device_name(0))
+        if spec is None:
+            return
+        try:
+            cost = sol.problem_cost(self.task.model, judge.clone_inputs(self.bases[0]))
+        except Exception:  # noqa: BLE001 - the flop counter cannot follow this reference: report nothing
+            return
+        result.sol_time_ms = sol.sol_time_ms(cost.flops, cost.bytes_moved, spec, self.task.request.precision,
+                                             cost.tf32_flops)
+        result.sol_fraction = sol.sol_fraction(result.sol_time_ms, measured_ms)
+
+    def one_round(self, calls: int, candidate_first: bool) -> tuple[float, float]:
+        """(reference, candidate) seconds per call of one round: both sides on the same fresh value sets, each timed
+        over its batch and its hand-over; then the judge's checks (untimed)."""
+        from evaluator.judging import judge
+
+        salt = self.stage(calls)
+        self.judge_sets = [judge.nudged_values(self.bases[i % len(self.bases)], salt + i) for i in range(calls)]
+        picked = sorted(self.rng.sample(range(calls), min(PICKED_PER_BATCH, calls)))
+        seed = self.rng.getrandbits(30)
+        times = {}
+        for side in (("candidate", "reference") if candidate_first else ("reference", "candidate")):
+            if side == "reference":
+                self.batch_only[side] = self.reference_batch(calls)
+                times[side] = self.batch_only[side] + self.reference_hand(picked, seed)
+            else:
+                times[side] = self.candidate_batch(calls, picked, seed)
+        self.check(picked)
+        return times["reference"] / calls, times["candidate"] / calls
+
+    def rounds(self) -> tuple[list[float], list[float]]:
+        warm = min(self.staged, 3)
+        self.one_round(warm, False)  # sized on the batches alone: the hand-over's cost does not grow with the calls
+        reference_s, candidate_s = self.batch_only["reference"] / warm, self.batch_only["candidate"] / warm
+        target = BATCH_TARGET_S[self.kind]
+        # The warm-up batch is short, so its pipe round trip inflates the candidate's estimate: never fewer calls than
+        # the reference would get (H100: batches of ~0.5 ms otherwise, unsteady and biased by the round trip).
+        reference_calls = int(target / max(reference_s, 1e-7))
+        calls = max(1, min(self.staged, max(reference_calls, int(target / max(candidate_s, 1e-7)))))
+        reference_ms: list[float] = []
+        candidate_ms: list[float] = []
+        rounds = ROUNDS[self.kind]
+        for attempt in range(RETRIES[self.kind] + 1):
+            for index in range(rounds):
+                reference, candidate = self.one_round(calls, index % 2 == 1)
+                reference_ms.append(reference * 1e3)
+                candidate_ms.append(candidate * 1e3)
+            if spread(candidate_ms[-rounds:]) <= MAX_SPREAD and spread(reference_ms[-rounds:]) <= MAX_SPREAD:
+                return reference_ms[-rounds:], candidate_ms[-rounds:]
+            self.schedule.phases["timing_retries"] = attempt + 1
+        return reference_ms, candidate_ms
+
+    def stage(self, calls: int) -> int:
+        """Fresh values for each call of the next batch (a memo from an earlier call or batch answers stale)."""
+        salt = self.rng.getrandbits(30)
+        self.driver.order({"type": "stage", "sets": [f"timing-{j}" for j in range(BASE_SETS)],
+                           "count": calls, "salt": salt}, "staged")
+        return salt
+
+
+def spread(values: list[float]) -> float:
+    if len(values) < 4:
+        return 0.0
+    ordered = sorted(values)
+    q1, q3 = ordered[len(ordered) // 4], ordered[(3 * len(ordered)) // 4]
+    median = statistics.median(ordered)
+    return (q3 - q1) / median if median > 0 else 0.0
+

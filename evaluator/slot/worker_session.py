@@ -1,0 +1,141 @@
+"""The candidate side of one task in a slot: the real worker's checks, run one judge order at a time. It answers
+only with outputs and findings; the judge makes every input, times every call and decides every verdict."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any, Optional
+
+from evaluator.judging import judge, sol, timing
+from evaluator.contract.types import EvalRequest, EvalResult, Verdict
+from evaluator.judging.rules import runtime as runtime_rules
+from evaluator.judging.rules import static as static_rules
+from evaluator.slot.run_state import Outcome, RunState, hack, note_broken_context, record_failure
+
+
+class TaskSession(RunState):
+    """One request on a runner. Each method is one order of the judge; a candidate fault raises (see failure())."""
+
+    def __init__(self, request: EvalRequest, ctx: Any, prebuilt: Optional[dict]):
+        import torch
+
+        result = EvalResult(request_id=request.request_id, problem_id=request.problem_id, verdict=Verdict.RUNTIME_ERROR,
+                            device_name=ctx.device_name, node=socket.gethostname(),
+                            timing_clock=timing.CLOCK_CUDA if ctx.is_cuda else timing.CLOCK_MONOTONIC)
+        super().__init__(request, ctx, result, torch)
+        self.prebuilt = prebuilt
+        self.pushed: dict[str, list] = {}  # input sets the judge pushed, by name (poison: for the kernel checks)
+        self.models: Optional[tuple] = None
+        self.last_inputs: list = []
+        self.sets: list[list] = []
+        self.outputs: list = []
+
+    # ---- orders
+    def load(self, prebuilt: Optional[dict] = None) -> tuple:
+        if self.models is None:
+            with self.torch.no_grad():
+                self.models = super().load(self.prebuilt)
+        return self.models
+
+    def trial(self, inputs: list) -> Any:
+        """One correctness call on the judge's inputs; the judge compares the output with its own reference."""
+        _, _, new_model, watch = self.models
+        inputs = judge.to_device(inputs, self.ctx.device)
+        pristine = judge.clone_inputs(inputs)
+        counter = self.ctx.launch_counter
+        before = counter.count
+        with self.torch.no_grad():
+            output = self._call_candidate(new_model, inputs, watch, verify=False)
+        self.trial_launches.append(counter.count - before)
+        self.ctx.guard.reset_numeric_flags()
+        hack(runtime_rules.check_inputs_unchanged(inputs, pristine))
+        self.last_inputs = inputs
+        self.output_bytes = sol.tensor_bytes(output)
+        return output
+
+    def kernel_checks(self, poison_inputs: list) -> None:
+        """The candidate's own kernels must run and their work must reach the output (poisoning); advisory evidence."""
+        if self.request.backend not in ("triton", "cuda"):
+            return
+        reference, _, new_model, watch = self.models
+        self.pushed["poison"] = judge.to_device(poison_inputs, self.ctx.device)
+        own_names = static_rules.own_kernel_names(self.request.candidate_source)
+        with self.torch.no_grad():
+            self._check_custom_kernel_used(new_model, self.last_inputs, own_names, watch)
+            self._check_output_uses_kernels(reference, new_model, watch)
+        self._verify_untampered()
+
+    def _inputs_named(self, name: str, reference: Any) -> list:
+        return self.pushed[name]
+
+    def stage(self, bases: list[list], count: int, salt: int) -> None:
+        """`count` distinct value sets for the next timed batches, made as the judge makes them (judge.nudged_values of
+        base set i % len(bases) with seed salt + i), so the judge can check any call's output it picks."""
+        if not self.ctx.is_cuda:
+            # CPU mode charges every thread of the task: one intra-op thread, as the reference has in the judge, so
+            # no pool thread spins idle on the candidate's account (the guard's reset after a call restores more).
+            self.torch.set_num_threads(1)
+        bases = [judge.to_device(b, self.ctx.device) for b in bases]
+        self.sets = [judge.nudged_values(bases[i % len(bases)], salt + i) for i in range(count)]
+        self.outputs = []
+        if not self.ctx.is_cuda:  # the batch's outputs on pages already mapped, as the judge does for the reference
+            timing.keep_freed_memory()
+            timing.reserve_touched_memory(2 * count * getattr(self, "output_bytes", 0))  # outputs + their projection
+        self._sync()
+
+    def run(self, calls: int) -> None:
+        """A batch of calls, one staged set each, then a device-wide synchronisation: the judge's clock is around it."""
+        _, _, new_model, watch = self.models
+        sets, outputs = self.sets, []
+        with self.torch.no_grad():
+            watch.candidate_running = True
+            for index in range(calls):
+                outputs.append(new_model(*sets[index % len(sets)]))
+            watch.candidate_running = False
+        self._sync()
+        self.outputs = outputs
+
+    def output_of(self, call: int) -> Any:
+        hack(runtime_rules.check_plain_outputs(self.outputs[call]))
+        return self.outputs[call]
+
+    def projections(self, seed: int) -> list[float]:
+        """Every batch call's output projected on weights drawn from `seed` (evaluator/slot/projection.py)."""
+        from evaluator.slot.projection import projections
+
+        return projections(self.outputs, seed)[0]
+
+    def recheck(self, fresh: list) -> Any:
+        """The last inputs refilled in place with fresh values: a memo by identity, pointer or shape answers stale."""
+        _, _, new_model, watch = self.models
+        inputs = self.sets[0] if self.sets else self.last_inputs
+        fresh = judge.to_device(fresh, self.ctx.device)
+        torch = self.torch
+        for value, new_value in zip(inputs, fresh):
+            if isinstance(value, torch.Tensor) and isinstance(new_value, torch.Tensor) and \
+                    value.shape == new_value.shape:
+                value.copy_(new_value)
+        with torch.no_grad():
+            return self._call_candidate(new_model, inputs, watch)
+
+    def finish(self) -> None:
+        self._verify_untampered()
+        self._check_threads()
+
+    def evidence(self) -> dict[str, Any]:
+        """What the judge may report (never decide on): the share of GPU time in the candidate's own kernels."""
+        return {"own_kernel_time_fraction": self.result.own_kernel_time_fraction}
+
+    def failure(self, exc: BaseException) -> dict[str, Any]:
+        """A candidate fault as the runner's claim: the judge accepts only verdicts that lower the reward."""
+        record_failure(self.result, exc, self.request.candidate_source, self.candidate_path)
+        note_broken_context(self.result, self.ctx, self.torch)
+        return {"type": "failed", "verdict": self.result.verdict.value, "message": self.result.error_message,
+                "rule": self.result.hack_rule, "compiled": self.result.compiled}
+
+
+def open_session(request: EvalRequest, ctx: Any, prebuilt: Optional[dict]) -> TaskSession:
+    return TaskSession(request, ctx, prebuilt)
+
+
+__all__ = ["Outcome", "TaskSession", "open_session"]

@@ -1,0 +1,184 @@
+"""Benchmark: the evaluation slot's throughput on one GPU for small honest Triton and CUDA candidates, at several slots
+(judge hosts, each with its runners) per GPU: evaluations/min, mean seconds per phase, and the GPU's idle share.
+Usage: python tests/bench/bench_slot.py --n 24 --slots 1,4,8 [--kinds triton,cuda] [--out results.json]"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+REFERENCE = '''
+import torch
+import torch.nn as nn
+
+N = {n}
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(N)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+TRITON = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, tl.maximum(x, 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.empty_like(x)
+        n = x.numel()
+        relu_kernel[(triton.cdiv(n, {block}),)](x, out, n, BLOCK={block})
+        return out
+'''
+
+CUDA = '''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+source = """
+#include <torch/extension.h>
+__global__ void relu_kernel(const float* x, float* out, int n) {{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = x[i] > 0.f ? x[i] : 0.f;
+}}
+torch::Tensor relu_cuda(torch::Tensor x) {{
+    auto out = torch::empty_like(x);
+    int n = x.numel();
+    relu_kernel<<<(n + {block} - 1) / {block}, {block}>>>(x.data_ptr<float>(), out.data_ptr<float>(), n);
+    return out;
+}}
+"""
+
+module = load_inline(name="bench_relu_{block}", cpp_sources="torch::Tensor relu_cuda(torch::Tensor x);",
+                     cuda_sources=source, functions=["relu_cuda"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return module.relu_cuda(x)
+'''
+
+SIZES = (1 << 16, 1 << 18, 1 << 20, 1 << 22)  # reference times of ~0.01-0.1 ms on an H100
+BLOCKS = (256, 512, 1024)
+
+
+class GpuSampler:
+    """nvidia-smi's utilisation every 100 ms while the batch runs: the idle share is 1 - mean utilisation."""
+
+    def __init__(self):
+        self.samples: list[float] = []
+        self.process = None
+
+    def __enter__(self):
+        try:
+            self.process = subprocess.Popen(["nvidia-smi", "--query-gpu=utilization.gpu",
+                                             "--format=csv,noheader,nounits", "-i", "0", "-lms", "100"],
+                                            stdout=subprocess.PIPE, text=True)
+        except OSError:
+            return self
+        threading.Thread(target=self._read, daemon=True).start()
+        return self
+
+    def _read(self):
+        for line in self.process.stdout:
+            try:
+                self.samples.append(float(line.strip()))
+            except ValueError:
+                pass
+
+    def __exit__(self, *exc):
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(5)
+
+    def idle_share(self):
+        return round(1 - statistics.mean(self.samples) / 100, 3) if self.samples else None
+
+
+def requests(kind: str, n: int):
+    from evaluator.contract.types import EvalRequest
+
+    source = TRITON if kind == "triton" else CUDA
+    return [EvalRequest(reference_source=REFERENCE.format(n=SIZES[i % len(SIZES)]),
+                        candidate_source=source.format(block=BLOCKS[i % len(BLOCKS)]), backend=kind,
+                        problem_id=f"bench/relu-{i % len(SIZES)}", request_id=f"{kind}-{i}", run_timeout_s=120.0)
+            for i in range(n)]
+
+
+def run(kind: str, n: int, slots: int, cache_dir: str) -> dict:
+    from evaluator.local.evaluator import Evaluator
+    from evaluator.contract.types import Verdict
+
+    with Evaluator(devices=[0], workers_per_device=slots, cache_dir=cache_dir) as ev:
+        warm = list(ev.evaluate_many(requests(kind, len(BLOCKS))))  # builds and JIT caches, as in a long run
+        batch = requests(kind, n)
+        with GpuSampler() as gpu:
+            started = time.monotonic()
+            results = list(ev.evaluate_many(batch))
+            wall_s = time.monotonic() - started
+    phases: dict[str, list[float]] = {}
+    for result in results:
+        for name, value in result.phase_times_s.items():
+            phases.setdefault(name, []).append(float(value))
+    correct = [r for r in results if r.verdict == Verdict.CORRECT]
+    return {"kind": kind, "slots": slots, "n": n, "warm_correct": sum(r.verdict == Verdict.CORRECT for r in warm),
+            "correct": len(correct), "verdicts": sorted({r.verdict.value for r in results}),
+            "errors": sorted({r.error_message[:200] for r in results if r.verdict != Verdict.CORRECT})[:3],
+            "wall_s": round(wall_s, 2), "evals_per_min": round(60 * n / wall_s, 1),
+            "phase_mean_s": {k: round(statistics.mean(v), 4) for k, v in sorted(phases.items())},
+            "speedup_median": round(statistics.median([r.speedup for r in correct if r.speedup]), 3)
+            if correct else None,
+            "gpu_idle_share": gpu.idle_share()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--n", type=int, default=24)
+    parser.add_argument("--slots", default="1,4,8")
+    parser.add_argument("--kinds", default="triton,cuda")
+    parser.add_argument("--out", default="")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as cache_dir:
+        for kind in args.kinds.split(","):
+            for slots in [int(s) for s in args.slots.split(",")]:
+                row = {"machine": platform.node(), **run(kind, args.n, slots, cache_dir)}
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    if args.out:
+        with open(args.out, "w") as handle:
+            json.dump(rows, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()

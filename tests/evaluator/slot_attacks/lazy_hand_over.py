@@ -1,0 +1,25 @@
+# Class: skipped work in a timed batch. Replaces its runner's batch with nothing and computes only the calls the judge
+# picks, when it asks for their outputs (6.4x on a 256-element ReLU, honest 0.8x, before the judge asked for a
+# projection of every call's output with weights drawn after the batch).
+import importlib
+
+import torch.nn as nn
+
+_session = importlib.import_module("evaluator.slot.worker_session").TaskSession
+
+
+def _run(self, calls):
+    pass
+
+
+def _output_of(self, call):
+    return self.models[2](*self.sets[call % len(self.sets)])
+
+
+_session.run = _run
+_session.output_of = _output_of
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return x.clamp_min(0)

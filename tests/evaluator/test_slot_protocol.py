@@ -1,0 +1,85 @@
+"""Issue 23's attacks on the slot's protocol and timing, one hostile candidate each under slot_attacks/, through the
+real Evaluator in CPU mode with its sandbox: nothing a runner says may set a verdict, a speedup or our own failure."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from evaluator.contract.types import Verdict
+from evaluator.isolation.sandbox import get_sandbox
+from tests.evaluator.pool_support import GOOD, make_evaluator, request
+
+pytestmark = pytest.mark.skipif(get_sandbox().kind == "none", reason="no sandbox works on this machine")
+
+ATTACKS = Path(__file__).resolve().parent / "slot_attacks"
+TIMING_ATTACKS = ("timing_module_patch", "timing_frames", "input_class_swap", "allocator_mallopt")
+PROTOCOL_ATTACKS = ("forged_result", "unsolicited_inputs", "fake_infrastructure_error")
+# A forged timing claimed 4.8x to 25x on this problem; an honest clamp_min measures about 1x (0.4-1.3x on a loaded
+# 2-core machine, where the runner's order handling weighs on a 256-element ReLU).
+FORGED_SPEEDUP = 3.0
+STALL_LIMIT_S = 8.0
+
+
+def attack(name: str) -> str:
+    return (ATTACKS / f"{name}.py").read_text()
+
+
+@pytest.fixture(scope="module")
+def evaluator(tmp_path_factory):
+    ev = make_evaluator(str(tmp_path_factory.mktemp("cache")), cpu_workers=1, spare_per_device=0)
+    yield ev
+    ev.close()
+
+
+@pytest.fixture(scope="module")
+def results(evaluator):
+    """Every attack but the stall, and an honest candidate before and after them, through one evaluator."""
+    names = ["honest-before", *PROTOCOL_ATTACKS, *TIMING_ATTACKS, "honest-after"]
+    sources = {name: GOOD if name.startswith("honest") else attack(name) for name in names}
+    return {name: evaluator.evaluate(request(sources[name], request_id=name, run_timeout_s=60.0)) for name in names}
+
+
+@pytest.mark.parametrize("name", PROTOCOL_ATTACKS)
+def test_a_runner_speaking_out_of_turn_is_the_candidates_fault(results, name):
+    result = results[name]
+    assert result.verdict == Verdict.CRASHED, (result.verdict, result.error_message)
+    assert "broke the judge's protocol" in result.error_message
+    assert "infrastructure" not in result.error_message.lower()
+    assert result.attempts == 1  # the candidate's fault: never retried as ours
+    assert result.speedup is None
+
+
+@pytest.mark.parametrize("name", TIMING_ATTACKS)
+def test_timing_forged_in_the_candidates_process_does_not_move_the_speedup(results, name):
+    result = results[name]
+    if result.verdict == Verdict.CORRECT:
+        assert result.speedup is not None and result.speedup < FORGED_SPEEDUP, result.speedup
+    else:
+        assert result.speedup is None
+
+
+def test_honest_candidates_stay_correct_with_a_speed_measured_by_the_judge(results):
+    for name in ("honest-before", "honest-after"):
+        result = results[name]
+        assert result.verdict == Verdict.CORRECT, result.error_message
+        assert result.speedup is not None and 0 < result.speedup < FORGED_SPEEDUP
+        assert result.timing_clock == "task_cpu"  # the kernel's account of the task's CPU time, not the runner's
+        assert result.kernel_runtime is not None and result.reference_runtime is not None
+
+
+def test_a_stalled_runner_ends_at_its_limit_and_the_next_request_still_works(evaluator, results):
+    started = time.monotonic()
+    stalled = evaluator.evaluate(request(attack("pipe_stall"), run_timeout_s=STALL_LIMIT_S, measure_timing=False))
+    elapsed = time.monotonic() - started
+    assert stalled.verdict == Verdict.TIMEOUT, (stalled.verdict, stalled.error_message)
+    assert elapsed < STALL_LIMIT_S + 30  # generous for a loaded machine; before: 35 s against a 10 s limit
+    after = evaluator.evaluate(request(GOOD, run_timeout_s=60.0))
+    assert after.verdict == Verdict.CORRECT, after.error_message
+
+
+def test_skipping_the_batch_and_computing_only_the_picked_calls_gains_nothing(evaluator, results):
+    result = evaluator.evaluate(request(attack("lazy_hand_over"), run_timeout_s=60.0))
+    assert result.verdict != Verdict.CORRECT or result.speedup < FORGED_SPEEDUP, result.speedup
