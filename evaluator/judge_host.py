@@ -3,6 +3,7 @@ pre-warmed runner, makes every input itself, keeps the reference outputs, and ha
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -409,6 +410,7 @@ class Slot:
         self.next_runner = 0
         self.exit_reports: dict[str, int] = {}
         self.triton_shared_dir = ""  # Triton's trusted cache level, once the judge host has warmed it
+        self.runner_namespaces = False  # each runner makes its own namespaces (evaluator/slot/task_isolation.py)
 
     # ---- zygote
     def start_zygote(self) -> None:
@@ -422,6 +424,12 @@ class Slot:
                      KRL_WORKER_XFER_OUT=self.outputs_dir,
                      KRL_WORKER_OWN_TMP="1" if self.sandbox.kind == "bwrap" else "0",
                      PYTHONSAFEPATH="1")
+        # [slot-isolation hook] per-task sandboxes: runner settings, and the syscall filter moved into each runner
+        from evaluator.slot import task_isolation
+        runner_sandbox = task_isolation.zygote_environment(self.sandbox.kind, self.limits, self.private_dir,
+                                                           self.outputs_dir)
+        extra.update(runner_sandbox)
+        self.runner_namespaces = bool(runner_sandbox)
         read_only = [self.inputs_dir] + _module_roots(self.worker_module)
         if self.triton_shared_dir and self.sandbox.kind == "bwrap":
             # Only where the sandbox makes it read-only: elsewhere a candidate could write the shared level.
@@ -435,6 +443,7 @@ class Slot:
                                      cache_dir=os.environ.get("KRL_WORKER_CACHE_DIR", ""),
                                      gpu=self.device.startswith("cuda"), read_only=read_only,
                                      writable=[self.outputs_dir])
+        spec = dataclasses.replace(spec, filters_in_runner=self.runner_namespaces)  # [slot-isolation hook]
         if self.sandbox.kind == "none":
             # No mount view: the project must still be importable from where it is.
             spec = sandboxes.SandboxSpec(**{**spec.__dict__, "env": {**spec.env, "PYTHONPATH": _pythonpath()}})
@@ -701,6 +710,7 @@ class JudgeHost:
         self.spares: list[_Runner] = []  # oldest first: the one that has warmed longest gets the next task
         self.spare_target = max(1, int(os.environ.get(SPARE_RUNNERS_ENV) or (2 if device.startswith("cuda") else 1)))
         self.finished_runner: Optional[_Runner] = None
+        self.task_isolation = None  # [slot-isolation hook] the running task's cgroup and runner view
         self.reference_cache = ReferenceCache()
 
     def start(self) -> str:
@@ -775,11 +785,21 @@ class JudgeHost:
         except InfrastructureFailure as exc:
             return {"type": "infra", "task": task_id, "why": str(exc)}
         clock.lap("judge_ready")
+        # [slot-isolation hook] the runner in a cgroup of its own before it gets the task; its outputs seen through
+        # its own mount namespace
+        from evaluator.slot import task_isolation
+        self.task_isolation = task_isolation.begin_task(runner.runner_id, self.slot.locate(runner),
+                                                        self.resident_limit, self.slot.runner_namespaces)
+        if self.slot.runner_namespaces and self.task_isolation.host_pid <= 0:
+            self.slot.discard(runner)
+            return {"type": "infra", "task": task_id, "why": "the runner's host pid was not found"}
+        clock.lap("judge_isolate")
         for path in (self.err_path, self.out_path):
             with open(path, "ab") as handle:
                 handle.truncate(0)
         self.slot.wipe_exchange()
-        judge = TaskJudge(request, self.device, self.slot.inputs_dir, self.slot.outputs_dir, self.reference_cache)
+        judge = TaskJudge(request, self.device, self.slot.inputs_dir,
+                          self.task_isolation.runner_view(self.slot.outputs_dir), self.reference_cache)
         try:
             write_message(runner.task_w, {"type": "task", "request": request.to_dict(),
                                           "prebuilt": message.get("prebuilt")})
@@ -807,6 +827,10 @@ class JudgeHost:
         if runner is not None:
             self.slot.discard(runner)
             self.slot.wipe_exchange()
+        # [slot-isolation hook] the task's whole cgroup killed (escaped processes too) and removed
+        from evaluator.slot import task_isolation
+        task, self.task_isolation = self.task_isolation, None
+        task_isolation.end_task(task)
 
     def _drive(self, runner: _Runner, judge: TaskJudge, request: EvalRequest, task_id: Any, deadline: float,
                limit_s: float, clock: Optional["_PhaseClock"] = None) -> dict[str, Any]:
@@ -850,6 +874,8 @@ class JudgeHost:
                 if self.resident_limit and started and now >= memory_at:
                     memory_at = now + MEMORY_CHECK_S
                     used = self.slot.resident_bytes(runner)
+                    if self.task_isolation is not None:  # [slot-isolation hook] memfd, shm and tmpfs count too
+                        used = max(used, self.task_isolation.memory_bytes())
                     if used > self.resident_limit:
                         self.slot.discard(runner)
                         self.slot.counters.add("memory_kills")

@@ -154,6 +154,9 @@ def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:
     _close_other_fds({task_fd, result_fd})
     die_with_parent()
     become_subreaper()  # the candidate's detached processes stay in this tree, where the judge's kill finds them
+    # [slot-isolation hook] this runner's own namespaces, tmpfs and syscall filters, before anything else runs here
+    from evaluator.slot.task_isolation import enter_runner_sandbox
+    enter_runner_sandbox()
     set_dumpable(False)
     ctx = worker.prepare_worker(device)
     ctx.judge_link = JudgeLink(task_fd, result_fd, os.environ.get("KRL_WORKER_XFER_IN", ""),

@@ -62,6 +62,9 @@ class SandboxSpec:
     die_with_parent: bool = True
     new_session: bool = True
     system: bool = True                         # add the system and Python paths (read-only); off only in tests
+    # Per-task sandboxes (evaluator/slot/task_isolation.py): each runner makes its own namespaces and loads the syscall
+    # filter itself after that (the filter refuses unshare and mount), so the zygote starts without it.
+    filters_in_runner: bool = False
 
     def all_read_only(self) -> list[str]:
         paths = (system_read_only_paths() if self.system else []) + list(self.read_only)
@@ -272,7 +275,7 @@ class Bubblewrap(Sandbox):
     def start_command(self, spec: SandboxSpec, argv: Sequence[str]) -> tuple[list[str], tuple[int, ...]]:
         from evaluator.syscall_filter import filter_fd
 
-        fd = filter_fd() if self.filtered else None
+        fd = filter_fd() if self.filtered and not spec.filters_in_runner else None
         return self.command(spec, argv, seccomp_fd=fd), (() if fd is None else (fd,))
 
     def command(self, spec: SandboxSpec, argv: Sequence[str], seccomp_fd: Optional[int] = None) -> list[str]:
@@ -285,7 +288,8 @@ class Bubblewrap(Sandbox):
         if not spec.network:
             args.append("--unshare-net")
         if not self.as_root:
-            args += ["--unshare-user", "--disable-userns"]
+            # A runner's own namespaces start with a user namespace; its filter then refuses any further one.
+            args += ["--unshare-user"] + ([] if spec.filters_in_runner else ["--disable-userns"])
             if spec.unprivileged:
                 args += ["--uid", str(NOBODY_UID), "--gid", str(NOBODY_GID)]
         if spec.die_with_parent:
