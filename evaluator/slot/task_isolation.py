@@ -16,7 +16,7 @@ from evaluator.isolation import cgroups
 from evaluator.isolation.teardown import TeardownReport, teardown_task
 
 RUNNER_SANDBOX_ENV = "KRL_WORKER_TASK_SANDBOX"   # JSON settings for the runner; absent: per-task sandboxes are off
-TASK_ISOLATION_ENV = "KRL_TASK_ISOLATION"         # 0 turns the whole per-task layer off (debugging only)
+TASK_ISOLATION_ENV = "KRL_WORKER_TASK_ISOLATION"      # 0 turns the whole per-task layer off (debugging only)
 CGROUP_PREFIX = "judge"
 DEFAULT_TMPFS_BYTES = 2 * 2**30
 # The kernel's memory limit sits above the judge's own watch, so the judge's clearer message usually comes first; the
