@@ -241,6 +241,8 @@ def zygote_main(control_fd: int, device: str, worker_module: str) -> int:
         pass
     worker = importlib.import_module(worker_module)
     import_runner_modules(device)
+    from evaluator.slot.task_isolation import prepare_zygote  # [slot-isolation hook] filters compiled once, not per fork
+    prepare_zygote()
     sock = socket.socket(fileno=control_fd)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)

@@ -38,6 +38,7 @@ PROTECTIONS = (
 )
 
 
+TASK_ISOLATION_ENV = "KRL_WORKER_TASK_ISOLATION"  # 0 turns per-task sandboxes and cgroups off (debugging only)
 IN_SANDBOX_VARIABLE = "KRL_IN_SANDBOX"  # set inside bwrap: /tmp and /dev/shm there are the sandbox's own
 
 
@@ -437,6 +438,39 @@ def _mount_points() -> set[str]:
         return set()
 
 
+def runner_sandbox_why_not(sandbox_kind: str) -> str:
+    """'' when runners can make their own namespaces and load their own filters here, else why not."""
+    from evaluator.syscall_filter import filter_bpf
+
+    if os.environ.get(TASK_ISOLATION_ENV, "1") == "0":
+        return f"{TASK_ISOLATION_ENV}=0"
+    if sandbox_kind != "bwrap":
+        return f"the sandbox is {sandbox_kind!r}, not bubblewrap"
+    try:
+        with open("/proc/sys/user/max_user_namespaces") as handle:
+            if int(handle.read()) <= 0:
+                return "user namespaces are disabled (user.max_user_namespaces = 0)"
+    except (OSError, ValueError):
+        pass
+    if filter_bpf() is None:
+        return "libseccomp is missing, and the runner would start without a syscall filter"
+    return ""
+
+
+def per_task_lines(kind: str) -> tuple[str, ...]:
+    """What `krl doctor` says about per-task sandboxes (evaluator/slot/task_isolation.py) and per-task cgroups."""
+    from evaluator.isolation import cgroups
+
+    why = runner_sandbox_why_not(kind)
+    lines = ["per-task sandbox: " + ("own user, mount and IPC namespaces; fresh tmpfs /tmp, /dev/shm, HOME, outputs"
+                                     if not why else f"OFF ({why}): a task's files and shm can reach the next task")]
+    group_why = cgroups.available() if os.geteuid() == 0 else "not root"
+    lines.append(f"per-task cgroup ({cgroups.detect_version()}): memory incl. shm/memfd/tmpfs, pids, CPU time, group "
+                 "kill" if not group_why else
+                 f"per-task cgroup: OFF ({group_why}): escaped processes and memfd memory are found only by the tree")
+    return tuple(lines)
+
+
 # ---------------------------------------------------------------- choosing one
 
 _lock = threading.Lock()
@@ -543,6 +577,7 @@ class IsolationReport:
     protections: tuple[str, ...]
     missing: tuple[str, ...]
     notes: tuple[str, ...] = field(default=())  # why stronger kinds were not taken
+    per_task: tuple[str, ...] = field(default=())  # per-task sandbox and cgroup (per_task_lines)
 
     @property
     def isolated(self) -> bool:
@@ -554,13 +589,15 @@ class IsolationReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "version": self.version, "protections": list(self.protections),
-                "missing": list(self.missing), "notes": list(self.notes), "strong": self.strong}
+                "missing": list(self.missing), "notes": list(self.notes), "strong": self.strong,
+                "per_task": list(self.per_task)}
 
     def lines(self) -> list[str]:
         head = f"sandbox: {self.kind}" + (f" ({self.version})" if self.version else "")
         out = [head, "  holds: " + (", ".join(self.protections) or "nothing")]
         if self.missing:
             out.append("  MISSING: " + ", ".join(self.missing))
+        out += [f"  {line}" for line in self.per_task]
         out += [f"  note: {n}" for n in self.notes]
         if not self.isolated:
             out.append("  WARNING: candidate code runs with no OS isolation: it can read secrets, write files and "
@@ -585,4 +622,5 @@ def isolation_report(kind: Optional[str] = None) -> IsolationReport:
         if why:
             notes.append(f"GPU device nodes do not open inside the sandbox ({why}): CUDA candidates will fail; "
                          f"check the nodes' permissions (0666 is usual) or use KRL_SANDBOX=none knowingly")
-    return IsolationReport(sandbox.kind, version, sandbox.protections, sandbox.missing(), tuple(n for n in notes if n))
+    return IsolationReport(sandbox.kind, version, sandbox.protections, sandbox.missing(), tuple(n for n in notes if n),
+                           per_task_lines(sandbox.kind))
