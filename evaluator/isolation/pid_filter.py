@@ -29,6 +29,8 @@ OWN = "own"  # an allowed value: the pid the filter is keyed on
 # kill(0)/setpriority(PRIO_PGRP, 0) reach the caller's own process group: the runner leads one of its own.
 RULES: dict[str, tuple[tuple[int, tuple], ...]] = {
     "kill": ((0, (0, OWN)),),
+    # Joining another process group (the zygote's: same session) would turn kill(0) into a signal to the zygote.
+    "setpgid": ((1, (0, OWN)),),
     "tkill": ((0, (OWN,)),),
     "tgkill": ((0, (OWN,)),),
     "rt_sigqueueinfo": ((0, (OWN,)),),
@@ -50,15 +52,17 @@ RULES: dict[str, tuple[tuple[int, tuple], ...]] = {
     "pidfd_getfd": ((0, ()),),
 }
 
-# Where libseccomp is missing: the numbers of the two architectures our machines have.
-_NUMBERS = {
+# System call numbers of the two architectures our machines have (this filter is built without libseccomp).
+NUMBERS = {
     "x86_64": (0xC000003E, {
-        "kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297, "pidfd_open": 434,
+        "kill": 62, "setpgid": 109,
+        "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297, "pidfd_open": 434,
         "sched_setscheduler": 144, "sched_setparam": 142, "sched_setattr": 314, "sched_setaffinity": 203,
         "setpriority": 141, "ioprio_set": 251, "prlimit64": 302, "migrate_pages": 256, "move_pages": 279,
         "process_vm_readv": 310, "process_vm_writev": 311, "ptrace": 101, "kcmp": 312, "pidfd_getfd": 438}),
     "aarch64": (0xC00000B7, {
-        "kill": 129, "tkill": 130, "tgkill": 131, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240, "pidfd_open": 434,
+        "kill": 129, "setpgid": 154,
+        "tkill": 130, "tgkill": 131, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240, "pidfd_open": 434,
         "sched_setscheduler": 119, "sched_setparam": 118, "sched_setattr": 274, "sched_setaffinity": 122,
         "setpriority": 140, "ioprio_set": 30, "prlimit64": 261, "migrate_pages": 238, "move_pages": 239,
         "process_vm_readv": 270, "process_vm_writev": 271, "ptrace": 117, "kcmp": 272, "pidfd_getfd": 438}),
@@ -73,9 +77,9 @@ def filter_program(own_pid: int, machine: Optional[str] = None) -> Optional[byte
     """The BPF program (sock_filter array) for `own_pid`, or None on an architecture this module does not know.
     Calls from another ABI (i386 on x86_64, x32) are refused outright: their numbers would slip past the checks."""
     machine = machine or platform.machine()
-    if machine not in _NUMBERS:
+    if machine not in NUMBERS:
         return None
-    arch, numbers = _NUMBERS[machine]
+    arch, numbers = NUMBERS[machine]
     deny = _RET_ERRNO | errno.EPERM
     # Each syscall's check block: load an argument, jump to the next check when it holds an allowed value, else deny.
     blocks: list[tuple[int, list[bytes]]] = []

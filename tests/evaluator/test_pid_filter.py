@@ -3,6 +3,8 @@ limits and affinity aimed at any other process (the parent standing in for the z
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 import platform
 import subprocess
@@ -28,6 +30,7 @@ calls = {
     "affinity parent": lambda: os.sched_setaffinity(parent, {0}),
     "limit parent": lambda: resource.prlimit(parent, resource.RLIMIT_NOFILE),
     "pidfd parent": lambda: os.pidfd_open(parent),
+    "join another group": lambda: os.setpgid(0, parent),
     "kill self": lambda: os.kill(os.getpid(), 0),
     "kill own group": lambda: os.kill(0, 0),
     "idle self": lambda: os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0)),
@@ -53,9 +56,19 @@ def test_only_the_process_itself_can_be_reached():
     result = json.loads(process.stdout)
     refused = {name for name, outcome in result.items() if outcome == 1}  # EPERM
     assert refused == {"kill parent", "kill every process", "idle parent", "nice parent", "nice whole user",
-                       "affinity parent", "limit parent", "pidfd parent"}, result
+                       "affinity parent", "limit parent", "pidfd parent", "join another group"}, result
 
 
 def test_unknown_architecture_gives_no_program():
     assert pid_filter.filter_program(1234, machine="sparc64") is None
     assert len(pid_filter.filter_program(1234, machine=platform.machine())) % 8 == 0
+
+
+def test_syscall_numbers_agree_with_libseccomp():
+    name = ctypes.util.find_library("seccomp")
+    if not name or platform.machine() not in pid_filter.NUMBERS:
+        pytest.skip("no libseccomp to compare with")
+    lib = ctypes.CDLL(name)
+    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    _arch, numbers = pid_filter.NUMBERS[platform.machine()]
+    assert {call: lib.seccomp_syscall_resolve_name(call.encode()) for call in numbers} == numbers
