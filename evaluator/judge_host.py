@@ -817,6 +817,8 @@ class JudgeHost:
         self.finished_runner = runner  # killed and wiped after the reply is sent (finish_task): off the verdict's path
         cache, hits = self.reference_cache, self.reference_cache.hits
         reply = self._drive(runner, judge, request, task_id, started_at + limit_s, limit_s, clock)
+        # [slot-isolation hook] what the candidate left running dies before the reply (the runner cannot signal it)
+        self.slot.counters.add("leftover_processes_killed", self.task_isolation.kill_leftovers())
         self.slot.counters.add("judge_cache_hits", cache.hits - hits)
         reply["counters"] = self.slot.counters.take()
         return reply
