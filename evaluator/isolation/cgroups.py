@@ -110,13 +110,11 @@ class TaskCgroup:
                 dirs = {"": os.path.join(_parent_dir_v2(root), name)}
             else:
                 dirs = {c: os.path.join(p, name) for c, p in _parent_dirs_v1(root).items()}
-                for parent in dirs.values():
-                    os.makedirs(os.path.dirname(parent), exist_ok=True)
             group = cls(name, version, {})
             for controller, path in dirs.items():
                 if os.path.isdir(path):  # a leftover of a crashed judge with the same name: empty it first
                     TaskCgroup(name, version, {controller: path}).destroy()
-                os.mkdir(path)
+                _make_group_dir(path)
                 group.dirs[controller] = path
             group._set_limits(memory_bytes, pids_max)
             return group
@@ -249,7 +247,9 @@ class TaskCgroup:
         return listed
 
     def remove(self) -> bool:
-        """rmdir every folder of the group (it must be empty); True when all are gone."""
+        """rmdir every folder of the group (it must be empty), and the shared parent once no group is left in it (an
+        empty child would keep whoever owns the enclosing group, a job runner, from removing theirs). True when all of
+        the group's folders are gone."""
         gone = True
         for path in self.dirs.values():
             try:
@@ -258,6 +258,12 @@ class TaskCgroup:
                 pass
             except OSError as exc:
                 gone = gone and exc.errno == errno.ENOENT
+                continue
+            if self.version == "v1":  # v2's parent carries delegated controllers: kept
+                try:
+                    os.rmdir(os.path.dirname(path))
+                except OSError:
+                    pass  # other tasks' groups are still in it
         self.removed = gone
         return gone
 
@@ -265,6 +271,18 @@ class TaskCgroup:
         """kill, then remove; True when the group is empty and gone."""
         emptied = self.kill(wait_s)
         return self.remove() and emptied
+
+
+def _make_group_dir(path: str) -> None:
+    """mkdir the group, making the shared parent first; another judge may remove an empty parent meanwhile: retried."""
+    for attempt in range(3):
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.mkdir(path)
+            return
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
 
 
 def available(root: str = CGROUP_ROOT) -> str:
