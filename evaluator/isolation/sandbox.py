@@ -39,6 +39,7 @@ PROTECTIONS = (
 )
 
 
+TASK_ISOLATION_ENV = "KRL_WORKER_TASK_ISOLATION"  # 0 turns per-task sandboxes and cgroups off (debugging only)
 IN_SANDBOX_VARIABLE = "KRL_IN_SANDBOX"  # set inside bwrap: /tmp and /dev/shm there are the sandbox's own
 
 
@@ -63,6 +64,9 @@ class SandboxSpec:
     die_with_parent: bool = True
     new_session: bool = True
     system: bool = True                         # add the system and Python paths (read-only); off only in tests
+    # Per-task sandboxes (evaluator/slot/task_isolation.py): each runner makes its own namespaces and loads the syscall
+    # filter itself after that (the filter refuses unshare and mount), so the zygote starts without it.
+    filters_in_runner: bool = False
 
     def all_read_only(self) -> list[str]:
         paths = (system_read_only_paths() if self.system else []) + list(self.read_only)
@@ -229,7 +233,7 @@ class Bubblewrap(Sandbox):
     def start_command(self, spec: SandboxSpec, argv: Sequence[str]) -> tuple[list[str], tuple[int, ...]]:
         from evaluator.isolation.syscall_filter import filter_fd
 
-        fd = filter_fd() if self.filtered else None
+        fd = filter_fd() if self.filtered and not spec.filters_in_runner else None
         return self.command(spec, argv, seccomp_fd=fd), (() if fd is None else (fd,))
 
     def command(self, spec: SandboxSpec, argv: Sequence[str], seccomp_fd: Optional[int] = None) -> list[str]:
@@ -242,7 +246,8 @@ class Bubblewrap(Sandbox):
         if not spec.network:
             args.append("--unshare-net")
         if not self.as_root:
-            args += ["--unshare-user", "--disable-userns"]
+            # A runner's own namespaces start with a user namespace; its filter then refuses any further one.
+            args += ["--unshare-user"] + ([] if spec.filters_in_runner else ["--disable-userns"])
             if spec.unprivileged:
                 args += ["--uid", str(NOBODY_UID), "--gid", str(NOBODY_GID)]
         if spec.die_with_parent:
@@ -390,6 +395,39 @@ def _mount_points() -> set[str]:
         return set()
 
 
+def runner_sandbox_why_not(sandbox_kind: str) -> str:
+    """'' when runners can make their own namespaces and load their own filters here, else why not."""
+    from evaluator.isolation.syscall_filter import filter_bpf
+
+    if os.environ.get(TASK_ISOLATION_ENV, "1") == "0":
+        return f"{TASK_ISOLATION_ENV}=0"
+    if sandbox_kind != "bwrap":
+        return f"the sandbox is {sandbox_kind!r}, not bubblewrap"
+    try:
+        with open("/proc/sys/user/max_user_namespaces") as handle:
+            if int(handle.read()) <= 0:
+                return "user namespaces are disabled (user.max_user_namespaces = 0)"
+    except (OSError, ValueError):
+        pass
+    if filter_bpf() is None:
+        return "libseccomp is missing, and the runner would start without a syscall filter"
+    return ""
+
+
+def per_task_lines(kind: str) -> tuple[str, ...]:
+    """What `krl doctor` says about per-task sandboxes (evaluator/slot/task_isolation.py) and per-task cgroups."""
+    from evaluator.isolation import cgroups
+
+    why = runner_sandbox_why_not(kind)
+    lines = ["per-task sandbox: " + ("own user, mount and IPC namespaces; fresh tmpfs /tmp, /dev/shm, HOME, outputs"
+                                     if not why else f"OFF ({why}): a task's files and shm can reach the next task")]
+    group_why = cgroups.available() if os.geteuid() == 0 else "not root"
+    lines.append(f"per-task cgroup ({cgroups.detect_version()}): memory incl. shm/memfd/tmpfs, pids, CPU time, group "
+                 "kill" if not group_why else
+                 f"per-task cgroup: OFF ({group_why}): escaped processes and memfd memory are found only by the tree")
+    return tuple(lines)
+
+
 # ---------------------------------------------------------------- choosing one
 
 _lock = threading.Lock()
@@ -496,6 +534,7 @@ class IsolationReport:
     protections: tuple[str, ...]
     missing: tuple[str, ...]
     notes: tuple[str, ...] = field(default=())  # why stronger kinds were not taken
+    per_task: tuple[str, ...] = field(default=())  # per-task sandbox and cgroup (per_task_lines)
 
     @property
     def isolated(self) -> bool:
@@ -507,13 +546,15 @@ class IsolationReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "version": self.version, "protections": list(self.protections),
-                "missing": list(self.missing), "notes": list(self.notes), "strong": self.strong}
+                "missing": list(self.missing), "notes": list(self.notes), "strong": self.strong,
+                "per_task": list(self.per_task)}
 
     def lines(self) -> list[str]:
         head = f"sandbox: {self.kind}" + (f" ({self.version})" if self.version else "")
         out = [head, "  holds: " + (", ".join(self.protections) or "nothing")]
         if self.missing:
             out.append("  MISSING: " + ", ".join(self.missing))
+        out += [f"  {line}" for line in self.per_task]
         out += [f"  note: {n}" for n in self.notes]
         if not self.isolated:
             out.append("  WARNING: candidate code runs with no OS isolation: it can read secrets, write files and "
@@ -538,4 +579,5 @@ def isolation_report(kind: Optional[str] = None) -> IsolationReport:
         if why:
             notes.append(f"GPU device nodes do not open inside the sandbox ({why}): CUDA candidates will fail; "
                          f"check the nodes' permissions (0666 is usual) or use KRL_SANDBOX=none knowingly")
-    return IsolationReport(sandbox.kind, version, sandbox.protections, sandbox.missing(), tuple(n for n in notes if n))
+    return IsolationReport(sandbox.kind, version, sandbox.protections, sandbox.missing(), tuple(n for n in notes if n),
+                           per_task_lines(sandbox.kind))

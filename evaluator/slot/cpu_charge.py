@@ -4,7 +4,7 @@ runner): the task cgroup's cpuacct where the sandbox gives one, else every threa
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import Callable, Optional
 
 from evaluator.isolation.proctree import children
 
@@ -55,13 +55,17 @@ class CpuCharge:
     """Reads of a task's CPU time: `now()` in ns, monotonic for a live tree. Threads that exit between two reads are
     lost from the tree sum (their time moves to the process's utime, ticks only); the cgroup read loses nothing."""
 
-    def __init__(self, root_pid: int, cgroup_dir: str = ""):
+    def __init__(self, root_pid: int, cgroup_dir: str = "", group_cpu: Optional[Callable[[], Optional[int]]] = None):
         self.root_pid, self.cgroup_dir = root_pid, cgroup_dir
-        self.source = "cgroup" if cgroup_dir and cgroup_cpu_ns(cgroup_dir) is not None else "schedstat"
+        # group_cpu: the task's own cgroup (evaluator/slot/task_isolation.py), preferred to the sandbox's folder.
+        self.group_cpu = group_cpu if group_cpu is not None and group_cpu() is not None else None
+        if self.group_cpu is None and cgroup_dir and cgroup_cpu_ns(cgroup_dir) is not None:
+            self.group_cpu = lambda: cgroup_cpu_ns(cgroup_dir)
+        self.source = "cgroup" if self.group_cpu is not None else "schedstat"
 
     def now(self) -> int:
-        if self.source == "cgroup":
-            value = cgroup_cpu_ns(self.cgroup_dir)
+        if self.group_cpu is not None:
+            value = self.group_cpu()
             if value is not None:
                 return value
         pids, index = [self.root_pid], 0

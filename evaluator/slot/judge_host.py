@@ -3,6 +3,7 @@ pre-warmed runner, makes every input itself, keeps the reference outputs, and ha
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import selectors
@@ -135,8 +136,12 @@ class Slot:
         self.out_path, self.err_path = out_path, err_path
         self.private_dir = os.path.join(root, "private")
         self.inputs_dir, self.outputs_dir = os.path.join(root, "xfer-in"), os.path.join(root, "xfer-out")
-        for folder in (self.private_dir, self.inputs_dir, self.outputs_dir):
+        # The judge's own scratch (its hand-over cost is measured by writing there): never bound into a sandbox, so
+        # no candidate can plant a link the judge would write through.
+        self.judge_dir = os.path.join(root, "judge")
+        for folder in (self.private_dir, self.inputs_dir, self.outputs_dir, self.judge_dir):
             os.makedirs(folder, exist_ok=True)
+        os.chmod(self.judge_dir, 0o700)
         os.chmod(self.outputs_dir, 0o777)  # the runner may be uid 65534; only the sandbox's bind reaches it
         os.chmod(self.inputs_dir, 0o755)
         os.chmod(self.private_dir, 0o777)
@@ -150,6 +155,7 @@ class Slot:
         self.next_runner = 0
         self.exit_reports: dict[str, int] = {}
         self.triton_shared_dir = ""  # Triton's trusted cache level, once the judge host has warmed it
+        self.runner_namespaces = False  # each runner makes its own namespaces (evaluator/slot/task_isolation.py)
 
     # ---- zygote
     def start_zygote(self) -> None:
@@ -163,6 +169,14 @@ class Slot:
                      KRL_WORKER_XFER_OUT=self.outputs_dir,
                      KRL_WORKER_OWN_TMP="1" if self.sandbox.kind == "bwrap" else "0",
                      PYTHONSAFEPATH="1")
+        # Per-task sandboxes: each runner's own namespaces, tmpfs and pid-keyed filter (the zygote loads no filter
+        # itself, since the filter forbids the namespace calls each runner makes once).
+        from evaluator.slot import task_isolation
+
+        runner_sandbox = task_isolation.zygote_environment(self.sandbox.kind, self.limits, self.private_dir,
+                                                           self.outputs_dir)
+        extra.update(runner_sandbox)
+        self.runner_namespaces = bool(runner_sandbox)
         read_only = [self.inputs_dir] + _module_roots(self.worker_module)
         if self.triton_shared_dir and self.sandbox.kind == "bwrap":
             # Only where the sandbox makes it read-only: elsewhere a candidate could write the shared level.
@@ -176,6 +190,7 @@ class Slot:
                                      cache_dir=os.environ.get("KRL_WORKER_CACHE_DIR", ""),
                                      gpu=self.device.startswith("cuda"), read_only=read_only,
                                      writable=[self.outputs_dir])
+        spec = dataclasses.replace(spec, filters_in_runner=self.runner_namespaces)
         if self.sandbox.kind == "none":
             # No mount view: the project must still be importable from where it is.
             spec = sandboxes.SandboxSpec(**{**spec.__dict__, "env": {**spec.env, "PYTHONPATH": _pythonpath()}})
@@ -442,6 +457,7 @@ class JudgeHost:
         self.spares: list[_Runner] = []  # oldest first: the one that has warmed longest gets the next task
         self.spare_target = max(1, int(os.environ.get(SPARE_RUNNERS_ENV) or (2 if device.startswith("cuda") else 1)))
         self.finished_runner: Optional[_Runner] = None
+        self.task_isolation: Any = None  # the running task's cgroup and runner view (evaluator/slot/task_isolation.py)
         self.reference_cache = ReferenceCache()
         self.device_name = ""
         self.device_lock: Any = None  # this GPU's timing lock (evaluator/isolation/device_lock.py), once started
@@ -524,6 +540,14 @@ class JudgeHost:
         except InfrastructureFailure as exc:
             return {"type": "infra", "task": task_id, "why": str(exc)}
         ready_s = time.monotonic() - started_at
+        # The runner in a cgroup of its own before it gets the task; its outputs seen through its mount namespace.
+        from evaluator.slot import task_isolation
+
+        self.task_isolation = task_isolation.begin_task(runner.runner_id, self.slot.locate(runner),
+                                                        self.resident_limit, self.slot.runner_namespaces)
+        if self.slot.runner_namespaces and self.task_isolation.host_pid <= 0:
+            self.slot.discard(runner)
+            return {"type": "infra", "task": task_id, "why": "the runner's host pid was not found"}
         for path in (self.err_path, self.out_path):
             with open(path, "ab") as handle:
                 handle.truncate(0)
@@ -534,9 +558,12 @@ class JudgeHost:
         except InfrastructureFailure:
             pass
         self.finished_runner = runner  # killed and wiped after the reply is sent (finish_task): off the verdict's path
-        task = TaskJudge(request, self.device, self.slot.inputs_dir, self.slot.outputs_dir, self.reference_cache)
+        task = TaskJudge(request, self.device, self.slot.inputs_dir,
+                         self.task_isolation.runner_view(self.slot.outputs_dir), self.reference_cache,
+                         scratch_dir=self.slot.judge_dir)
         driver = TaskDriver(self.slot, runner, deadline, self.resident_limit or None,
-                            spares=[spare for spare in self.spares if not spare.ready], on_spare=self._on_spare)
+                            spares=[spare for spare in self.spares if not spare.ready], on_spare=self._on_spare,
+                            group_memory=self.task_isolation.memory_bytes)
 
         def on_started() -> None:
             write_message(self.result_fd, {"type": "started", "task": task_id})
@@ -548,6 +575,8 @@ class JudgeHost:
                                  self.device_name, self.err_path)
         finally:
             driver.close()
+        # What the candidate left running dies before the reply (the runner's pid filter stops it signalling them).
+        self.slot.counters.add("leftover_processes_killed", self.task_isolation.kill_leftovers())
         self.slot.counters.add("judge_cache_hits", self.reference_cache.hits - hits)
         if outcome.get("type") == "result":
             outcome["task"] = task_id
@@ -577,8 +606,10 @@ class JudgeHost:
         def make(task: TaskJudge, driver: TaskDriver, schedule: Any) -> TimingPhase:
             if self.device.startswith("cuda"):
                 return TimingPhase(task, driver, schedule, lock=self.device_lock)
+            group = self.task_isolation.cgroup if self.task_isolation is not None else None
+            group_cpu = group.cpu_time_ns if group is not None else None
             return TimingPhase(task, driver, schedule, charge=CpuCharge(self.slot.locate(runner),
-                                                                        self.slot.task_cgroup(runner)))
+                                                                        self.slot.task_cgroup(runner), group_cpu))
         return make
 
     def finish_task(self) -> None:
@@ -587,6 +618,11 @@ class JudgeHost:
         if runner is not None:
             self.slot.discard(runner)
             self.slot.wipe_exchange()
+        # The task's whole cgroup killed (escaped processes too) and removed.
+        from evaluator.slot import task_isolation
+
+        task, self.task_isolation = self.task_isolation, None
+        task_isolation.end_task(task)
 
     def serve(self) -> int:
         from evaluator.contract.framing import read_message, write_message

@@ -106,6 +106,9 @@ def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:
     _close_other_fds({task_fd, result_fd})
     die_with_parent()
     become_subreaper()  # the candidate's detached processes stay in this tree, where the judge's kill finds them
+    # This runner's own namespaces, tmpfs and syscall filters, before anything else runs here
+    from evaluator.slot.task_isolation import enter_runner_sandbox
+    enter_runner_sandbox()
     set_dumpable(False)
     ctx = worker.prepare_worker(device)
     write_message(result_fd, {"type": "ready", "pid": os.getpid(), "workdir": getattr(ctx, "work_dir", "")})
@@ -198,6 +201,8 @@ def zygote_main(control_fd: int, device: str, worker_module: str) -> int:
         pass
     worker = importlib.import_module(worker_module)
     import_runner_modules(device)
+    from evaluator.slot.task_isolation import prepare_zygote  # filters compiled once, not per fork
+    prepare_zygote()
     sock = socket.socket(fileno=control_fd)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)

@@ -24,9 +24,11 @@ class TaskDriver:
     """Orders to one runner and its answers, with the slot's other duties (spares, zygote, memory) served meanwhile."""
 
     def __init__(self, slot: Any, runner: Any, deadline: float, resident_limit: Optional[int] = None,
-                 spares: tuple = (), on_spare: Optional[Callable[[Any], bool]] = None):
+                 spares: tuple = (), on_spare: Optional[Callable[[Any], bool]] = None,
+                 group_memory: Optional[Callable[[], int]] = None):
         self.slot, self.runner, self.deadline = slot, runner, deadline
         self.resident_limit = resident_limit
+        self.group_memory = group_memory  # the task cgroup's charge: memfd, shm and tmpfs pages count too
         self.on_spare = on_spare
         self.selector = selectors.DefaultSelector()
         self.selector.register(runner.result_r, selectors.EVENT_READ, "runner")
@@ -132,6 +134,8 @@ class TaskDriver:
             return
         self.memory_at = now + MEMORY_CHECK_S
         used = self.slot.resident_bytes(self.runner)
+        if self.group_memory is not None:
+            used = max(used, self.group_memory())
         if used > self.resident_limit:
             self.slot.counters.add("memory_kills")
             raise TaskEnded(Verdict.RUNTIME_ERROR, (

@@ -53,9 +53,10 @@ class TaskJudge:
     """The reference side of one request: its model (cached across tasks of one problem), its inputs and outputs."""
 
     def __init__(self, request: EvalRequest, device: str, inputs_dir: str, outputs_dir: str,
-                 cache: Optional[ReferenceCache] = None):
+                 cache: Optional[ReferenceCache] = None, scratch_dir: str = ""):
         self.request, self.device = request, device
         self.inputs_dir, self.outputs_dir = inputs_dir, outputs_dir
+        self.scratch_dir = scratch_dir or outputs_dir  # the judge's own writes; never a folder a runner can reach
         self.cache = cache if cache is not None else ReferenceCache(0)
         self.problem_key = problem_key(request.reference_source, request.size_overrides, request.precision,
                                        request.seed, device)

@@ -87,7 +87,7 @@ class TimingPhase:
         from evaluator.judging import tensorwire
         from evaluator.slot.projection import projections
 
-        path = os.path.join(self.task.outputs_dir, ".judge-hand.krlt")
+        path = os.path.join(self.task.scratch_dir, ".judge-hand.krlt")
         cuda = self.kind == "cuda"
         threads = torch.get_num_threads()
         if not cuda:

@@ -1,0 +1,63 @@
+"""Issue 23, host resources: a candidate that lifts its soft file-size cap and floods HOME must not reach the host's
+disk, and memfds beyond the memory limit must be seen and stopped. Attacks under slot_attacks/, run through the real
+Evaluator in CPU mode with bubblewrap; an honest probe after each must stay correct."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from evaluator.contract.types import Verdict
+from evaluator.isolation.sandbox import get_sandbox
+from tests.evaluator.pool_support import make_evaluator, request
+
+ATTACKS = Path(__file__).resolve().parent / "slot_attacks"
+MEMORY_LIMIT = 2 * 2**30
+
+pytestmark = pytest.mark.skipif(os.getuid() != 0 or get_sandbox().kind != "bwrap",
+                                reason="per-task sandboxes need bubblewrap, and per-task cgroups root")
+
+
+def source(name: str) -> str:
+    return (ATTACKS / f"{name}.py").read_text()
+
+
+@pytest.fixture(scope="module")
+def slot(tmp_path_factory):
+    """(evaluator, the folder holding its pool's work folders on the host)."""
+    host = tmp_path_factory.mktemp("host")
+    old, tempfile.tempdir = tempfile.tempdir, str(host)  # the pool makes its work folders here
+    try:
+        ev = make_evaluator(str(tmp_path_factory.mktemp("cache")), cpu_workers=1, spare_per_device=0,
+                            memory_limit_bytes=MEMORY_LIMIT)
+    finally:
+        tempfile.tempdir = old
+    yield ev, host
+    ev.close()
+
+
+def flood_files(folder: Path) -> list[str]:
+    return [str(p) for p in folder.rglob("krl-flood*")]
+
+
+def test_a_lifted_file_size_cap_does_not_reach_the_host_disk(slot):
+    ev, host = slot
+    ev.evaluate(request(source("host_fsize_home_flood"), run_timeout_s=60.0))
+    # Checked right after the reply: the runner's own wipe at the next task's start would hide a host-disk write.
+    assert flood_files(host) == []
+    probe = ev.evaluate(request(source("probe_clean_slate"), run_timeout_s=60.0))
+    assert probe.verdict == Verdict.CORRECT, probe.error_message
+
+
+def test_memfds_beyond_the_memory_limit_are_stopped(slot):
+    ev, _host = slot
+    result = ev.evaluate(request(source("host_memfd_hoard"), run_timeout_s=60.0))
+    # Stopped by the judge's watch (runtime_error), the kernel's limit (crashed), or a refused write at import.
+    stopped = result.verdict in (Verdict.RUNTIME_ERROR, Verdict.CRASHED) or (
+        result.verdict == Verdict.COMPILE_ERROR and "Cannot allocate memory" in result.error_message)
+    assert stopped, (result.verdict, result.error_message)
+    probe = ev.evaluate(request(source("probe_clean_slate"), run_timeout_s=60.0))
+    assert probe.verdict == Verdict.CORRECT, probe.error_message

@@ -1,0 +1,51 @@
+"""Issue 23, leftovers: what one task leaves behind (mode-0000 folders, a SysV segment, an idle scheduling class on
+the zygote, a process escaped through clone(CLONE_PARENT)) must not reach the next. Each attack under slot_attacks/
+runs through the real Evaluator in CPU mode with bubblewrap, followed on the same slot by an honest probe."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from evaluator.contract.types import Verdict
+from evaluator.isolation.sandbox import get_sandbox
+from tests.evaluator.pool_support import make_evaluator, request
+
+ATTACKS = Path(__file__).resolve().parent / "slot_attacks"
+LEFTOVERS = ("leftover_mode0000_folder", "leftover_sysv_shm", "leftover_sched_idle", "leftover_clone_parent_escape")
+
+pytestmark = pytest.mark.skipif(os.getuid() != 0 or get_sandbox().kind != "bwrap",
+                                reason="per-task sandboxes need bubblewrap, and per-task cgroups root")
+
+
+def source(name: str) -> str:
+    return (ATTACKS / f"{name}.py").read_text()
+
+
+@pytest.fixture(scope="module")
+def evaluator(tmp_path_factory):
+    # One slot (no spare pool worker), so every probe runs where the attack before it ran.
+    ev = make_evaluator(str(tmp_path_factory.mktemp("cache")), cpu_workers=1, spare_per_device=0,
+                        memory_limit_bytes=2 * 2**30)
+    yield ev
+    ev.close()
+
+
+def test_leftovers_do_not_reach_the_next_task(evaluator):
+    failures = []
+    for name in LEFTOVERS:
+        attack = evaluator.evaluate(request(source(name), run_timeout_s=60.0))
+        probe = evaluator.evaluate(request(source("probe_clean_slate"), run_timeout_s=60.0))
+        if probe.verdict != Verdict.CORRECT:
+            failures.append(f"{name} (attack: {attack.verdict.value}): probe {probe.verdict.value}: "
+                            f"{probe.error_message[-600:]}")
+    assert not failures, "\n".join(failures)
+
+
+def test_an_honest_probe_passes_on_a_fresh_slot(evaluator):
+    """The probe itself is honest: on a slot no attack touched it is correct (guards against a probe that always
+    fails, which would make the test above meaningless in the other direction)."""
+    result = evaluator.evaluate(request(source("probe_clean_slate"), run_timeout_s=60.0))
+    assert result.verdict == Verdict.CORRECT, result.error_message
