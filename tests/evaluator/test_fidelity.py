@@ -101,7 +101,7 @@ def test_the_float64_look_clears_a_candidate_closer_to_the_exact_answer_than_the
     look = second_look.look_twice(model, lambda: [x], reference, exact_candidate, 1e-4, 1e-4)
     assert look.comparison.ok and look.second_look
     wrong = x.clone()
-    wrong[:3] = -0.3
+    wrong[:3] = 1.0  # farther from the exact 0.3 than twice the reference's own error allows
     look = second_look.look_twice(model, lambda: [x], reference, wrong, 1e-4, 1e-4)
     assert not look.comparison.ok and look.near_miss
     memo = x * 1.03 + 0.5  # every element off: not a near miss, no second look
