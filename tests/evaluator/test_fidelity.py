@@ -111,8 +111,8 @@ def test_the_float64_look_clears_a_candidate_closer_to_the_exact_answer_than_the
 
 def _judge(tmp_path) -> TaskJudge:
     inputs_dir, outputs_dir = tmp_path / "in", tmp_path / "out"
-    inputs_dir.mkdir()
-    outputs_dir.mkdir()
+    inputs_dir.mkdir(parents=True)
+    outputs_dir.mkdir(parents=True)
     return TaskJudge(pool_request(GOOD, request_id="near"), "cpu", str(inputs_dir), str(outputs_dir))
 
 
@@ -127,12 +127,12 @@ def _served(task: TaskJudge, name: str) -> torch.Tensor:
 
 
 def _decide_with_timed_error(tmp_path, timed_error: float) -> EvalResult:
-    """Trials off by 1.5e-4 at one element (accepted), a timed set off by `timed_error` at one zero of the ReLU."""
+    """Trials off by ~2e-4 at their largest element (accepted), a timed set off by `timed_error` at a zero of the ReLU."""
     task = _judge(tmp_path)
     for name in ("trial-0", "trial-1", "recheck"):
         out = torch.relu(_served(task, name))
         if name.startswith("trial"):
-            out[out.abs().argmax()] += 1.5e-4 * (1 + out.abs().max())  # within atol + rtol * |ref|
+            out[out.abs().argmax()] += 0.5e-4 * (1 + out.abs().max())  # half of atol + rtol * |ref|: accepted
         _hand_over(task, name, out)
     base = _served(task, "timing-0")
     timed = torch.relu(judge.nudged_values([base], 77)[0])
