@@ -821,7 +821,9 @@ class _RunState:
         """The same pair timed in KernelBench's convention (evaluator/judging/kernelbench_timing.py): reported beside
         the judge's device-time speedup, never used by the hack rules."""
         ctx, result = self.ctx, self.result
-        trials = self.request.timing_trials if ctx.is_cuda else min(self.request.timing_trials, 20)
+        # CPU mode (tests, no GPU): a few trials inside half a second per callable, so the suite pays little for it.
+        trials = self.request.timing_trials if ctx.is_cuda else min(self.request.timing_trials, 10)
+        budget_s = settings.budget_s if ctx.is_cuda else min(settings.budget_s, 0.5)
         reset = ctx.l2_reset.reset if ctx.l2_reset is not None else None
         flush = ctx.flusher.flush if ctx.flusher is not None else None
         ctx.guard.reset_numeric_flags()  # the reference runs first: not under switches the candidate flipped
@@ -829,7 +831,7 @@ class _RunState:
             self.torch.set_num_threads(1)  # as the judge's CPU timing does
         try:
             pair = kernelbench_timing.measure_pair(candidate_call, reference_call, ctx.device, trials,
-                                                   rotation.advance, flush, reset, budget_s=settings.budget_s)
+                                                   rotation.advance, flush, reset, budget_s=budget_s)
         finally:
             ctx.guard.reset_numeric_flags()
         self._sync()
