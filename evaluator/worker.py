@@ -752,6 +752,9 @@ class _RunState:
                 last["values"], last["inputs"] = rotation.current_values, rotation.current
                 checked.record(rotation.current_values, last.get("output"), counter.count - last["launches"])
 
+        if request.kernelbench_timing:
+            # Before the judge's own loop, so the last timed call (the one the recheck refills) stays the judge's.
+            self._time_kernelbench(candidate_call, lambda: ref_model(*rotation.current), rotation, settings)
         fns: dict[str, Callable[[], Any]] = {"candidate": candidate_call}
         if cached is None:
             fns["reference"] = lambda: ref_model(*rotation.current)
@@ -786,8 +789,6 @@ class _RunState:
         result.kernel_runtime = kernel_stats
         result.reference_runtime = reference_stats
         result.speedup_convention = SPEEDUP_CONVENTION
-        if request.kernelbench_timing:
-            self._time_kernelbench(candidate_call, lambda: ref_model(*rotation.current), rotation, settings)
         if cached is None:
             speedup = timing.paired_speedup(samples["reference"], samples["candidate"])
             result.speedup = speedup if speedup == speedup else None
