@@ -25,7 +25,7 @@ from core.errors import KrlError
 from core.problems import Problem, load_problem_set
 from core.registry import Registry
 from core.rollouts import Rollout, RolloutRunner, StopRequested, wait_all
-from evaluator.api import DEFAULT_TOLERANCE
+from evaluator.api import DEFAULT_TOLERANCE, KERNELBENCH_CONVENTION, SPEEDUP_CONVENTION
 
 log = logging.getLogger("krl.eval")
 
@@ -35,6 +35,11 @@ SUMMARY_STEP = 0  # the step the summary metrics are written at (an eval run has
 SUMMARY_PREFIX = "eval/"
 SUMMARY_EVERY_S = 30.0  # a long evaluation shows partial numbers (runs list, TUI) this often
 # What must match for two evaluations to be compared (the rest of the stamp is shown, not enforced).
+# The baseline label of speedups timed in KernelBench's convention: fast_p/kbtime/<counting convention>/<p> and
+# geomean_speedup/kbtime sit beside the judge's fast_p/eager/... (device time).
+KERNELBENCH_TIMING = "kbtime"
+
+
 COMPARABLE_STAMP_KEYS = ("devices", "precision", "tolerance", "timing", "kernel_backend", "problem_sizes",
                          "torch", "max_turns", "baseline")
 
@@ -149,11 +154,6 @@ def eval_conversations(registry: Registry, run_id: int) -> list[dict[str, Any]]:
                     "solved": bool(trajectory["solved"]), "solved_at_turn": trajectory["solved_at_turn"],
                     "best_speedup": trajectory["best_speedup"], "hack": bool(trajectory["hack"]), "turns": turns})
     return out
-
-
-# The baseline label of speedups timed in KernelBench's convention: fast_p/kbtime/<counting convention>/<p> and
-# geomean_speedup/kbtime sit beside the judge's fast_p/eager/... (device time).
-KERNELBENCH_TIMING = "kbtime"
 
 
 def eval_summary(registry: Registry, name_or_id: str | int) -> dict[str, Any]:
@@ -291,6 +291,8 @@ def make_stamp(config: RunConfig, devices: Sequence[str], device_names: Sequence
         "problem_sizes": ev.size, "max_turns": config.max_turns, "torch": versions["torch"], "versions": versions,
         "baseline": {"eager": "the reference module's median, timed by the same worker as each kernel",
                      "compile": compile_baseline},
+        "speedups": {"eager": SPEEDUP_CONVENTION, KERNELBENCH_TIMING: KERNELBENCH_CONVENTION,
+                     "geomean_clip": list(scores.SPEEDUP_CLIP)},
         "sampling": {"temperature": config.sampling.temperature, "top_p": config.sampling.top_p,
                      "max_tokens": config.sampling.max_tokens},
         "host": platform.node(),

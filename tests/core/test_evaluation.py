@@ -50,6 +50,7 @@ def test_replay_evaluation_finishes_with_every_sample_stored(finished):
     assert stamp["devices"] == ["cpu"] or stamp["evaluator_devices"] == ["cpu"]
     assert stamp["tolerance"]["atol"] == 1e-4 and stamp["timing"]["timing_trials"] == 10
     assert "not measured" in stamp["baseline"]["compile"]
+    assert stamp["speedups"]["geomean_clip"] == [0.1, 10.0] and "kernelbench" in stamp["speedups"]["kbtime"]
     assert summary["throughput"]["samples"] == 6 and summary["throughput"]["seconds"] > 0
 
 
