@@ -14,7 +14,7 @@ from evaluator.judge_host import TaskJudge
 from evaluator.judging import kernelbench_timing, second_look
 from evaluator.judging.l2_persist import PersistingL2Reset
 from evaluator.judging.sol_score import sol_score
-from tests.evaluator.candidates.harness import candidate, request, run_batch
+from tests.evaluator.candidates.harness import builtin, candidate, request, run_batch
 from tests.evaluator.pool_support import GOOD
 from tests.evaluator.pool_support import request as pool_request
 
@@ -54,6 +54,12 @@ class ModelNew(nn.Module):
 '''
 
 
+# Honest kernels of the corpus that run on a CPU, and one consistent approximation (wrong every time).
+HONEST_CORPUS = [("relu_torch", builtin("relu"), candidate("relu_torch.py")),
+                 ("square_matmul", builtin("square_matmul"), candidate("matmul_torch.py")),
+                 ("gelu_tanh", builtin("gelu"), candidate("approx_gelu_tanh.py"))]
+
+
 @pytest.fixture(scope="module")
 def results():
     # KernelBench-convention timing only on the first (the stamping test's), to keep the module short.
@@ -61,6 +67,9 @@ def results():
                         timing_trials=3, kernelbench_timing=k == 0) for k in range(REPEATS)]
     requests += [request(f"switches-{k}", CUMSUM, SWITCHES_WHEN_TIMED, seed=NEAR_MISS_SEED, timing_trials=3,
                          kernelbench_timing=False) for k in range(SWITCH_REPEATS)]
+    for name, reference, source in HONEST_CORPUS:
+        requests += [request(f"{name}-{k}", reference, source, timing_trials=3, kernelbench_timing=False)
+                     for k in range(REPEATS)]
     return {r["request_id"]: r for r in run_batch(requests, timeout_s=400)}
 
 
@@ -70,6 +79,13 @@ def test_the_same_near_miss_candidate_gets_the_same_verdict_every_time(results):
     # The timed values did near-miss (deterministic: the salt comes from the seed) and the trials' error scale
     # decided it; which timed calls are checked stays random, which is what used to flip the verdict.
     assert any(r["near_miss"] == "trial_error" for r in runs)
+
+
+def test_every_honest_kernel_of_the_corpus_gets_one_verdict_over_five_evaluations(results):
+    for name, _, _ in HONEST_CORPUS:
+        verdicts = [results[f"{name}-{k}"]["verdict"] for k in range(REPEATS)]
+        assert len(set(verdicts)) == 1, (name, verdicts)
+        assert verdicts[0] == ("wrong_output" if name == "gelu_tanh" else "correct"), (name, verdicts)
 
 
 def test_a_real_change_when_timed_stays_wrong_every_time(results):
