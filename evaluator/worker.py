@@ -738,7 +738,7 @@ class _RunState:
         def before(name: str) -> None:
             rotation.advance()  # fresh values in the next buffer, outside the timed region
             if ctx.l2_reset is not None:
-                ctx.l2_reset.reset()  # a persisting L2 window set by the candidate must not outlast the flush
+                ctx.l2_reset.reset_if_set()  # a persisting L2 window set by the candidate must not outlast the flush
             if name == "reference":
                 ctx.guard.reset_numeric_flags()  # a candidate that switches TF32 on must not speed up the reference
             if not ctx.is_cuda:
@@ -825,7 +825,7 @@ class _RunState:
         # CPU mode (tests, no GPU): a few trials inside half a second per callable, so the suite pays little for it.
         trials = self.request.timing_trials if ctx.is_cuda else min(self.request.timing_trials, 10)
         budget_s = settings.budget_s if ctx.is_cuda else min(settings.budget_s, 0.5)
-        reset = ctx.l2_reset.reset if ctx.l2_reset is not None else None
+        reset = ctx.l2_reset.reset_if_set if ctx.l2_reset is not None else None
         flush = ctx.flusher.flush if ctx.flusher is not None else None
         ctx.guard.reset_numeric_flags()  # the reference runs first: not under switches the candidate flipped
         if not ctx.is_cuda:

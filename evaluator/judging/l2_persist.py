@@ -36,6 +36,15 @@ class PersistingL2Reset:
         self.resets += 1
         return self.last_error == 0
 
+    def reset_if_set(self) -> bool:
+        """reset() only when a persisting carve-out is set (or cannot be read): without one, a persisting window has no
+        lines to keep, and an honest candidate's timing then pays one limit query rather than two driver calls that
+        may wait for the device (this runs between queued samples). True when a reset was done and succeeded."""
+        limit = self.persisting_limit_bytes()
+        if limit == 0:
+            return False
+        return self.reset()
+
     def persisting_limit_bytes(self) -> Optional[int]:
         """The current persisting-L2 carve-out (what a candidate set through cudaDeviceSetLimit), None if unknown."""
         if not self.available:

@@ -204,3 +204,25 @@ def test_sol_score(kernel, baseline, sol, expected):
 def test_persisting_l2_reset_is_a_no_op_without_a_cuda_runtime():
     reset = PersistingL2Reset(library=object())
     assert not reset.available and reset.reset() is False and reset.persisting_limit_bytes() is None
+
+
+class _Counting(PersistingL2Reset):
+    """The reset's decision without a GPU: the carve-out it reads is set by the test, the driver calls are counted."""
+
+    def __init__(self, limit):
+        super().__init__(library=object())
+        self.available, self.limit, self.calls = True, limit, 0
+
+    def persisting_limit_bytes(self):
+        return self.limit
+
+    def reset(self):
+        self.calls += 1
+        return True
+
+
+def test_the_reset_runs_only_when_a_persisting_carve_out_is_set_or_unknown():
+    assert not _Counting(0).reset_if_set()
+    for limit in (4 << 20, None):
+        reset = _Counting(limit)
+        assert reset.reset_if_set() and reset.calls == 1

@@ -102,3 +102,4 @@ def test_the_reset_undoes_a_persisting_l2_limit():
     reset.library.cudaDeviceSetLimit(ctypes.c_int(CUDA_LIMIT_PERSISTING_L2_CACHE_SIZE), ctypes.c_size_t(4 << 20))
     assert reset.persisting_limit_bytes() > 0  # what a candidate can set
     assert reset.reset() and reset.persisting_limit_bytes() == 0
+    assert not reset.reset_if_set()  # nothing set: only the limit is read
