@@ -103,6 +103,16 @@ class RewardConfig(_Section):
     length_budget_tokens: int = Field(8192, ge=1, description="responses longer than this are penalised")
     normalise_std: bool = False
     leave_one_out: bool = False
+    speedup_timing: Literal["judge", "kernelbench"] = Field(
+        "judge", description="which speedup the reward uses: judge (device time, the protocol the hack rules watch) "
+        "or kernelbench (eager calls with host launch gaps, as published fast_p figures are measured)")
+    # Lazy optimisation (core/reward.py lazy_factor): a correct kernel at about the library's speed whose own kernels do
+    # a token share of the GPU time earns part of the correctness credit.
+    lazy_speedup_max: float = Field(1.05, ge=0, description="speedups at or below this can count as lazy (0: off)")
+    lazy_share_full: float = Field(0.5, gt=0, le=1, description="own-kernel time share that earns full correctness "
+                                   "credit at lazy speeds; below it the credit falls linearly to lazy_min_credit")
+    lazy_min_credit: float = Field(0.5, ge=0, le=1, description="correctness credit of a lazy kernel whose own "
+                                   "kernels do none of the work")
 
 
 class StageConfig(_Section):

@@ -34,6 +34,8 @@ def record_of_turn(problem_id: str, sample: int, turn: int, verdict: str, result
         "kernel_ms": kernel_ms, "eager_ms": _median(result.get("reference_runtime")),
         "tokens_in": tokens_in, "tokens_out": tokens_out,
         "device": result.get("gpu_name") or result.get("device_name") or "",
+        # KernelBench's timing convention beside the judge's device time (both on every timed result since issue 24).
+        "speedup_kernelbench": result.get("speedup_kernelbench"), "sol_score": result.get("sol_score"),
     }
     if compile_over_eager is not None and record["speedup"] is not None:
         # Both medians from one baseline process (interleaved): the ratio carries over to the worker's eager time.

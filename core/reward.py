@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
 from core.config import WEIGHT_NAMES, RewardConfig, RewardWeights, RunConfig, StageConfig
-from evaluator.api import EvalResult, Verdict
+from core.scores import clip_speedup
+from evaluator.contract.types import EvalResult, Verdict
 
 if TYPE_CHECKING:
     from core.response import ParsedResponse
@@ -36,6 +37,34 @@ def speed_value(speedup: Optional[float], mode: str, clip: float, floor: float =
     return max(value, floor)
 
 
+def chosen_speedup(result: Optional[EvalResult], timing: str = "judge") -> Optional[float]:
+    """The speedup the reward uses: the judge's device-time speedup, or KernelBench's convention when configured (and
+    measured), clipped to scores.SPEEDUP_CLIP so one extreme value cannot dominate."""
+    if result is None:
+        return None
+    value = result.speedup_kernelbench if timing == "kernelbench" else result.speedup
+    if value is None and timing == "kernelbench":
+        value = result.speedup  # not measured in that convention (an older result): the judge's
+    return clip_speedup(value)
+
+
+def lazy_factor(result: Optional[EvalResult], cfg: RewardConfig) -> float:
+    """The share of correctness credit a correct kernel keeps. Lazy optimisation (Dr. Kernel): call the library op and
+    add a token kernel; it is correct at speed ~1. When the speedup is at most lazy_speedup_max and the profiler saw
+    the candidate's own kernels take a share s of the GPU time, the credit is
+    lazy_min_credit + (1 - lazy_min_credit) * min(1, s / lazy_share_full). Faster kernels keep it all (an honest
+    cuBLAS GEMM plus a fused epilogue at 1.1-2x has a small share and is paid in full), as do results without a
+    profile (CPU mode, torch backend): no evidence, no penalty. Padding the own kernels with useless work to raise s
+    costs speed: at the defaults a padded lazy kernel never earns more than the unpadded one."""
+    if result is None or result.verdict != Verdict.CORRECT or cfg.lazy_speedup_max <= 0:
+        return 1.0
+    share = result.own_kernel_time_fraction
+    speedup = chosen_speedup(result, cfg.speedup_timing)
+    if share is None or speedup is None or speedup > cfg.lazy_speedup_max:
+        return 1.0
+    return cfg.lazy_min_credit + (1.0 - cfg.lazy_min_credit) * min(1.0, max(0.0, share) / cfg.lazy_share_full)
+
+
 def component_values(parsed: "ParsedResponse", result: Optional[EvalResult], cfg: RewardConfig,
                      response_tokens: Optional[int] = None, response_text: str = "") -> dict[str, float]:
     """Unweighted components in [0, 1] (speed: see speed_value; length: <= 0). Shaping ones ignore correctness."""
@@ -48,13 +77,14 @@ def component_values(parsed: "ParsedResponse", result: Optional[EvalResult], cfg
     compiled = 1.0 if (result is not None and result.compiled) else 0.0
     correct = result is not None and result.verdict == Verdict.CORRECT
     if correct:
-        correctness = 1.0
+        correctness = lazy_factor(result, cfg)
     elif cfg.partial_credit and result is not None and result.correctness_trials_total > 0 \
             and result.verdict in (Verdict.WRONG_OUTPUT,):
         correctness = result.correctness_trials_passed / result.correctness_trials_total
     else:
         correctness = 0.0
-    speed = speed_value(result.speedup, cfg.speed_mode, cfg.speed_clip, cfg.speed_floor) if (correct and result is not None) else 0.0
+    speed = speed_value(chosen_speedup(result, cfg.speedup_timing), cfg.speed_mode, cfg.speed_clip, cfg.speed_floor) \
+        if (correct and result is not None) else 0.0
     thinking = 1.0 if len((parsed.thought or "").strip()) >= max(1, cfg.thinking_min_chars) else 0.0
     if response_tokens is None:
         response_tokens = len(response_text) // CHARS_PER_TOKEN_ESTIMATE

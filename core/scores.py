@@ -21,6 +21,23 @@ CONVENTIONS = (KERNELBENCH, BEST_OF_N)
 
 Record = Mapping[str, Any]
 
+# Every per-problem speedup is clipped to this range before fast_p, geomean and the reward see it, so one extreme
+# shape (a 0.001x timeout-like result, or a 1000x measurement artefact) cannot drive a geometric mean to 0 or to
+# infinity. fast_p thresholds (<= 3) lie inside it, so fast_p is unchanged; the clip is stamped in every summary.
+SPEEDUP_CLIP = (0.1, 10.0)
+# The record key of each timing convention's speedup (evaluator/api.py stamps both on a timed result).
+TIMING_KEYS = {"judge": "speedup", "kernelbench": "speedup_kernelbench"}
+
+
+def clip_speedup(value: Optional[float], clip: tuple[float, float] = SPEEDUP_CLIP) -> Optional[float]:
+    """The speedup within [low, high]; None stays None (not timed), and so does a value that is not a number."""
+    if value is None:
+        return None
+    value = float(value)
+    if value != value:
+        return None
+    return min(max(value, clip[0]), clip[1])
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -76,7 +93,7 @@ def _by_sample(records: Iterable[Record]) -> dict[tuple[str, int], list[Record]]
 
 def _speedup(record: Record, key: str) -> Optional[float]:
     value = record.get(key)
-    return float(value) if value is not None and record["verdict"] == CORRECT else None
+    return clip_speedup(value) if value is not None and record["verdict"] == CORRECT else None
 
 
 def at_turn(records: Iterable[Record], turn: int, speedup_key: str = "speedup") -> list[Outcome]:
@@ -149,8 +166,8 @@ def geomean(values: Iterable[float]) -> Optional[float]:
 
 
 def geomean_speedup(outcomes: Iterable[Outcome]) -> Optional[float]:
-    """Geometric mean of the speedups of the correct samples (None when none was correct and timed)."""
-    return geomean(o.speedup for o in outcomes if o.correct and o.speedup is not None)
+    """Geometric mean of the (clipped, SPEEDUP_CLIP) speedups of the correct samples (None when none was timed)."""
+    return geomean(clip_speedup(o.speedup) for o in outcomes if o.correct and o.speedup is not None)
 
 
 def best_speedup_per_problem(outcomes: Iterable[Outcome]) -> dict[str, Optional[float]]:
@@ -176,6 +193,9 @@ def rates(records: Sequence[Record]) -> dict[str, float]:
     sol = [float(r["sol_fraction"]) for r in records if r["verdict"] == CORRECT and r.get("sol_fraction") is not None]
     if sol:
         out["sol_fraction_mean"] = sum(sol) / len(sol)
+    sol_scores = [float(r["sol_score"]) for r in records if r["verdict"] == CORRECT and r.get("sol_score") is not None]
+    if sol_scores:
+        out["sol_score_mean"] = sum(sol_scores) / len(sol_scores)
     return out
 
 
@@ -199,7 +219,8 @@ def summarise(records: Sequence[Record], problems: Sequence[str], samples: int, 
     name -> the record key holding the speedup against it (default {"eager": "speedup"})."""
     speedup_keys = speedup_keys or {"eager": "speedup"}
     out: dict[str, float] = {"problems": float(len(problems)), "samples": float(samples),
-                             "records": float(len(records))}
+                             "records": float(len(records)),
+                             "speedup_clip_low": SPEEDUP_CLIP[0], "speedup_clip_high": SPEEDUP_CLIP[1]}
     final = best_by_turn(records)
     for k in range(1, samples + 1):
         out[f"pass@{k}"] = mean_pass_at_k(final, k, problems)

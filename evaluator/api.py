@@ -3,9 +3,10 @@ other. The types live in contract/ and the Evaluator in local/; this module only
 
 from __future__ import annotations
 
-from evaluator.contract.types import (BACKENDS, DEFAULT_TOLERANCE, PRECISIONS, EvalRequest, EvalResult,
-                                      EvaluatorError, RuntimeStats, Verdict, check_request)
+from evaluator.contract.types import (BACKENDS, DEFAULT_TOLERANCE, KERNELBENCH_CONVENTION, PRECISIONS,
+                                      SPEEDUP_CONVENTION, EvalRequest, EvalResult, EvaluatorError, RuntimeStats,
+                                      Verdict, check_request)
 from evaluator.local.evaluator import Evaluator
 
-__all__ = ["BACKENDS", "DEFAULT_TOLERANCE", "PRECISIONS", "EvalRequest", "EvalResult", "Evaluator", "EvaluatorError",
-           "RuntimeStats", "Verdict", "check_request"]
+__all__ = ["BACKENDS", "DEFAULT_TOLERANCE", "KERNELBENCH_CONVENTION", "PRECISIONS", "SPEEDUP_CONVENTION", "EvalRequest",
+           "EvalResult", "Evaluator", "EvaluatorError", "RuntimeStats", "Verdict", "check_request"]

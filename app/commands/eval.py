@@ -21,7 +21,9 @@ evals_app = typer.Typer(help="List, inspect, compare and export model evaluation
 HEADLINE_KEYS = ("pass@1", "fast_p/eager/kernelbench/0", "fast_p/eager/kernelbench/1",
                  "fast_p/eager/best_of_n/1", "fast_p/eager/kernelbench/1.5", "geomean_speedup/eager",
                  "fast_p/compile/kernelbench/1", "geomean_speedup/compile",  # when the compile baseline was measured
-                 "compile_rate", "correct_rate", "hack_rate", "sol_fraction_mean")
+                 "fast_p/kbtime/kernelbench/0", "fast_p/kbtime/kernelbench/1", "fast_p/kbtime/best_of_n/1",
+                 "fast_p/kbtime/kernelbench/1.5", "geomean_speedup/kbtime",  # KernelBench's timing convention
+                 "compile_rate", "correct_rate", "hack_rate", "sol_fraction_mean", "sol_score_mean")
 EXPORT_FIELDS = ("problem_id", "sample", "turn", "verdict", "speedup", "sol_fraction", "hack_rule", "tokens_in",
                  "tokens_out", "compiled", "kernel_ms", "eager_ms", "device", "trajectory_id")
 
@@ -94,6 +96,8 @@ def eval_command(
     name: Optional[str] = typer.Option(None, "--name", "-n", help="Evaluation name [default: eval-<backend>-<time>]."),
     detach: bool = typer.Option(False, "--detach", "-d", help="Run in the background through the process manager."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary (or, with --detach, the run) as JSON."),
+    unseen_shapes: bool = typer.Option(False, "--unseen-shapes", help="Re-run each correct kernel on other sizes of "
+                                       "its problem and report which only work for the timed sizes."),
 ) -> None:
     """Evaluate a model over a problem set: pass@k, fast_p (KernelBench and best-of-n), per-turn views, geomean
     speedup. Foreground by default (Ctrl-C stops; `krl evals resume NAME` finishes it without redoing samples)."""
@@ -120,15 +124,20 @@ def eval_command(
     from core.evaluation import evaluate_foreground
 
     final = evaluate_foreground(cfg, name)
-    _finish_and_report(final, as_json)
+    _finish_and_report(final, as_json, unseen_shapes)
 
 
-def _finish_and_report(final: dict, as_json: bool) -> None:
+def _finish_and_report(final: dict, as_json: bool, unseen_shapes: bool = False) -> None:
     from core.evaluation import eval_summary
     from core.registry import Registry
 
     with Registry.for_workspace() as reg:
         summary = eval_summary(reg, final["id"])
+        if unseen_shapes:
+            from core import unseen_shapes as shapes
+
+            reports = shapes.check_eval_run(reg, final["id"])
+            summary["unseen_shapes"] = dict(shapes.summary(reports), reports=[r.to_dict() for r in reports])
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
     _print_summary(summary)
@@ -164,6 +173,15 @@ def _print_summary(summary: dict) -> None:
             table.add_row(f"turn {turn}: correct / best-so-far correct",
                           f"{_fmt(scores[key])} / {_fmt(scores.get(f'best_turn{turn}/correct_rate'))}")
     console.print(table)
+    console.print(f"speedups: eager = device time (the judge's protocol, what the reward uses by default); kbtime = "
+                  f"KernelBench's timing convention (eager calls, host launch gaps, mean), comparable with published "
+                  f"fast_p; pass@k is the same in both; geomean over speedups clipped to "
+                  f"[{_fmt(scores.get('speedup_clip_low'))}, {_fmt(scores.get('speedup_clip_high'))}]")
+    unseen = summary.get("unseen_shapes")
+    if unseen:
+        console.print(f"unseen shapes: {unseen['generalizes']}/{unseen['checked']} correct kernels generalize; only "
+                      f"the timed sizes: {', '.join(unseen['only_timed_sizes']) or 'none'}; undecided "
+                      f"{unseen['unknown']}")
     console.print("verdicts: " + ", ".join(f"{k} {v}" for k, v in summary["verdicts"].items()))
     if summary["hack_rules"]:
         console.print("hack rules: " + ", ".join(f"{k} {v}" for k, v in summary["hack_rules"].items()))

@@ -28,6 +28,10 @@ class Verdict(str, enum.Enum):
 BACKENDS = ("cuda", "triton", "torch")
 PRECISIONS = ("fp32", "fp16", "bf16")
 
+# What EvalResult.speedup measures, and what speedup_kernelbench measures (stamped on every timed result).
+SPEEDUP_CONVENTION = "device_time: launches held, reference and candidate interleaved, median of per-round ratios"
+KERNELBENCH_CONVENTION = "kernelbench: eager back-to-back calls, host gaps included, cuda events, L2 flushed, mean"
+
 # KernelBench's current tolerances: one value used as both atol and rtol.
 DEFAULT_TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 1e-2}
 
@@ -51,6 +55,8 @@ class EvalRequest:
     run_timeout_s: float = 60.0
     measure_timing: bool = True
     seed: int = 42
+    # Also time in KernelBench's convention (evaluator/judging/kernelbench_timing.py), reported beside the speedup.
+    kernelbench_timing: bool = True
     # Module-level size constants of the problem to override (the problems' size knob).
     size_overrides: dict[str, int] = field(default_factory=dict)
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
@@ -99,6 +105,14 @@ class EvalResult:
     own_kernel_time_fraction: Optional[float] = None  # GPU time in the candidate's own kernels (reported, not judged)
     sol_time_ms: Optional[float] = None  # speed-of-light time of the problem on this GPU (evaluator/judging/sol.py)
     sol_fraction: Optional[float] = None  # sol_time_ms / kernel median: 1.0 is the hardware's limit
+    # The same kernel timed in KernelBench's convention (eager back-to-back calls, host launch gaps included, CUDA
+    # events, L2 flushed, mean of trials): the number published fast_p figures use. `speedup` above is device time.
+    speedup_kernelbench: Optional[float] = None
+    kernel_runtime_kernelbench_ms: Optional[float] = None
+    reference_runtime_kernelbench_ms: Optional[float] = None
+    speedup_convention: str = ""  # what `speedup` measures (SPEEDUP_CONVENTION when timed)
+    sol_score: Optional[float] = None  # 1 / (1 + (T - T_sol) / (T_reference - T_sol)): 0.5 at the reference, 1 at SOL
+    near_miss: str = ""  # how a near miss on the timing inputs was decided: "float64" | "trial_error" | ""
     hack_rule: Optional[str] = None
     error_message: str = ""  # cleaned and size-capped, line numbers refer to the candidate source
     device_name: str = ""

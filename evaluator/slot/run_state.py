@@ -15,10 +15,11 @@ import types
 from contextlib import contextmanager
 from typing import Any, Callable, Optional
 
-from evaluator.judging import judge, rules, sol, timing
+from evaluator.judging import judge, kernelbench_timing, rules, second_look, sol, timing
+from evaluator.judging.sol_score import sol_score
 from evaluator.judging.rules import runtime as runtime_rules
 from evaluator.judging.rules import static as static_rules
-from evaluator.contract.types import BACKENDS, PRECISIONS, EvalRequest, EvalResult, Verdict
+from evaluator.contract.types import BACKENDS, PRECISIONS, SPEEDUP_CONVENTION, EvalRequest, EvalResult, Verdict
 from evaluator.slot.candidate_errors import cap, format_compile_error, format_traceback, is_compile_exception
 from evaluator.slot.worker_setup import WorkerContext
 
@@ -501,6 +502,7 @@ class RunState:
         first = self._inputs_named("timing-0", reference)
         set_count, buffer_count = timing.rotation_sizes(sol.tensor_bytes(first))
         value_sets = [first] + [self._inputs_named(f"timing-{j}", reference) for j in range(1, set_count)]
+        trials_max_abs_diff = self.trials_max_abs_diff = result.max_abs_diff  # what the correctness trials accepted
         reference_outputs = {j: judge.snapshot(self._call_reference(ref_model, judge.clone_inputs(v)))
                              for j, v in enumerate(value_sets)}
         # Every timed call gets a value set no earlier call had, made between calls (untimed), so a memo keyed on the
@@ -508,7 +510,9 @@ class RunState:
         # nudged (judge.nudged_values) on the inputs' device; the judge makes the same set from its own copy of the
         # base set for the outputs it is handed. Not new get_inputs() sets: on a GPU those would come through the host
         # between samples.
-        salt = random.SystemRandom().getrandbits(30)
+        # Derived from the request's seed, so the same kernel gets the same timed values in every evaluation (a
+        # verdict on them must not flip between runs); which timed calls get checked stays random.
+        salt = (request.seed * 2654435761 + 12345) % (1 << 30)
 
         rotation = timing.RotatingInputs(value_sets, buffer_count,
                                          lambda j: judge.nudged_values(value_sets[j % set_count], salt + j),
@@ -541,6 +545,8 @@ class RunState:
 
         def before(name: str) -> None:
             rotation.advance()  # fresh values in the next buffer, outside the timed region
+            if ctx.l2_reset is not None:
+                ctx.l2_reset.reset_if_set()  # a persisting L2 window set by the candidate must not outlast the flush
             if name == "reference":
                 ctx.guard.reset_numeric_flags()  # a candidate that switches TF32 on must not speed up the reference
             if not ctx.is_cuda:
@@ -554,6 +560,9 @@ class RunState:
                 last["values"], last["inputs"] = rotation.current_values, rotation.current
                 checked.record(rotation.current_values, last.get("output"), counter.count - last["launches"])
 
+        if request.kernelbench_timing:
+            # Before the judge's own loop, so the last timed call (the one the recheck refills) stays the judge's.
+            self._time_kernelbench(candidate_call, lambda: ref_model(*rotation.current), rotation, settings)
         fns: dict[str, Callable[[], Any]] = {"candidate": candidate_call}
         if cached is None:
             fns["reference"] = lambda: ref_model(*rotation.current)
@@ -587,6 +596,7 @@ class RunState:
         ctx.timed_evaluations += 1
         result.kernel_runtime = kernel_stats
         result.reference_runtime = reference_stats
+        result.speedup_convention = SPEEDUP_CONVENTION
         if cached is None:
             speedup = timing.paired_speedup(samples["reference"], samples["candidate"])
             result.speedup = speedup if speedup == speedup else None
@@ -596,7 +606,13 @@ class RunState:
         atol, rtol = request.tolerances()
         earlier = self.earlier_outputs
         for index, (values_index, output) in enumerate(checked.outputs):
-            comparison = judge.compare(expected_output(values_index), output, atol, rtol)
+            look = second_look.look_twice(ref_model, lambda: rotation.values(values_index),
+                                          expected_output(values_index), output, atol, rtol)
+            comparison = look.comparison
+            if look.second_look and comparison.ok:
+                result.near_miss = "float64"
+            elif second_look.within_accepted_error(look, trials_max_abs_diff):
+                result.near_miss, comparison = "trial_error", judge.Comparison(Verdict.CORRECT)
             if not comparison.ok:
                 others = earlier + [o for v, o in checked.outputs if v != values_index]
                 self._fail_wrong(comparison, output, "Wrong on the timing inputs: ", others)
@@ -608,6 +624,28 @@ class RunState:
             self._speed_of_light(ref_model, first, kernel_stats.median_ms)
         self.timing_inputs = last["inputs"]
         self.timed_output = checked.outputs[-1][1]
+
+    def _time_kernelbench(self, candidate_call, reference_call, rotation, settings) -> None:
+        """The same pair timed in KernelBench's convention (evaluator/judging/kernelbench_timing.py): reported beside
+        the judge's device-time speedup, never used by the hack rules."""
+        ctx, result = self.ctx, self.result
+        # CPU mode (tests, no GPU): a few trials inside half a second per callable, so the suite pays little for it.
+        trials = self.request.timing_trials if ctx.is_cuda else min(self.request.timing_trials, 10)
+        budget_s = settings.budget_s if ctx.is_cuda else min(settings.budget_s, 0.5)
+        reset = ctx.l2_reset.reset_if_set if ctx.l2_reset is not None else None
+        flush = ctx.flusher.flush if ctx.flusher is not None else None
+        ctx.guard.reset_numeric_flags()  # the reference runs first: not under switches the candidate flipped
+        if not ctx.is_cuda:
+            self.torch.set_num_threads(1)  # as the judge's CPU timing does
+        try:
+            pair = kernelbench_timing.measure_pair(candidate_call, reference_call, ctx.device, trials,
+                                                   rotation.advance, flush, reset, budget_s=budget_s)
+        finally:
+            ctx.guard.reset_numeric_flags()
+        self._sync()
+        result.kernel_runtime_kernelbench_ms = pair.candidate_ms
+        result.reference_runtime_kernelbench_ms = pair.reference_ms
+        result.speedup_kernelbench = pair.speedup
 
     def _check_work_after_timing(self, new_model, rotation, watch) -> None:
         """CUDA candidates: one profiled call after the timed loop must launch kernels if the one after the
@@ -634,6 +672,9 @@ class RunState:
         precision = self.request.precision
         self.result.sol_time_ms = sol.sol_time_ms(cost.flops, cost.bytes_moved, spec, precision, cost.tf32_flops)
         self.result.sol_fraction = sol.sol_fraction(self.result.sol_time_ms, measured_ms)
+        reference = self.result.reference_runtime
+        self.result.sol_score = sol_score(measured_ms, reference.median_ms if reference else None,
+                                          self.result.sol_time_ms)
         floor_ms = sol.hack_floor_ms(cost.flops, cost.input_bytes, spec, precision, cost.tf32_flops)
         hack(runtime_rules.check_speed_of_light(measured_ms, floor_ms))
 
@@ -668,11 +709,13 @@ class RunState:
         for value, new_value in zip(inputs, fresh):
             if isinstance(value, torch.Tensor) and isinstance(new_value, torch.Tensor) and value.shape == new_value.shape:
                 value.copy_(new_value)
+        pristine = judge.clone_inputs(inputs)
         ref_out = self._call_reference(ref_model, inputs)
         new_out = self._call_candidate(new_model, inputs, watch)
         atol, rtol = self.request.tolerances()
-        comparison = judge.compare(ref_out, new_out, atol, rtol)
-        if comparison.ok:
+        look = second_look.look_twice(ref_model, lambda: pristine, ref_out, new_out, atol, rtol)
+        comparison = look.comparison
+        if comparison.ok or second_look.within_accepted_error(look, getattr(self, "trials_max_abs_diff", None)):
             return
         stale = [self.timed_output] if getattr(self, "timed_output", None) is not None else []
         if comparison.verdict == Verdict.SHAPE_MISMATCH:

@@ -57,6 +57,10 @@ class TaskJudge:
         self.request, self.device = request, device
         self.inputs_dir, self.outputs_dir = inputs_dir, outputs_dir
         self.scratch_dir = scratch_dir or outputs_dir  # the judge's own writes; never a folder a runner can reach
+        # The largest difference the correctness trials accepted, and how a near miss after them was decided
+        # (judging/second_look.py): "float64", "trial_error" or "".
+        self.accepted_max_abs_diff: Optional[float] = None
+        self.near_miss = ""
         self.cache = cache if cache is not None else ReferenceCache(0)
         self.problem_key = problem_key(request.reference_source, request.size_overrides, request.precision,
                                        request.seed, device)
@@ -141,11 +145,13 @@ class TaskJudge:
                                        max_bytes=8 * expected + 2**20)
         return self.placed(value)
 
-    def compare(self, file_name: str, reference: Any) -> tuple[Any, Any]:
-        """(judge.Comparison, the output) of the runner's output against `reference`."""
+    def compare(self, file_name: str, reference: Any, inputs: Optional[Callable[[], list]] = None) -> tuple[Any, Any]:
+        """(judge.Comparison, the output) of the runner's output against `reference`. With `inputs` (the values the
+        output came from; timed and re-check sets), a near miss gets a second look, so a verdict does not flip between
+        runs of the same code on a handful of rounding-sized elements."""
         import torch
 
-        from evaluator.judging import judge
+        from evaluator.judging import judge, second_look
 
         try:
             output = self.output(file_name, reference)
@@ -154,7 +160,15 @@ class TaskJudge:
                                                           f"{str(exc)[:200]}."), None
         atol, rtol = self.request.tolerances()
         with torch.no_grad():
-            return judge.compare(reference, output, atol, rtol), output
+            if inputs is None:
+                return judge.compare(reference, output, atol, rtol), output
+            look = second_look.look_twice(self.model, inputs, reference, output, atol, rtol)
+        if look.second_look and look.comparison.ok:
+            self.near_miss = "float64"
+        elif second_look.within_accepted_error(look, self.accepted_max_abs_diff):
+            self.near_miss = "trial_error"  # the trials' own rounding, met on other values: not a flip
+            return judge.Comparison(Verdict.CORRECT), output
+        return look.comparison, output
 
     def placed(self, output: Any) -> Any:
         """Tensors go to the judge's device when the runner had them on that kind of device, else stay on the CPU
@@ -210,6 +224,7 @@ class Schedule:
         t = self.lap("recheck", t)
         evidence = driver.order({"type": "finish"}, "evidence")
         result.own_kernel_time_fraction = kernel_fraction(evidence)
+        result.near_miss = task.near_miss
         result.verdict = Verdict.CORRECT
         return result
 
@@ -239,6 +254,7 @@ class Schedule:
             raise TaskEnded(Verdict.WRONG_OUTPUT, f"{failure.message} Passed {passed}/{request.correctness_trials} "
                             "trials.")
         result.max_abs_diff, result.mean_abs_diff = worst
+        self.task.accepted_max_abs_diff = worst[0]
 
     def replayed(self, output: Any, others: tuple = ()) -> None:
         """A wrong output that repeats one returned for other inputs is a cached answer, a hack."""
@@ -259,6 +275,7 @@ class Schedule:
     def recheck(self) -> None:
         self.task.make("recheck")
         self.driver.order({"type": "recheck", "name": "recheck"}, "output", "recheck")
-        comparison, output = self.task.compare("recheck", self.task.reference_outputs["recheck"])
+        comparison, output = self.task.compare("recheck", self.task.reference_outputs["recheck"],
+                                               lambda: self.task.values["recheck"])
         if not comparison.ok:
             self.wrong(comparison, output, "after repeated calls, on fresh inputs")

@@ -127,7 +127,8 @@ class TimingPhase:
 
     def check(self, picked: list[int]) -> None:
         """The picked outputs against the reference outputs of the same values; every call through its projection."""
-        checked = [self.task.compare(f"call-{call}", self.outputs[call]) for call in picked]
+        checked = [self.task.compare(f"call-{call}", self.outputs[call], lambda call=call: self.judge_sets[call])
+                   for call in picked]
         outputs = [output for _, output in checked]
         for index, (comparison, output) in enumerate(checked):
             if not comparison.ok:  # the same answer handed for another call's values too is a replay, a hack

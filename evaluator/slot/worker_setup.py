@@ -8,7 +8,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from evaluator.judging import timing
+from evaluator.judging import l2_persist, timing
 from evaluator.judging.rules import runtime as runtime_rules
 
 
@@ -29,6 +29,7 @@ class WorkerContext:
     launch_counter: Any = None
     flusher: Any = None
     launch_hold: Any = None
+    l2_reset: Any = None  # judging/l2_persist.PersistingL2Reset, bound before any candidate runs
     timing_settings: timing.TimingSettings = field(default_factory=timing.TimingSettings)
     requests_done: int = 0
     timed_evaluations: int = 0
@@ -87,6 +88,7 @@ def prepare_worker(device: str = "cpu", work_dir: str | None = None, cache_dir: 
     if ctx.is_cuda:
         ctx.flusher = timing.L2Flusher(device)
         ctx.launch_hold = timing.LaunchHold()
+        ctx.l2_reset = l2_persist.PersistingL2Reset()
         timing.profiler_events(lambda: None)  # CUPTI's set-up, paid here rather than in an evaluation's checks
         _warm_up_timing(torch, ctx)
         ctx.baseline_cuda_bytes = torch.cuda.memory_allocated()

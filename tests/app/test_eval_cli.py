@@ -38,10 +38,15 @@ def krl(workspace):
 
 def test_eval_json_show_ls_and_exports_agree(krl):
     done = krl("eval", *CPU, "--backend", "replay", "--replay", "demo", "--problems", PROBLEMS, "--samples", "2",
-               "--turns", "3", "--name", "e1", "--json")
+               "--turns", "3", "--name", "e1", "--json", "--unseen-shapes")
     summary = json.loads(done.stdout)
     assert summary["name"] == "e1" and summary["status"] == "finished" and summary["samples_done"] == 4
     assert "pass@1" in done.stderr and "verdicts:" in done.stderr  # the human summary goes to stderr
+    # Which speedup is which, the clip, and the generalisation check over each sample's first correct kernel.
+    assert "KernelBench's timing convention" in done.stderr and "unseen shapes:" in done.stderr
+    unseen = summary["unseen_shapes"]
+    assert unseen["checked"] == len(unseen["reports"]) > 0
+    assert all(r["sizes"] == {"BATCH": 9, "DIM": 2049} for r in unseen["reports"])
     shown = json.loads(krl("evals", "show", "e1", "--json").stdout)
     assert shown["scores"] == summary["scores"]
     listed = json.loads(krl("evals", "ls", "--json").stdout)

@@ -107,6 +107,7 @@ STATIC_FILE_TRIPS = [
     ("hack_token_kernel.py", "triton", "custom_kernel_bypassed"),
     ("hack_overwritten_kernel_output.py", "triton", "custom_kernel_bypassed"),
     ("relu_torch.py", "triton", "custom_kernel_bypassed"),
+    ("hack_persisting_l2.py", "cuda", "persisting_l2"),
 ]
 
 
@@ -479,6 +480,7 @@ RULE_PAIRS = {
     "side_work": ("hack_thread.py", "joined_side_stream"),
     "untimed_work": ("hidden_side_stream", "joined_side_stream"),
     "swallowed_kernel_failure": ("hack_swallow.py", "triton_relu"),
+    "persisting_l2": ("hack_persisting_l2.py", "cuda_relu"),
 }
 
 

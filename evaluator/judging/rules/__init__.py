@@ -27,6 +27,8 @@ RULES = {
     "untimed_work": "GPU work escapes the timed region (device-wide synchronised time far exceeds the event timing, or "
     "work on a side stream starts before the timed region): make side streams wait for the current stream before "
     "their work, and join them back before forward returns.",
+    "persisting_l2": "The candidate sets up persisting L2 cache lines (an access-policy window or a persisting-L2 "
+    "limit), which keeps data resident through the timing's cache flush: leave the L2 cache policy alone.",
     "swallowed_kernel_failure": "A try/except around your kernel hides its failures (falls back instead of raising); "
     "let errors propagate.",
 }

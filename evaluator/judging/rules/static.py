@@ -611,8 +611,29 @@ def check_custom_kernel_path(analysis: _Analysis, backend: str, launching: set[s
     return None
 
 
+# A persisting L2 access-policy window keeps chosen data resident in L2 through the timing's flush (reported on the
+# GPU MODE leaderboard): no KernelBench kernel needs one, so any use of the mechanism is flagged, in CUDA strings and in
+# Python names (cuda-python, ctypes). The evaluator also resets persisting L2 before each timed sample.
+_PERSISTING_L2_RE = re.compile(r"\b(accessPolicyWindow|AccessPolicyWindow\w*|cudaAccessPropertyPersisting|"
+                               r"CU_ACCESS_PROPERTY_PERSISTING|cudaLimitPersistingL2CacheSize|"
+                               r"CU_LIMIT_PERSISTING_L2_CACHE_SIZE|cu(?:da)?StreamSetAttribute|"
+                               r"cudaCtxResetPersistingL2Cache|cuCtxResetPersistingL2Cache|hitProp|missProp)\b")
+
+
+def check_persisting_l2(tree: ast.AST) -> Optional[Finding]:
+    for text in _string_constants(tree):
+        match = _PERSISTING_L2_RE.search(_strip_cpp_comments(text))
+        if match:
+            return finding("persisting_l2", f"the C++/CUDA source uses {match.group(1)}")
+    for node in ast.walk(tree):
+        name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+        if name and _PERSISTING_L2_RE.fullmatch(name):
+            return finding("persisting_l2", f"line {node.lineno} uses {name}")
+    return None
+
+
 CHECKS = ("check_reference_model", "check_introspection", "check_patching", "check_side_work",
-          "check_swallowed_failure", "check_custom_kernel_path")
+          "check_swallowed_failure", "check_custom_kernel_path", "check_persisting_l2")
 
 
 def findings(tree: ast.AST, source: str, backend: str) -> Optional[Finding]:
@@ -626,6 +647,7 @@ def findings(tree: ast.AST, source: str, backend: str) -> Optional[Finding]:
         lambda: check_side_work(analysis, tree),
         lambda: check_swallowed_failure(analysis, launching),
         lambda: check_custom_kernel_path(analysis, backend, launching),
+        lambda: check_persisting_l2(tree),
     ):
         found = check()
         if found:
