@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from evaluator.judging import judge, tensorwire
-from evaluator.contract.types import EvalResult, Verdict
+from evaluator.contract.types import Verdict
 from evaluator.slot.judge_host import TaskJudge
 from evaluator.judging import kernelbench_timing, second_look
 from evaluator.judging.l2_persist import PersistingL2Reset
@@ -135,36 +135,36 @@ def _judge(tmp_path) -> TaskJudge:
 
 def _hand_over(task: TaskJudge, name: str, output) -> None:
     tensorwire.write_values(os.path.join(task.outputs_dir, name + ".krlt"), output)
-    task.receive(name)
 
 
-def _served(task: TaskJudge, name: str) -> torch.Tensor:
-    task.write_inputs(name)
-    return tensorwire.read_values(os.path.join(task.inputs_dir, name + ".krlt"), 2**30)[0]
-
-
-def _decide_with_timed_error(tmp_path, timed_error: float) -> EvalResult:
-    """Trials off by ~2e-4 at their largest element (accepted), a timed set off by `timed_error` at a zero of the ReLU."""
+def _timed_comparison(tmp_path, timed_error: float):
+    """Trials off by ~2e-4 at their largest element (accepted), then a timed call off by `timed_error` at a zero of the
+    ReLU, compared by the judge with the values it came from (the second look's inputs)."""
     task = _judge(tmp_path)
-    for name in ("trial-0", "trial-1", "recheck"):
-        out = torch.relu(_served(task, name))
-        if name.startswith("trial"):
-            out[out.abs().argmax()] += 0.5e-4 * (1 + out.abs().max())  # half of atol + rtol * |ref|: accepted
+    worst = 0.0
+    for name in ("trial-0", "trial-1"):
+        out = torch.relu(task.make(name)[0].clone())
+        out[out.abs().argmax()] += 0.5e-4 * (1 + out.abs().max())  # half of atol + rtol * |ref|: accepted
         _hand_over(task, name, out)
-    base = _served(task, "timing-0")
-    timed = torch.relu(judge.nudged_values([base], 77)[0])
+        comparison, _ = task.compare(name, task.reference_outputs[name])
+        assert comparison.ok
+        worst = max(worst, comparison.max_abs_diff or 0.0)
+    task.accepted_max_abs_diff = worst
+    values = judge.nudged_values(task.make("timing-0"), 77)
+    timed = torch.relu(values[0])
     zero = int((timed == 0).nonzero()[0])
     timed.view(-1)[zero] = timed_error
-    _hand_over(task, judge.nudged_set_name(0, 77), timed)
-    return task.decide(EvalResult(request_id="near", problem_id="test/relu", verdict=Verdict.CORRECT, speedup=1.0))
+    _hand_over(task, "call-0", timed)
+    reference = task.reference_output(judge.clone_inputs(values))
+    comparison, _ = task.compare("call-0", reference, lambda: values)
+    return comparison, task.near_miss
 
 
 def test_the_judge_accepts_a_near_miss_within_the_trials_error_and_nothing_larger(tmp_path):
-    small = _decide_with_timed_error(tmp_path / "a", 2.5e-4)
-    assert small.verdict == Verdict.CORRECT and small.near_miss == "trial_error"
-    large = _decide_with_timed_error(tmp_path / "b", 5e-2)
-    assert large.verdict == Verdict.WRONG_OUTPUT and "while being timed" in large.error_message
-    assert large.speedup is None and large.speedup_kernelbench is None
+    comparison, near_miss = _timed_comparison(tmp_path / "a", 2.5e-4)
+    assert comparison.ok and near_miss == "trial_error"
+    comparison, near_miss = _timed_comparison(tmp_path / "b", 5e-2)
+    assert not comparison.ok and comparison.verdict == Verdict.WRONG_OUTPUT and near_miss == ""
 
 
 def test_kernelbench_timing_on_the_cpu_times_each_callable_and_takes_means():
