@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -263,10 +262,20 @@ def test_the_evaluator_still_judges_after_every_attack(evaluator, results):
 def test_no_forked_child_outlives_its_evaluation(evaluator, results):
     """The bounded fork bomb's 64 sleepers (time.sleep(120), same command line as their runner) must be gone once its
     result is in: only each slot's zygote and its pre-warmed runner may remain."""
+    from evaluator.isolation.proctree import descendants
+
     assert results["fork_bomb"].verdict != Verdict.CORRECT
-    listing = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout.splitlines()
-    runners = [line for line in listing if "evaluator.slot.runner" in line and "bwrap" not in line]
-    assert len(runners) < 16, len(runners)
+    # Only this test process's own evaluator: another test module may run its evaluator beside this one (xdist).
+    runners = []
+    for pid in descendants(os.getpid()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                args = handle.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "evaluator.slot.runner" in args and "bwrap" not in args:
+            runners.append(args)
+    assert 1 <= len(runners) < 16, len(runners)  # the zygote at least: the scan sees the sandbox's processes
 
 
 def test_only_the_correctness_trials_keep_predictable_seeds():
