@@ -10,7 +10,7 @@ import pickle
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from core.errors import KrlError
 
@@ -68,6 +68,27 @@ def load_trainer_state(folder: Path) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise KrlError(f"checkpoint state {path} is corrupt ({exc}). Resume from an earlier checkpoint by "
                        "forking: `krl runs fork NAME --name NEW`.") from None
+
+
+def checkpoint_expiry(run_dir: Path, name: str) -> Optional[float]:
+    """When checkpoint `name` expires on the service (epoch seconds), from its newest line in checkpoints.jsonl (a
+    stop that keeps it writes a later line without a TTL); None when it never expires or nothing says so."""
+    path = Path(run_dir) / CHECKPOINTS_JSONL
+    expiry: Optional[float] = None
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("name") == name:
+            ttl, made = record.get("ttl_s"), record.get("time")
+            expiry = float(made) + float(ttl) if isinstance(ttl, (int, float)) and isinstance(made, (int, float)) \
+                else None
+    return expiry
 
 
 def append_checkpoint_record(run_dir: Path, record: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ import time
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from core.errors import KrlError
+from core.checkpoint import checkpoint_expiry
 from core.identity import other_live_process, run_is_local, run_process_alive
 from core.registry import Registry, check_run_name
 from core.run_status import ACTIVE_STATUSES, RESUMABLE_STATUSES, TERMINAL_STATUSES, RunStatus
@@ -293,6 +294,12 @@ def resume_run(registry: Registry, name: str, detach: bool = True, gpus: int | N
     close_ended_segment(registry, row)
     row = registry.get_run(row["id"])
     checkpoint = registry.last_checkpoint(row["id"])
+    expiry = checkpoint_expiry(registry.run_dir(row["name"]), checkpoint["name"]) if checkpoint else None
+    if expiry is not None and expiry < time.time():
+        raise KrlError(f"run '{row['name']}' would resume from checkpoint {checkpoint['name']} (step "
+                       f"{checkpoint['step']}), which expired on the service at "
+                       f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(expiry))}. Fork the run from a checkpoint "
+                       "marked final in checkpoints.jsonl (`krl runs fork NAME --name NEW --step N`), or start anew.")
     where = f"from checkpoint {checkpoint['name']} (step {checkpoint['step']})" if checkpoint else \
         "without a checkpoint (starts from the beginning)"
     command = row.get("command") if isinstance(row.get("command"), dict) else {}

@@ -242,3 +242,23 @@ def test_a_resume_whose_checkpoint_expired_says_so(fake):
     fake.create_error = http_error(tinker.NotFoundError, 404, "checkpoint not found")
     with pytest.raises(KrlError, match="no longer exists .*expire after tinker.checkpoint_ttl_s.*marked final"):
         TinkerBackend("Qwen/Qwen3-8B", state_path="tinker://run-1/weights/step-000001-rolling")
+
+
+def test_resuming_from_a_checkpoint_the_service_has_expired_is_refused_before_anything_starts(fake, registry,
+                                                                                           monkeypatch):
+    """A run that ended on a periodic checkpoint (TTL on the service) and was left for longer than the TTL: `krl runs
+    resume` says so and exits 2 instead of queueing a job that fails on the missing weights."""
+    from core import procman
+    from core.errors import KrlError
+
+    run_id = start(registry, "left-too-long", "checkpoint_every=1", "recovery.max_attempts=1")
+    fake.fail_calls("forward_backward", {2: server_error()})
+    assert execute(registry, run_id, install_signals=False) == 1
+    records = jsonl(registry, "left-too-long")
+    newest = dict(records[-1], time=records[-1]["time"] - 8 * 86400, ttl_s=7 * 86400)  # as if kept with its TTL
+    with open(registry.run_dir("left-too-long") / "checkpoints.jsonl", "a") as handle:
+        handle.write(json.dumps(newest) + "\n")
+    monkeypatch.setenv("TINKER_API_KEY", "tml-test")  # credentials are fine: the expiry is what stops it
+    with pytest.raises(KrlError, match="expired on the service.*Fork the run from a checkpoint marked final"):
+        procman.resume_run(registry, "left-too-long")
+    assert registry.get_run(run_id)["status"] == "failed"  # nothing queued
