@@ -191,7 +191,10 @@ class RunDetailScreen(KrlScreen):
                 "mean solve turn")
         elif tab == "checkpoints":
             self.query_one("#checkpoints-table", DataTable).add_columns("step", "name", "state path", "sampler path")
-            self.query_one("#events-table", DataTable).add_columns("time", "kind", "message")
+            events = self.query_one("#events-table", DataTable)
+            # Fixed widths: the table may fill after the tab first paints, and must not change shape when it does.
+            for label, width in (("time", 14), ("kind", 10), ("message", 72)):
+                events.add_column(label, width=width)
         elif tab == "system" and self.run is not None:
             self.query_one("#system-curves", CurvesPanel).set_keys(self.metric_keys, [])
         self._tab_ready.add(tab)
