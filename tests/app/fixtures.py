@@ -242,6 +242,20 @@ def make_app(workspace, **kwargs):
     return KrlApp(workspace=workspace, **options)
 
 
+async def settle_screen(pilot, delay: float = 0.05, rounds: int = 60) -> None:
+    """settle, then wait until two screenshots taken `delay` apart agree (bounded): a table filled after its first paint
+    measures its columns on a later refresh, which a loaded machine may not have run yet when a snapshot is taken."""
+    await settle(pilot)
+    previous = None
+    for _ in range(rounds):
+        current = pilot.app.export_screenshot()
+        if current == previous:
+            return
+        previous = current
+        await pilot.pause(delay)
+        await settle(pilot)
+
+
 async def settle(pilot, delay: float = 0.05, rounds: int = 40) -> None:
     """Wait until no worker is running and the message queues are drained (bounded)."""
     app = pilot.app

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Input
 
-from tests.app.fixtures import filled_workspace, make_app, multi_turn_trajectory, settle
+from tests.app.fixtures import filled_workspace, make_app, multi_turn_trajectory, settle, settle_screen
 
 SIZE = (130, 38)
 
@@ -32,6 +32,7 @@ def settled(*keys: str, then=None):
         if then is not None:
             await then(pilot)
             await settle(pilot)
+        await settle_screen(pilot)  # the screen stopped changing: what the snapshot takes
     return run_before
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from app.widgets.curves_panel import SETTINGS_KEY
 from core.system_metrics import GpuSample, HostSample, HostSampler
-from tests.app.fixtures import FIXED_NOW, make_app, settle
+from tests.app.fixtures import FIXED_NOW, make_app, settle, settle_screen
 from tests.app.recorded import RECORDED_RUN
 from tests.app.view_fixtures import fix_timed_metrics, two_runs, two_runs_source  # noqa: F401 - fixtures
 
@@ -46,7 +46,7 @@ def settled(*keys: str, then=None):
         for key in keys:
             await pilot.press(key)
             await settle(pilot)
-        await settle(pilot)  # a panel that got its keys before mounting sets them after a refresh (curves_panel)
+        await settle_screen(pilot)  # a panel that got its keys before mounting sets them after a refresh (curves_panel)
     return run_before
 
 
