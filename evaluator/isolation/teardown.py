@@ -4,6 +4,7 @@ removed, and any host folder it could write wiped as root, mode-0000 folders inc
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import time
 from dataclasses import dataclass, field
@@ -47,6 +48,18 @@ def teardown_task(cgroup: Optional[TaskCgroup], root_pid: int = 0, wipe: Sequenc
         report.wipe_failures += wipe_folder(folder, deadline=started + WIPE_BUDGET_S)
     report.seconds = time.monotonic() - started
     return report
+
+
+def remove_path(path: str) -> None:
+    """A file, link or folder (with what is inside) removed as the caller, errors ignored; links are never followed.
+    The quick, same-owner removal between tasks; wipe_folder is the trusted side's thorough one."""
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+    except OSError:
+        pass
 
 
 def wipe_folder(folder: str, deadline: Optional[float] = None) -> list[str]:

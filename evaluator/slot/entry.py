@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import traceback
 
@@ -13,6 +12,7 @@ from evaluator.contract.framing import read_message, write_message
 from evaluator.contract.types import EvalRequest
 from evaluator.isolation.limits import TRUSTED_LIMIT_KEYS, apply_limits, die_with_parent
 from evaluator.isolation.proctree import become_subreaper, has_children, kill_tree, reap_children
+from evaluator.isolation.teardown import remove_path
 from evaluator.judging import timing
 
 
@@ -97,13 +97,8 @@ def reset_between_tasks(workdir: str, clean_env: dict[str, str]) -> None:
     try:
         os.chdir(workdir)
         for entry in os.listdir(workdir):
-            if entry == "tmp":
-                continue
-            path = os.path.join(workdir, entry)
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                os.unlink(path)
+            if entry != "tmp":
+                remove_path(os.path.join(workdir, entry))
     except OSError:
         pass
     os.environ.clear()

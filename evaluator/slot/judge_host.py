@@ -7,7 +7,6 @@ import dataclasses
 import json
 import os
 import selectors
-import shutil
 import signal
 import socket
 import subprocess
@@ -18,6 +17,7 @@ from typing import Any, Optional
 
 from evaluator.contract.types import EvalRequest
 from evaluator.isolation.proctree import kill_tree, process_table, tree_resident_bytes
+from evaluator.isolation.teardown import remove_path
 from evaluator.judging.reference_cache import ReferenceCache
 from evaluator.slot.task_driver import TaskDriver
 from evaluator.slot.task_judge import TaskJudge, input_seed  # noqa: F401 - input_seed: public here too
@@ -392,14 +392,7 @@ class Slot:
     def wipe_exchange(self) -> None:
         for folder in (self.inputs_dir, self.outputs_dir):
             for entry in os.listdir(folder):
-                path = os.path.join(folder, entry)
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    try:
-                        os.unlink(path)
-                    except OSError:
-                        pass
+                remove_path(os.path.join(folder, entry))
 
     def task_cgroup(self, runner: _Runner) -> str:
         """The runner's own cgroup folder, where the sandbox made one (its CPU accounting charges the candidate's

@@ -7,13 +7,13 @@ import faulthandler
 import importlib
 import json
 import os
-import shutil
 import signal
 import socket
 import sys
 from typing import Any
 
 from evaluator.isolation.proctree import become_subreaper, has_children, kill_tree
+from evaluator.isolation.teardown import remove_path
 
 PR_SET_DUMPABLE = 4
 MAX_CONTROL_BYTES = 1 << 16
@@ -65,13 +65,7 @@ def _empty(folder: str, keep: tuple[str, ...] = ()) -> None:
             if os.path.isdir(path) and not os.path.islink(path) and path not in keep:
                 _empty(path, keep)
             continue
-        try:
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                os.unlink(path)
-        except OSError:
-            pass
+        remove_path(path)
 
 
 def _fresh_folder(path: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,3 +48,39 @@ def make_read_only():
     yield apply
     for path in reversed(done):
         subprocess.run(["chattr", "-i", str(path)], capture_output=True)
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Result:
+    def __init__(self, code: int, stdout: str, stderr: str) -> None:
+        self.code, self.stdout, self.stderr = code, stdout, stderr
+
+
+@pytest.fixture
+def krl(workspace, monkeypatch, capsys):
+    """`krl ARGS…` in this process through app.cli.main, as the console script runs it (COLUMNS=200 unless set);
+    returns a Result with the exit code, stdout and stderr."""
+    from app.cli import main
+
+    monkeypatch.setenv("KRL_GPUS", "0")
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    monkeypatch.chdir(REPO)
+
+    def run(*args, env=None):
+        capsys.readouterr()
+        with monkeypatch.context() as patch:
+            for key, value in (env or {}).items():
+                patch.setenv(key, value)
+            patch.setattr(sys, "argv", ["krl", *args])
+            try:
+                main()
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        out, err = capsys.readouterr()
+        return Result(code, out, err)
+
+    return run

@@ -5,8 +5,6 @@ evaluator."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,38 +17,6 @@ REPO = Path(__file__).resolve().parents[2]
 PROBLEMS = "builtin/relu,builtin/leaky_relu"
 REPLAY = ["backend=replay", "replay.path=demo", f"problems={PROBLEMS}", "evaluation.samples=2", "max_turns=2",
           "eval.devices=cpu", "eval.cpu_workers=1"]
-
-
-class Result:
-    def __init__(self, code: int, stdout: str, stderr: str) -> None:
-        self.code, self.stdout, self.stderr = code, stdout, stderr
-
-
-@pytest.fixture
-def krl(workspace, monkeypatch, capsys):
-    """`krl ARGS…` in this process through app.cli.main, as the console script runs it."""
-    from app.cli import main
-
-    monkeypatch.setenv("KRL_GPUS", "0")
-    monkeypatch.setenv("COLUMNS", "200")
-    monkeypatch.delenv("TINKER_API_KEY", raising=False)
-    monkeypatch.chdir(REPO)
-
-    def run(*args, env=None):
-        capsys.readouterr()
-        with monkeypatch.context() as patch:
-            for key, value in (env or {}).items():
-                patch.setenv(key, value)
-            patch.setattr(sys, "argv", ["krl", *args])
-            try:
-                main()
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        out, err = capsys.readouterr()
-        return Result(code, out, err)
-
-    return run
 
 
 @pytest.fixture(scope="module")
