@@ -1,0 +1,56 @@
+"""Issue 26, second pass: read-only commands in a folder with no workspace create nothing and say what to run;
+the leftovers of item 20 and the missing plot features. `krl` runs in this process."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+
+@pytest.fixture
+def krl_in(monkeypatch, capsys):
+    """`krl ARGS…` run through app.cli.main from a given folder, with no workspace named."""
+    from app.cli import main
+
+    monkeypatch.setenv("KRL_GPUS", "0")
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.delenv("KRL_WORKSPACE", raising=False)
+
+    def run(folder, *args):
+        capsys.readouterr()
+        with monkeypatch.context() as patch:
+            patch.chdir(folder)
+            patch.setattr(sys, "argv", ["krl", *args])
+            try:
+                main()
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        out, err = capsys.readouterr()
+        return code, out + err
+
+    return run
+
+
+def test_item17_reading_commands_create_no_workspace(tmp_path, krl_in):
+    for args, want_code in ((("runs", "ls"), 0), (("evals", "ls"), 0), (("problems", "ls"), 0),
+                            (("evals", "show", "x"), 2), (("evals", "export", "x"), 2), ((), 2)):
+        code, text = krl_in(tmp_path, *args)
+        assert code == want_code, (args, code, text)
+        assert not (tmp_path / "runs").exists(), (args, text)
+        if args[:1] != ("problems",):
+            assert "krl demo" in text or "krl train demo" in text, (args, text)
+    code, text = krl_in(tmp_path, "evals", "ls")
+    assert "no workspace yet" in text
+
+
+def test_item17_open_existing_never_creates(tmp_path):
+    from core.registry import Registry
+
+    assert Registry.open_existing(tmp_path / "nowhere") is None
+    assert not (tmp_path / "nowhere").exists()
+    Registry.for_workspace(tmp_path / "here").close()
+    reg = Registry.open_existing(tmp_path / "here")
+    assert reg is not None
+    reg.close()
