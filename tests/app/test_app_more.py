@@ -54,3 +54,35 @@ def test_item17_open_existing_never_creates(tmp_path):
     reg = Registry.open_existing(tmp_path / "here")
     assert reg is not None
     reg.close()
+
+
+@pytest.fixture
+def _config_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("KRL_CONFIG_DIR", str(tmp_path / "config"))
+
+
+async def test_item20_a_fired_alert_follows_its_run_through_a_rename(registry, workspace, _config_dir):
+    from textual.widgets import DataTable
+
+    from tests.app.fixtures import make_app, settle
+
+    run = registry.create_run("old-name", kind="train", config={})
+    app = make_app(workspace)
+    async with app.run_test(size=(140, 30)) as pilot:
+        await settle(pilot)
+        watcher = app.alert_watcher
+        watcher.set_rules(["running"])
+        watcher.check()
+        await settle(pilot)
+        registry.set_status(run["id"], "running")
+        watcher.check()
+        await settle(pilot)
+        assert [a.run_name for a in watcher.fired] == ["old-name"]
+        registry.rename_run(run["id"], "new-name")
+        watcher.check()
+        await settle(pilot)
+        app.action_alerts()
+        await settle(pilot)
+        row = app.screen.query_one("#fired-table", DataTable).get_row_at(0)
+    assert str(row[1]) == "new-name (was old-name)", row
+    assert str(row[3]).startswith("new-name"), row
