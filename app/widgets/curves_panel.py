@@ -221,7 +221,7 @@ class CurvesPanel(Horizontal):
         self._zoom_series, self._zoom_for = {}, None
         if self.x_range is not None and self.x_axis == "step":
             self._zoom_for = (math.floor(self.x_range[0]), math.ceil(self.x_range[1]))
-            self.post_message(self.Wanted(self.selected[:MAX_PLOTS], self.plot_width(), self._zoom_for))
+            self.post_message(self.Wanted(self.plotted(), self.plot_width(), self._zoom_for))
         self._redraw()
 
     def plot_width(self) -> int:
@@ -230,6 +230,15 @@ class CurvesPanel(Horizontal):
         # Before the first layout the grid has no size; estimate from the screen (minus the metric picker).
         width = grid.size.width or max(40, self.app.size.width - 36)
         return points_for_width(width)
+
+    def plotted(self) -> list[str]:
+        """The keys drawn: the selected ones the filter lets through (a filter narrows the plots, not only the
+        picker; an invalid pattern narrows nothing), at most MAX_PLOTS."""
+        try:
+            matches = metric_matcher(self.filter_text)
+        except ValueError:
+            matches = None
+        return [k for k in self.selected if matches is None or matches(k)][:MAX_PLOTS]
 
     def plots(self) -> list[RewardPlot]:
         return list(self.query_one("#plot-grid").query(RewardPlot))
@@ -262,6 +271,7 @@ class CurvesPanel(Horizontal):
             self.filter_text = event.value
             self._fill_list(event.value)
             save_choices(self.remember_as, self.choices())
+            self._sync_plots()
 
     def on_selection_list_selected_changed(self, event: SelectionList.SelectedChanged) -> None:
         event.stop()
@@ -276,7 +286,7 @@ class CurvesPanel(Horizontal):
 
     def _sync_plots(self) -> None:
         grid = self.query_one("#plot-grid", VerticalScroll)
-        wanted = [k for k in self.selected if k in self.all_keys or not self.all_keys][:MAX_PLOTS]
+        wanted = [k for k in self.plotted() if k in self.all_keys or not self.all_keys]
         existing = {p.id: p for p in grid.query(RewardPlot)}
         wanted_ids = [plot_id(k) for k in wanted]
         for pid, plot in existing.items():
@@ -304,7 +314,7 @@ class CurvesPanel(Horizontal):
     def _refresh_now(self) -> None:
         self._refresh_pending = False
         self._last_refresh = time.monotonic()
-        self.post_message(self.Wanted(self.selected[:MAX_PLOTS], self.plot_width()))
+        self.post_message(self.Wanted(self.plotted(), self.plot_width()))
 
     def _lines(self) -> list[RunLine]:
         return self.runs or [RunLine(SINGLE, "", "primary")]
@@ -317,7 +327,7 @@ class CurvesPanel(Horizontal):
 
     def _shown_curves(self) -> dict[str, list[Curve]]:
         out = {}
-        for key in self.selected[:MAX_PLOTS]:
+        for key in self.plotted():
             per_run = self._zoom_series.get(key) if self._zoom_for and self.x_range else None
             per_run = per_run or self._series.get(key)
             if per_run is None:
@@ -327,7 +337,7 @@ class CurvesPanel(Horizontal):
         return out
 
     def _full_x_range(self) -> Optional[tuple[float, float]]:
-        xs = [x for per_run in (self._series.get(k) for k in self.selected[:MAX_PLOTS]) if per_run
+        xs = [x for per_run in (self._series.get(k) for k in self.plotted()) if per_run
               for line in self._lines() if line.run_id in per_run for x in self._xs(per_run[line.run_id])]
         return (min(xs), max(xs)) if xs and max(xs) > min(xs) else None
 
@@ -342,8 +352,9 @@ class CurvesPanel(Horizontal):
             plots = self.query_one("#plot-grid").query(f"#{plot_id(key)}")
             if plots:
                 plots.first(RewardPlot).draw(curves, self.smoothing, label, view)
-        extra = f" · {len(self.selected) - MAX_PLOTS} more selected (showing {MAX_PLOTS})" \
-            if len(self.selected) > MAX_PLOTS else ""
+        plotted = len(self.plotted())
+        hidden = len([k for k in self.selected if k in self.all_keys]) - plotted
+        extra = f" · {hidden} selected hidden by the filter or past {MAX_PLOTS} plots" if hidden > 0 else ""
         if not self.all_keys:
             what = f"metrics matching {self.only.pattern}" if self.only else "metrics"
             self.query_one("#curve-status", Static).update(Text(f"this run has recorded no {what} (yet)"))

@@ -86,3 +86,26 @@ async def test_item20_a_fired_alert_follows_its_run_through_a_rename(registry, w
         row = app.screen.query_one("#fired-table", DataTable).get_row_at(0)
     assert str(row[1]) == "new-name (was old-name)", row
     assert str(row[3]).startswith("new-name"), row
+
+
+async def test_item20_the_curves_filter_narrows_the_plots(recorded_demo, workspace, _config_dir):
+    from textual.widgets import Input
+
+    from app.widgets.curves_panel import CurvesPanel
+    from tests.app.fixtures import make_app, settle
+    from tests.app.recorded import RECORDED_RUN
+
+    app = make_app(workspace, open_run=RECORDED_RUN)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(pilot)
+        panel = app.screen.query_one("#curves-panel", CurvesPanel)
+        before = [p.plot_title for p in panel.plots()]
+        wanted = [k for k in before if "reward" in k]
+        assert wanted and len(wanted) < len(before), before
+        panel.query_one("#metric-filter", Input).value = "reward"
+        await settle(pilot)
+        after = [p.plot_title for p in panel.plots()]
+        assert after == wanted, (before, after)
+        panel.query_one("#metric-filter", Input).value = ""
+        await settle(pilot)
+        assert [p.plot_title for p in panel.plots()] == before
