@@ -107,10 +107,11 @@ def _view(xy: tuple[np.ndarray, np.ndarray], x_range: tuple[float, float] | None
 
 def render_plot(series: Sequence[Series], width: int, height: int, title: str | Text = "", x_label: str = "",
                 empty_note: str = "no data yet", log_y: bool = False, x_range: tuple[float, float] | None = None,
-                cursor_x: float | None = None, integer_x: bool = False) -> Text:
+                cursor_x: float | None = None, integer_x: bool = False, x_unit: str = "") -> Text:
     """The whole plot as `height` lines of `width` cells. Later series draw over earlier ones.
     log_y: y on a log10 scale (points <= 0 left out); x_range: only that span of x; cursor_x: a vertical marker.
-    integer_x: x is a count (steps), so its ticks are whole numbers."""
+    integer_x: x is a count (steps), so its ticks are whole numbers. x_unit: a short form of x_label, kept on a
+    plot too narrow for the whole label (the rightmost tick labels give way to it)."""
     width, height = max(width, 12), max(height, 5)
     out = Text(no_wrap=True, overflow="crop")
     heading = title if isinstance(title, Text) else Text(title[:width].center(width).rstrip(), TITLE_STYLE)
@@ -206,5 +207,9 @@ def render_plot(series: Sequence[Series], width: int, height: int, title: str | 
     tick_line = "".join(labels).rstrip()
     if x_label and len(tick_line) + len(x_label) + 2 <= width:
         tick_line = tick_line.ljust(width - len(x_label)) + x_label
+    elif x_unit:
+        while tick_line and len(tick_line) + len(x_unit) + 2 > width:  # drop whole tick labels, never cut one
+            tick_line = tick_line[:tick_line.rstrip().rfind(" ") + 1].rstrip() if " " in tick_line.strip() else ""
+        tick_line = tick_line.ljust(width - len(x_unit)) + x_unit
     out.append(tick_line, AXIS_STYLE)
     return out

@@ -344,7 +344,7 @@ class CurvesPanel(Horizontal):
     def _redraw(self, only: set[str] | None = None) -> None:
         shown = 0
         label = "minutes since start" if self.x_axis == "time" else "step"
-        view = PlotView(self.smoothing, label, self.log_y, self.x_range, self.cursor_x)
+        view = PlotView(self.smoothing, label, self.log_y, self.x_range, self.cursor_x, legend=not self.runs)
         for key, curves in self._shown_curves().items():
             shown += sum(len(c.xs) for c in curves)
             if only is not None and key not in only:

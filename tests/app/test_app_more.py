@@ -109,3 +109,69 @@ async def test_item20_the_curves_filter_narrows_the_plots(recorded_demo, workspa
         panel.query_one("#metric-filter", Input).value = ""
         await settle(pilot)
         assert [p.plot_title for p in panel.plots()] == before
+
+
+def test_item20_a_narrow_time_plot_keeps_its_unit():
+    from rich.style import Style
+
+    from app.widgets.braille import Series, render_plot
+    from app.widgets.reward_plot import short_unit
+
+    xs = [i * 0.5 for i in range(60)]
+    series = [Series(xs, [float(i % 7) for i in range(60)], Style())]
+    wide = render_plot(series, 100, 12, "t", "minutes since start", x_unit=short_unit("minutes since start"))
+    assert wide.plain.splitlines()[-1].endswith((" min", "minutes since start"))
+    for width in (30, 22, 16):
+        narrow = render_plot(series, width, 12, "t", "minutes since start", x_unit=short_unit("minutes since start"))
+        last = narrow.plain.splitlines()[-1]
+        assert last.endswith(" min") and len(last) <= width, (width, last)
+
+
+def metric_runs(registry, names, steps=30):
+    """Finished runs with a reward curve each (rows written as a job writes them), their ids."""
+    ids = []
+    for offset, name in enumerate(names):
+        run = registry.create_run(name, status="finished")
+        registry.insert_metric_rows(run["id"], (("reward/total", s, 0.1 * offset + s / steps, 1000.0 + 60 * s)
+                                                for s in range(steps)))
+        ids.append(run["id"])
+    return ids
+
+
+async def test_item20_compare_plots_draw_no_legend_over_the_curves(registry, workspace, _config_dir):
+    from textual.widgets import Static
+
+    from app.widgets.curves_panel import CurvesPanel
+    from tests.app.fixtures import make_app, settle
+
+    path, ids = workspace, metric_runs(registry, ["baseline-qwen3-8b-kernelbench-level1", "lr3e-5-long-name-run"])
+    app = make_app(path)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(pilot)
+        app.open_compare(ids)
+        await settle(pilot)
+        legend = str(app.screen.query_one("#compare-legend", Static).render())
+        plots = app.screen.query_one(CurvesPanel).plots()
+        drawn = [plot.render().plain for plot in plots]
+    from core.registry import Registry
+
+    with Registry.for_workspace(path) as reg:
+        names = [reg.get_run(i)["name"] for i in ids]
+    assert all(name in legend for name in names), legend  # the screen names each run's colour, whole
+    assert drawn and not any("▬" in text for text in drawn), drawn[0]
+
+
+async def test_item20_the_palette_screenshot_writes_an_svg_and_says_where(registry, workspace, _config_dir):
+    from tests.app.fixtures import make_app, settle
+
+    app = make_app(workspace)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        commands = [c for c in app.get_system_commands(app.screen) if c.title == "Screenshot"]
+        assert len(commands) == 1
+        commands[0].callback()
+        await settle(pilot)
+        messages = [n.message for n in app._notifications]
+    svgs = list((workspace / "exports").glob("*.svg"))
+    assert len(svgs) == 1 and svgs[0].read_text().lstrip().startswith("<svg"), svgs
+    assert any(str(svgs[0]) in m for m in messages), messages
