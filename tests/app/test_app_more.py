@@ -175,3 +175,26 @@ async def test_item20_the_palette_screenshot_writes_an_svg_and_says_where(regist
     svgs = list((workspace / "exports").glob("*.svg"))
     assert len(svgs) == 1 and svgs[0].read_text().lstrip().startswith("<svg"), svgs
     assert any(str(svgs[0]) in m for m in messages), messages
+
+
+def test_item18_check_prints_plain_stages_not_phase_names():
+    import io
+
+    from rich.console import Console
+
+    from app.commands.check import print_result
+    from evaluator.api import EvalResult, Verdict
+
+    internal = {"queue": 9.5, "judge_ready": 1.0, "compile": 1.2, "load": 0.2, "correctness": 0.5,
+                "kernel_checks": 0.1, "recheck": 0.1, "timing": 0.4, "timing_retries": 1, "judge_fork": 0.3,
+                "overhead": 0.2, "total": 3.0, "end_to_end": 13.5}
+    result = EvalResult(request_id="r", problem_id="builtin/relu", verdict=Verdict.CORRECT, phase_times_s=internal)
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    print_result(console, result)
+    text = console.file.getvalue()
+    line = next(line for line in text.splitlines() if line.startswith("took"))
+    assert line.startswith("took 13.5 s: evaluator start-up 10.7 s · build 1.2 s")
+    assert "checking 0.7 s" in line and "timing 0.4 s" in line and "other 0.3 s" in line
+    for name in internal:
+        if name not in ("timing",):
+            assert name not in text, (name, text)
