@@ -199,4 +199,4 @@ def test_item18_check_prints_plain_stages_not_phase_names():
 
     for name in internal:
         if name != "timing":  # the one internal name that is also the plain word
-            assert not re.search(rf"\b{name}\b", text), (name, text)
+            assert not re.search(rf"\b{name}\b", line), (name, line)
