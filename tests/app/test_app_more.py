@@ -200,3 +200,19 @@ def test_item18_check_prints_plain_stages_not_phase_names():
     for name in internal:
         if name != "timing":  # the one internal name that is also the plain word
             assert not re.search(rf"\b{name}\b", line), (name, line)
+
+
+def test_item26_readme_first_hour_and_serve_line():
+    import re
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    needs = tomllib.loads((root / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert f"Python {needs.lstrip('>=')}+" in readme
+    first_hour = readme[readme.index("## The first hour"):readme.index("## What you get")]
+    for words in ("make demo", "./runs", "`enter`", "`?`", ".venv/bin"):
+        assert words in first_hour, words
+    assert "[--ray [ADDRESS]]" not in readme and re.search(r"--ray ADDRESS", readme)
+    assert "DESIGN.md" not in readme  # a clone has none
