@@ -107,11 +107,13 @@ def _view(xy: tuple[np.ndarray, np.ndarray], x_range: tuple[float, float] | None
 
 def render_plot(series: Sequence[Series], width: int, height: int, title: str | Text = "", x_label: str = "",
                 empty_note: str = "no data yet", log_y: bool = False, x_range: tuple[float, float] | None = None,
-                cursor_x: float | None = None, integer_x: bool = False, x_unit: str = "") -> Text:
+                cursor_x: float | None = None, integer_x: bool = False, x_unit: str = "",
+                markers: Sequence[float] = ()) -> Text:
     """The whole plot as `height` lines of `width` cells. Later series draw over earlier ones.
     log_y: y on a log10 scale (points <= 0 left out); x_range: only that span of x; cursor_x: a vertical marker.
     integer_x: x is a count (steps), so its ticks are whole numbers. x_unit: a short form of x_label, kept on a
-    plot too narrow for the whole label (the rightmost tick labels give way to it)."""
+    plot too narrow for the whole label (the rightmost tick labels give way to it). markers: x values marked by a
+    dotted vertical line where no curve is drawn (where a resumed run's new segment began)."""
     width, height = max(width, 12), max(height, 5)
     out = Text(no_wrap=True, overflow="crop")
     heading = title if isinstance(title, Text) else Text(title[:width].center(width).rstrip(), TITLE_STYLE)
@@ -160,7 +162,13 @@ def render_plot(series: Sequence[Series], width: int, height: int, title: str | 
         owner[rows, cols] = index
         styles.append(one.style)
 
-    styles.append(AXIS_STYLE)  # the cursor line, where no series is drawn
+    styles.append(AXIS_STYLE)  # the cursor line and segment markers, where no series is drawn
+    for marker in markers:
+        if x_low < marker <= x_high:
+            dot = int(to_dot_x(np.array([marker]))[0])
+            column = cells[:, dot // 2]
+            column[column == 0] = 0x05 if dot % 2 == 0 else 0x28  # two dots of four: dotted, unlike the cursor
+            owner[:, dot // 2] = np.where(owner[:, dot // 2] < 0, len(points), owner[:, dot // 2])
     if cursor_x is not None and x_low <= cursor_x <= x_high:
         dot = int(to_dot_x(np.array([cursor_x]))[0])
         column = cells[:, dot // 2]  # a view: writing it writes the canvas

@@ -104,6 +104,7 @@ class CurvesPanel(Horizontal):
         self._restored = False
         self._last_refresh = 0.0
         self._refresh_pending = False
+        self.segment_starts: list[tuple[int, float]] = []  # (start step, start time) of each resumed segment
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="metric-picker"):
@@ -150,6 +151,26 @@ class CurvesPanel(Horizontal):
             self.selected = defaults if defaults or self.only is None else keys[:MAX_PLOTS]
         self._fill_list(self.filter_text)
         self._sync_plots()
+
+    def set_segments(self, segments: Sequence[dict[str, Any]]) -> None:
+        """A run's segments (its row's `segments`): every one after the first is marked on the plots."""
+        starts = [(int(s.get("start_step") or 0), float(s.get("started_at") or 0.0)) for s in segments[1:]
+                  if isinstance(s, dict)]
+        if starts != self.segment_starts:
+            self.segment_starts = starts
+            if self.query("#plot-grid"):  # not before the children are mounted
+                self._redraw()
+
+    def _markers(self) -> tuple[float, ...]:
+        """Segment starts in the x axis's units: the step, or minutes since the run's first logged point."""
+        if not self.segment_starts or self.runs:
+            return ()
+        if self.x_axis == "step":
+            return tuple(float(step) for step, _ in self.segment_starts)
+        origins = [s.wall_times[0] for per_run in self._series.values() for s in per_run.values() if s.wall_times]
+        if not origins:
+            return ()
+        return tuple((wall - min(origins)) / 60 for _, wall in self.segment_starts)
 
     def show_series(self, series: dict[str, Any], step_range: Optional[tuple[int, int]] = None) -> None:
         """{key: Series} for a one-run panel, or {key: {run id: Series}} for several runs; `step_range`: the data
@@ -344,7 +365,8 @@ class CurvesPanel(Horizontal):
     def _redraw(self, only: set[str] | None = None) -> None:
         shown = 0
         label = "minutes since start" if self.x_axis == "time" else "step"
-        view = PlotView(self.smoothing, label, self.log_y, self.x_range, self.cursor_x, legend=not self.runs)
+        view = PlotView(self.smoothing, label, self.log_y, self.x_range, self.cursor_x, legend=not self.runs,
+                        markers=self._markers())
         for key, curves in self._shown_curves().items():
             shown += sum(len(c.xs) for c in curves)
             if only is not None and key not in only:

@@ -54,6 +54,7 @@ class PlotView:
     x_range: Optional[tuple[float, float]] = None
     cursor_x: Optional[float] = None
     legend: bool = True  # False where the screen names each run's colour itself (compare): none over the curves
+    markers: tuple[float, ...] = ()  # x where a resumed run's later segments began
 
 
 def curve_stats(curve: Curve, x_range: Optional[tuple[float, float]] = None) -> Optional[tuple[float, float, float]]:
@@ -153,7 +154,8 @@ class RewardPlot(Widget):
             series.append(Series(curve.xs, debiased_ema(curve.ys, view.smoothing), self._style(curve.colour), label))
         return render_plot(series, self.size.width, self.size.height, self.title_text(self.size.width), view.x_label,
                            log_y=view.log_y, x_range=view.x_range, cursor_x=view.cursor_x,
-                           integer_x=view.x_label == "step", x_unit=short_unit(view.x_label))
+                           integer_x=view.x_label == "step", x_unit=short_unit(view.x_label),
+                           markers=view.markers)
 
 
 def short_unit(x_label: str) -> str:

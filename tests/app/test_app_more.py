@@ -216,3 +216,36 @@ def test_item26_readme_first_hour_and_serve_line():
         assert words in first_hour, words
     assert "[--ray [ADDRESS]]" not in readme and re.search(r"--ray ADDRESS", readme)
     assert "DESIGN.md" not in readme  # a clone has none
+
+
+async def test_gap_a_resumed_run_marks_where_each_segment_began(registry, workspace, _config_dir):
+    from app.widgets.curves_panel import CurvesPanel
+    from tests.app.fixtures import make_app, settle
+
+    (run_id,) = metric_runs(registry, ["resumed"], steps=40)
+    segments = [{"index": 0, "started_at": 1000.0, "start_step": 0}, {"index": 1, "started_at": 2500.0,
+                                                                      "start_step": 25}]
+    registry.update_run(run_id, segments=segments)
+    app = make_app(workspace, open_run="resumed")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(pilot)
+        panel = app.screen.query_one("#curves-panel", CurvesPanel)
+        plot = next(p for p in panel.plots() if p.plot_title == "reward/total")
+        assert plot.view.markers == (25.0,)
+        canvas = plot.render().plain.splitlines()[1:-2]
+        assert sum(line.count("\u2805") + line.count("\u2828") for line in canvas) >= len(canvas) // 2, canvas
+        panel.toggle_x_axis()  # minutes since start: the resume came 25 minutes after the first point
+        await settle(pilot)
+        assert plot.view.markers == (25.0,)
+
+
+def test_gap_markers_draw_dotted_and_only_inside_the_range():
+    from rich.style import Style
+
+    from app.widgets.braille import Series, render_plot
+
+    series = [Series(list(range(20)), [float(i) for i in range(20)], Style())]
+    plain = render_plot(series, 60, 12).plain
+    marked = render_plot(series, 60, 12, markers=[10.0, 99.0]).plain
+    dotted = sum(marked.count(c) for c in "\u2805\u2828") - sum(plain.count(c) for c in "\u2805\u2828")
+    assert dotted >= 6, marked
