@@ -161,10 +161,10 @@ class KrlApp(App):
             detail = None
         self.call_from_thread(self.push_screen, TrajectoryScreen(trajectory_id, detail=detail))
 
-    def open_compare(self, run_ids: list[int]) -> None:
+    def open_compare(self, run_ids: list[int], groups: Optional[dict[str, list[int]]] = None) -> None:
         from app.screens.compare import CompareScreen
 
-        self.push_screen(CompareScreen(run_ids))
+        self.push_screen(CompareScreen(run_ids, groups))
 
     def open_new_run(self) -> None:
         from app.screens.new_run import NewRunScreen

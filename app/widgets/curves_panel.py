@@ -105,6 +105,9 @@ class CurvesPanel(Horizontal):
         self._last_refresh = 0.0
         self._refresh_pending = False
         self.segment_starts: list[tuple[int, float]] = []  # (start step, start time) of each resumed segment
+        # Groups of the runs table ({label: run ids}); with bands on, each draws as mean ± std instead of its runs.
+        self.groups: dict[str, list[int]] = {}
+        self.bands = False
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="metric-picker"):
@@ -252,6 +255,10 @@ class CurvesPanel(Horizontal):
         width = grid.size.width or max(40, self.app.size.width - 36)
         return points_for_width(width)
 
+    def refresh_plots(self) -> None:
+        """Draw the plots again from the series held (after a change of how they are drawn, such as bands)."""
+        self._redraw()
+
     def plotted(self) -> list[str]:
         """The keys drawn: the selected ones the filter lets through (a filter narrows the plots, not only the
         picker; an invalid pattern narrows nothing), at most MAX_PLOTS."""
@@ -346,12 +353,32 @@ class CurvesPanel(Horizontal):
             return [(w - start) / 60 for w in series.wall_times]
         return [float(s) for s in series.steps]
 
+    def band_curves(self, key: str, per_run: dict[int, Series]) -> list[Curve]:
+        """One curve per group of 2+ runs: the mean, with mean ± std as its band (x by step); lone runs as they
+        are. Colours are those of each group's first run."""
+        from app.widgets.bands import mean_std_band
+
+        lines = {line.run_id: line for line in self._lines()}
+        out = []
+        for label, run_ids in self.groups.items():
+            members = [i for i in run_ids if i in per_run and i in lines]
+            if not members:
+                continue
+            xs, mean, std, _count = mean_std_band([(self._xs(per_run[i]), per_run[i].values) for i in members])
+            band = ([m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)]) if len(members) > 1 \
+                else None
+            out.append(Curve(f"{label} (n={len(members)})", xs, mean, lines[members[0]].colour, run=label, band=band))
+        return out
+
     def _shown_curves(self) -> dict[str, list[Curve]]:
         out = {}
         for key in self.plotted():
             per_run = self._zoom_series.get(key) if self._zoom_for and self.x_range else None
             per_run = per_run or self._series.get(key)
             if per_run is None:
+                continue
+            if self.bands and self.groups:
+                out[key] = self.band_curves(key, per_run)
                 continue
             out[key] = [Curve(line.label or key, self._xs(per_run[line.run_id]), per_run[line.run_id].values,
                               line.colour, run=line.label) for line in self._lines() if line.run_id in per_run]

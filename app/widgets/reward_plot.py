@@ -42,6 +42,7 @@ class Curve:
     ys: list[float]
     colour: str  # a theme variable name such as "series-1"
     run: str = ""  # the run it belongs to, where several are overlaid ("" on a single run's plots)
+    band: Optional[tuple[list[float], list[float]]] = None  # (low, high) around ys: a group's mean ± std
 
 
 @dataclass
@@ -145,6 +146,9 @@ class RewardPlot(Widget):
         overlaid = len(self._curves) > 1
         show_raw = view.smoothing > 0 and not overlaid
         for curve in self._curves:
+            if curve.band is not None:  # the spread first, faint, so the mean line draws over it
+                style = self._style(curve.colour) + Style(dim=True)
+                series.append(Series(curve.xs, curve.band[1], style, band_low=curve.band[0]))
             if show_raw:
                 series.append(Series(curve.xs, curve.ys, self._style("raw-curve")))
             label = None

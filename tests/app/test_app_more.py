@@ -249,3 +249,39 @@ def test_gap_markers_draw_dotted_and_only_inside_the_range():
     marked = render_plot(series, 60, 12, markers=[10.0, 99.0]).plain
     dotted = sum(marked.count(c) for c in "\u2805\u2828") - sum(plain.count(c) for c in "\u2805\u2828")
     assert dotted >= 6, marked
+
+
+def test_gap_mean_std_band_of_a_group():
+    from app.widgets.bands import mean_std_band
+
+    xs, mean, std, count = mean_std_band([([0, 1, 2], [1.0, 2.0, 3.0]), ([0, 1], [3.0, 4.0])])
+    assert xs == [0.0, 1.0, 2.0] and mean == [2.0, 3.0, 3.0] and std == [1.0, 1.0, 0.0] and count == [2, 2, 1]
+
+
+async def test_gap_grouped_runs_compare_as_mean_and_std_bands(registry, workspace, _config_dir):
+    from textual.widgets import Static
+
+    from app.widgets.curves_panel import CurvesPanel
+    from tests.app.fixtures import make_app, settle
+
+    ids = metric_runs(registry, ["lr-a-1", "lr-a-2", "lr-b-1"])
+    app = make_app(workspace)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(pilot)
+        app.open_compare(ids, {"lr = a": ids[:2], "lr = b": ids[2:]})
+        await settle(pilot)
+        panel = app.screen.query_one(CurvesPanel)
+        plot = next(p for p in panel.plots() if p.plot_title == "reward/total")
+        curves = plot.curves
+        legend = str(app.screen.query_one("#compare-legend", Static).render())
+        assert [c.label for c in curves] == ["lr = a (n=2)", "lr = b (n=1)"]
+        assert curves[0].band is not None and curves[1].band is None
+        low, high = curves[0].band
+        assert all(abs((h - l) - 0.1) < 1e-9 for l, h in zip(low, high))  # the two runs lie 0.1 apart: std 0.05
+        assert "lr = a: mean ± std of lr-a-1, lr-a-2" in legend
+        filled = plot.render().plain
+        await pilot.press("b")
+        await settle(pilot)
+        assert [c.label for c in plot.curves] == ["lr-a-1", "lr-a-2", "lr-b-1"]
+        assert "lr-b-1 (finished)" in str(app.screen.query_one("#compare-legend", Static).render())
+    assert filled.count("\u28ff") > 0  # the band fills whole braille cells
