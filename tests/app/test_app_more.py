@@ -285,3 +285,31 @@ async def test_gap_grouped_runs_compare_as_mean_and_std_bands(registry, workspac
         assert [c.label for c in plot.curves] == ["lr-a-1", "lr-a-2", "lr-b-1"]
         assert "lr-b-1 (finished)" in str(app.screen.query_one("#compare-legend", Static).render())
     assert filled.count("\u28ff") > 0  # the band fills whole braille cells
+
+
+async def test_gap_e_exports_each_plot_as_png_too(registry, workspace, _config_dir):
+    import struct
+    import zlib
+
+    from tests.app.fixtures import make_app, settle
+
+    metric_runs(registry, ["png-run"])
+    app = make_app(workspace, open_run="png-run")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("e")
+        await settle(pilot)
+        written = app.screen.last_export
+    pngs = [path for path in written if path.suffix == ".png"]
+    assert pngs and any("reward_total" in p.name for p in pngs), written
+    data = pngs[0].read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    width, height, depth, colour_type = struct.unpack(">IIBB", data[16:26])
+    assert (depth, colour_type) == (8, 2) and width > 100 and height > 50
+    start = data.index(b"IDAT") + 4
+    length = struct.unpack(">I", data[start - 8:start - 4])[0]
+    raw = zlib.decompress(data[start:start + length])
+    rows = [raw[r * (3 * width + 1) + 1:(r + 1) * (3 * width + 1)] for r in range(height)]
+    background = rows[0][:3]
+    drawn = sum(1 for row in rows for i in range(0, len(row), 3) if row[i:i + 3] != background)
+    assert drawn > 200  # the curve's dots and the axes
