@@ -246,7 +246,7 @@ def evals_show(name: str = typer.Argument(..., help="Evaluation name."),
     from core.evaluation import eval_summary
     from app.commands.workspace import require_for_reading
 
-    with require_for_reading() as reg:
+    with require_for_reading(name) as reg:
         summary = eval_summary(reg, name)
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
@@ -265,7 +265,7 @@ def evals_compare(a: str = typer.Argument(..., help="Baseline evaluation."),
     from core.evaluation import compare_evals
     from app.commands.workspace import require_for_reading
 
-    with require_for_reading() as reg:
+    with require_for_reading(a) as reg:
         result = compare_evals(reg, a, b, force=force)
     console = _console()
     if result["partial"]:
@@ -313,7 +313,7 @@ def evals_export(name: str = typer.Argument(..., help="Evaluation name."),
 
     if fmt not in ("jsonl", "csv", "conversations"):
         raise KrlError(f"--format must be jsonl, csv or conversations, not '{fmt}'.")
-    with require_for_reading() as reg:
+    with require_for_reading(name) as reg:
         row = reg.get_run(name)
         if row["kind"] != "eval":
             raise KrlError(f"run '{row['name']}' is a {row['kind']} run, not an evaluation.")

@@ -13,8 +13,11 @@ FIRST_STEPS = ("`krl demo` records a demo run and opens it; `krl train demo --de
 
 
 def no_workspace_line(path: Path | None = None) -> str:
-    """The sentence a read-only command says where there is no workspace yet."""
-    return f"no workspace yet at {path or workspace_path()}. {FIRST_STEPS}."
+    """The sentence a read-only command says where there is no workspace (or no run in it) yet."""
+    path = path or workspace_path()
+    if path.is_dir():
+        return f"no runs yet in {path}. {FIRST_STEPS}."
+    return f"no workspace yet at {path}. {FIRST_STEPS}."
 
 
 def open_for_reading() -> Registry | None:
@@ -22,9 +25,9 @@ def open_for_reading() -> Registry | None:
     return Registry.open_existing()
 
 
-def require_for_reading() -> Registry:
-    """The registry; a missing workspace is a user error (exit 2) that says what to run first."""
+def require_for_reading(wanted: str = "") -> Registry:
+    """The registry; a missing workspace is a user error (exit 2) naming the run asked for and what to run first."""
     reg = Registry.open_existing()
     if reg is None:
-        raise KrlError(no_workspace_line())
+        raise KrlError((f"no run '{wanted}': " if wanted else "") + no_workspace_line())
     return reg
