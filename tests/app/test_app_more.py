@@ -313,3 +313,25 @@ async def test_gap_e_exports_each_plot_as_png_too(registry, workspace, _config_d
     background = rows[0][:3]
     drawn = sum(1 for row in rows for i in range(0, len(row), 3) if row[i:i + 3] != background)
     assert drawn > 200  # the curve's dots and the axes
+
+
+async def test_gap_the_runs_table_hands_its_groups_to_compare(registry, workspace, _config_dir):
+    from app.screens.compare import CompareScreen
+    from tests.app.fixtures import make_app, settle
+
+    ids = metric_runs(registry, ["g-a-1", "g-a-2", "g-b-1"])
+    registry.add_tags(ids[0], ["a"])
+    registry.add_tags(ids[1], ["a"])
+    registry.add_tags(ids[2], ["b"])
+    app = make_app(workspace)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        screen.group_by = "tag"
+        screen.selected = set(ids)
+        screen.action_compare()
+        await settle(pilot)
+        assert isinstance(app.screen, CompareScreen)
+        groups = {label: sorted(members) for label, members in app.screen.groups.items()}
+        assert groups == {"tag a": ids[:2], "tag b": ids[2:]}, groups
+        assert app.screen.panel.bands
