@@ -35,7 +35,16 @@ def _global(
     if workspace:
         os.environ["KRL_WORKSPACE"] = workspace
     if ctx.invoked_subcommand is None:
+        from app.commands.workspace import no_workspace_line
         from app.tui import run_tui
+        from core.errors import KrlError
+        from core.registry import workspace_path
+
+        if not workspace_path().exists():
+            # Opening the TUI is looking, not starting: no ./runs is made behind the user's back (issue 26 item
+            # 17). An empty folder is consent: the TUI then opens on it, ready for `n`.
+            raise KrlError(f"{no_workspace_line()}; or `mkdir {workspace_path().name}` and run `krl` again to "
+                           "start one from the TUI (key n).")
 
         run_tui(theme=theme)
 

@@ -161,10 +161,10 @@ class KrlApp(App):
             detail = None
         self.call_from_thread(self.push_screen, TrajectoryScreen(trajectory_id, detail=detail))
 
-    def open_compare(self, run_ids: list[int]) -> None:
+    def open_compare(self, run_ids: list[int], groups: Optional[dict[str, list[int]]] = None) -> None:
         from app.screens.compare import CompareScreen
 
-        self.push_screen(CompareScreen(run_ids))
+        self.push_screen(CompareScreen(run_ids, groups))
 
     def open_new_run(self) -> None:
         from app.screens.new_run import NewRunScreen
@@ -194,13 +194,28 @@ class KrlApp(App):
         self.theme = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
         self.notify(f"theme: {self.theme}")
 
+    def save_screen_svg(self) -> Optional[Path]:
+        """The current screen as an SVG in <workspace>/exports; notifies the path (or why it could not)."""
+        from app.widgets.export import export_folder, stamp
+
+        try:
+            path = Path(self.save_screenshot(filename=f"screen-{stamp()}.svg", path=str(export_folder(self.workspace))))
+        except OSError as exc:
+            self.notify(f"screenshot failed: {exc}", severity="error")
+            return None
+        self.notify(f"screenshot saved to {path}")
+        return path
+
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(VARIABLE_DEFAULTS)
 
     # ---------------------------------------------------------------- command palette
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        # Textual's own Screenshot hands the file to the driver's delivery (a Downloads folder that may not exist,
+        # and no word of where it went); ours writes into the workspace's exports and says where.
+        yield from (command for command in super().get_system_commands(screen) if command.title != "Screenshot")
+        yield SystemCommand("Screenshot", "Save an SVG of this screen under <workspace>/exports", self.save_screen_svg)
         yield SystemCommand("New run", "Open the new-run form", self.open_new_run)
         yield SystemCommand("Help: keys", "List every key binding", self.action_help)
         for theme_obj in THEMES:

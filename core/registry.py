@@ -122,6 +122,15 @@ class Registry(RunsTable, MetricsTable, TrajectoriesTable):
     def for_workspace(cls, workspace: str | os.PathLike | None = None, create: bool = True) -> "Registry":
         return cls(workspace_path(workspace) / REGISTRY_FILENAME, create=create)
 
+    @classmethod
+    def open_existing(cls, workspace: str | os.PathLike | None = None) -> "Registry | None":
+        """The workspace's registry if one exists, else None; never creates a folder or a file (read-only commands
+        open this way, so looking around in a new folder leaves no ./runs behind)."""
+        path = workspace_path(workspace) / REGISTRY_FILENAME
+        if path.exists() or (path.parent.exists() and not path.parent.is_dir()):
+            return cls(path, create=False)  # a workspace that is a file gets its own message
+        return None
+
     @property
     def workspace(self) -> Path:
         return self.path.parent

@@ -80,7 +80,7 @@ def check(
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
         return
-    _print_human(console, result)
+    print_result(console, result)
     if request.backend == "triton" and result.device_name == "cpu" and request.measure_timing:
         console.print("[yellow]note:[/] on CPU, Triton kernels run under the Triton interpreter: their timing and "
                       "speedup are meaningless (use a GPU to time them).")
@@ -127,7 +127,7 @@ class _null:
         return False
 
 
-def _print_human(console, result) -> None:
+def print_result(console, result) -> None:
     colour = "green" if result.correct else ("yellow" if result.verdict.value in ("wrong_output", "shape_mismatch") else "red")
     console.print(f"[bold {colour}]{result.verdict.value}[/]  {result.problem_id}  on {result.device_name or '?'}")
     console.print(f"correctness trials: {result.correctness_trials_passed}/{result.correctness_trials_total}"
@@ -141,7 +141,9 @@ def _print_human(console, result) -> None:
         from rich.markup import escape
 
         console.print(escape(result.error_message))
-    phases = ", ".join(f"{k} {v:.2f}s" for k, v in result.phase_times_s.items())
+    from app.commands.phases import plain_phase_line
+
+    phases = plain_phase_line(result.phase_times_s)  # stages a user knows, never the evaluator's phase names
     if phases:
         console.print(f"[dim]{phases}{'  cache: ' + ','.join(result.cache_hits) if result.cache_hits else ''}[/]")
 

@@ -205,9 +205,15 @@ def evals_ls(as_json: bool = typer.Option(False, "--json", help="Print a JSON li
     """Evaluations with their headline numbers (as last written by each job)."""
     from rich.box import HEAVY_HEAD
 
-    from core.registry import Registry
+    from app.commands.workspace import no_workspace_line, open_for_reading
 
-    with Registry.for_workspace() as reg:
+    reg = open_for_reading()
+    if reg is None:  # looking must not create ./runs (issue 26 item 17)
+        if as_json:
+            typer.echo("[]")
+        _console().print(no_workspace_line())
+        return
+    with reg:
         rows = reg.list_runs(kind="eval")
     items = []
     for row in rows:
@@ -238,9 +244,9 @@ def evals_show(name: str = typer.Argument(..., help="Evaluation name."),
                as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON to stdout.")) -> None:
     """An evaluation's numbers, recomputed from its stored per-sample, per-turn records."""
     from core.evaluation import eval_summary
-    from core.registry import Registry
+    from app.commands.workspace import require_for_reading
 
-    with Registry.for_workspace() as reg:
+    with require_for_reading(name) as reg:
         summary = eval_summary(reg, name)
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
@@ -257,9 +263,9 @@ def evals_compare(a: str = typer.Argument(..., help="Baseline evaluation."),
     difference in fast_1 and of the ratio of geomean speedups. An evaluation with samples still to play is refused
     (--force compares only the problems both have finished, marked partial)."""
     from core.evaluation import compare_evals
-    from core.registry import Registry
+    from app.commands.workspace import require_for_reading
 
-    with Registry.for_workspace() as reg:
+    with require_for_reading(a) as reg:
         result = compare_evals(reg, a, b, force=force)
     console = _console()
     if result["partial"]:
@@ -303,11 +309,11 @@ def evals_export(name: str = typer.Argument(..., help="Evaluation name."),
     """Export an evaluation's records (the input of every score) or its conversations."""
     from core.errors import KrlError
     from core.evaluation import eval_conversations, eval_records
-    from core.registry import Registry
+    from app.commands.workspace import require_for_reading
 
     if fmt not in ("jsonl", "csv", "conversations"):
         raise KrlError(f"--format must be jsonl, csv or conversations, not '{fmt}'.")
-    with Registry.for_workspace() as reg:
+    with require_for_reading(name) as reg:
         row = reg.get_run(name)
         if row["kind"] != "eval":
             raise KrlError(f"run '{row['name']}' is a {row['kind']} run, not an evaluation.")

@@ -54,6 +54,7 @@ class AlertWatcher:
     def __init__(self, app: Any) -> None:
         self.app = app
         self.fired: list[Alert] = []
+        self.names: dict[int, str] = {}  # run id -> its name now: a fired alert follows its run through a rename
         self.errors: list[str] = []
         self.state = AlertState([])
         self._data_version: Optional[int] = None
@@ -90,9 +91,20 @@ class AlertWatcher:
         fired = []
         for run in runs:
             last = (run.get("summary") or {}).get("last") or {}
+            self.names[run["id"]] = run["name"]
             fired += self.state.observe(run["id"], run["name"], run["status"], last, now)
         if fired:
             self.app.call_from_thread(self.ring, fired)
+
+    def shown(self, alert: Alert) -> tuple[str, str]:
+        """(run name, message) of a fired alert under the run's name now, the old one kept in brackets."""
+        name = self.names.get(alert.run_id, alert.run_name)
+        if name == alert.run_name:
+            return name, alert.message
+        message = alert.message
+        if message.startswith(alert.run_name):
+            message = name + message[len(alert.run_name):]
+        return f"{name} (was {alert.run_name})", message
 
     def ring(self, alerts: list[Alert]) -> None:
         self.fired = (self.fired + alerts)[-MAX_KEPT:]
@@ -145,8 +157,9 @@ class AlertsScreen(KrlScreen):
         fired.clear()
         colours = {"error": "error", "warning": "warning", "information": "success"}
         for index, alert in reversed(list(enumerate(self.watcher.fired))):
-            fired.add_row(time.strftime("%H:%M:%S", time.localtime(alert.time)), alert.run_name, alert.rule,
-                          Text(alert.message, style=theme_colour(self.app, colours.get(alert.severity, "foreground"))),
+            run_name, message = self.watcher.shown(alert)
+            fired.add_row(time.strftime("%H:%M:%S", time.localtime(alert.time)), run_name, alert.rule,
+                          Text(message, style=theme_colour(self.app, colours.get(alert.severity, "foreground"))),
                           key=str(index))
         if not self.watcher.fired:
             fired.add_row("", "", "", Text("nothing has fired since the TUI opened", style="dim"))

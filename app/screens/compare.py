@@ -39,11 +39,15 @@ class CompareScreen(KrlScreen):
         Binding("minus", "zoom(2)", "Unzoom", show=False, id="compare.zoom_out"),
         Binding("0", "zoom(0)", "Reset zoom", show=False, id="compare.zoom_reset"),
         Binding("e", "export", "Export", id="compare.export"),
+        Binding("b", "bands", "Groups: mean ± std", id="compare.bands"),
     ]
 
-    def __init__(self, run_ids: list[int]) -> None:
+    def __init__(self, run_ids: list[int], groups: Optional[dict[str, list[int]]] = None) -> None:
         super().__init__()
         self.run_ids = sorted(run_ids)[:MAX_RUNS]
+        # The runs table's groups among these runs; one with 2+ runs draws as its mean ± std (b: runs again).
+        self.groups = {label: [i for i in ids if i in self.run_ids] for label, ids in (groups or {}).items()}
+        self.groups = {label: ids for label, ids in self.groups.items() if ids}
         self.runs: list[dict[str, Any]] = []
         self.keys: list[str] = []
 
@@ -85,13 +89,11 @@ class CompareScreen(KrlScreen):
     def on_compared_runs_loaded(self, message: ComparedRunsLoaded) -> None:
         self.runs = message.rows
         self.keys = message.extra["keys"]
-        legend = Text()
-        for run in self.runs:
-            legend.append("━━ ", style=theme_colour(self.app, self.colour_of(run["id"])))
-            legend.append(f"{run['name']} ({run['status']})   ")
-        self.query_one("#compare-legend", Static).update(legend)
         panel = self.panel
         panel.runs = [RunLine(run["id"], run["name"], self.colour_of(run["id"])) for run in self.runs]
+        panel.groups = self.groups
+        panel.bands = any(len(ids) > 1 for ids in self.groups.values())
+        self._show_legend()
         panel.remember(f"{self.app.workspace}#compare#{','.join(map(str, self.run_ids))}")
         panel.set_keys(self.keys, default_curve_keys(self.keys, 4))
         table = self.query_one("#config-diff", DataTable)
@@ -139,6 +141,29 @@ class CompareScreen(KrlScreen):
 
     def action_zoom(self, factor: float) -> None:
         self.panel.zoom(factor)
+
+    def _show_legend(self) -> None:
+        """Each run's colour and name, or with bands on each group's (the colour of its first run)."""
+        legend = Text()
+        if self.panel.bands:
+            names = {run["id"]: run["name"] for run in self.runs}
+            for label, ids in self.groups.items():
+                legend.append("━━ ", style=theme_colour(self.app, self.colour_of(ids[0])))
+                legend.append(f"{label}: mean ± std of {', '.join(names.get(i, str(i)) for i in ids)}   ")
+        else:
+            for run in self.runs:
+                legend.append("━━ ", style=theme_colour(self.app, self.colour_of(run["id"])))
+                legend.append(f"{run['name']} ({run['status']})   ")
+        self.query_one("#compare-legend", Static).update(legend)
+
+    def action_bands(self) -> None:
+        if not any(len(ids) > 1 for ids in self.groups.values()):
+            self.notify("no group of 2+ runs here: group the runs table first (g), select runs, then c",
+                        severity="warning")
+            return
+        self.panel.bands = not self.panel.bands
+        self._show_legend()
+        self.panel.refresh_plots()
 
     def action_export(self) -> None:
         from app.widgets.export import export_view

@@ -371,6 +371,8 @@ class RunDetailScreen(KrlScreen):
         step_moved = message.run.get("last_step") != self._last_step
         self._last_step = message.run.get("last_step")
         panels = self.query(CurvesPanel)
+        for panel in panels:
+            panel.set_segments(message.run.get("segments") or [])  # resumes marked on the curves
         if first:
             self._add_cluster_tab()
             for panel in panels:

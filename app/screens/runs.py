@@ -367,7 +367,12 @@ class RunsScreen(KrlScreen):
         if not 2 <= len(chosen) <= 8:
             self.notify("select 2–8 runs with space, then press c", severity="warning")
             return
-        self.app.open_compare(chosen)
+        groups: dict[str, list[int]] = {}
+        if self.group_by:  # grouped runs compare as groups: each group's mean ± std (b in compare toggles)
+            for row in self.rows:
+                if row.id in chosen:
+                    groups.setdefault(group_label(row, self.group_by, self.config_values), []).append(row.id)
+        self.app.open_compare(chosen, groups or None)
 
     def action_stop(self) -> None:
         row = self.current_row()

@@ -27,6 +27,7 @@ class Series:
     ys: Sequence[float]
     style: Style
     label: str | None = None
+    band_low: Sequence[float] | None = None  # set: the area between band_low and ys is filled (a band), no line
 
 
 def nice_ticks(low: float, high: float, most: int) -> list[float]:
@@ -92,6 +93,16 @@ def _line_dots(px: np.ndarray, py: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.append(xs, px[-1]), np.append(ys, py[-1])
 
 
+def _band_dots(px: np.ndarray, top: np.ndarray, bottom: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every dot between two curves over the same x dots (a filled band), column by column."""
+    columns = np.arange(int(px.min()), int(px.max()) + 1)
+    upper = np.rint(np.interp(columns, px, top)).astype(np.int64)
+    lower = np.rint(np.interp(columns, px, bottom)).astype(np.int64)
+    spans = [np.arange(min(a, b), max(a, b) + 1) for a, b in zip(upper, lower)]
+    xs = np.repeat(columns, [len(span) for span in spans])
+    return xs, np.concatenate(spans) if spans else np.array([], dtype=np.int64)
+
+
 def _view(xy: tuple[np.ndarray, np.ndarray], x_range: tuple[float, float] | None,
           log_y: bool) -> tuple[np.ndarray, np.ndarray]:
     """The points inside the x range, with y as log10 (only positive values) for a log-scale plot."""
@@ -107,10 +118,13 @@ def _view(xy: tuple[np.ndarray, np.ndarray], x_range: tuple[float, float] | None
 
 def render_plot(series: Sequence[Series], width: int, height: int, title: str | Text = "", x_label: str = "",
                 empty_note: str = "no data yet", log_y: bool = False, x_range: tuple[float, float] | None = None,
-                cursor_x: float | None = None, integer_x: bool = False) -> Text:
+                cursor_x: float | None = None, integer_x: bool = False, x_unit: str = "",
+                markers: Sequence[float] = ()) -> Text:
     """The whole plot as `height` lines of `width` cells. Later series draw over earlier ones.
     log_y: y on a log10 scale (points <= 0 left out); x_range: only that span of x; cursor_x: a vertical marker.
-    integer_x: x is a count (steps), so its ticks are whole numbers."""
+    integer_x: x is a count (steps), so its ticks are whole numbers. x_unit: a short form of x_label, kept on a
+    plot too narrow for the whole label (the rightmost tick labels give way to it). markers: x values marked by a
+    dotted vertical line where no curve is drawn (where a resumed run's new segment began)."""
     width, height = max(width, 12), max(height, 5)
     out = Text(no_wrap=True, overflow="crop")
     heading = title if isinstance(title, Text) else Text(title[:width].center(width).rstrip(), TITLE_STYLE)
@@ -118,6 +132,8 @@ def render_plot(series: Sequence[Series], width: int, height: int, title: str | 
     out.append_text(heading)
     out.append("\n")
     points = [(_view(_finite(s), x_range, log_y), s) for s in series]
+    lows = {id(s): _view(_finite(Series(s.xs, s.band_low, s.style)), x_range, log_y)[1] for s in series
+            if s.band_low is not None}
     points = [(xy, s) for xy, s in points if len(xy[0])]
     canvas_rows = height - 3  # title above; axis line and tick labels below
     if not points:
@@ -128,7 +144,7 @@ def render_plot(series: Sequence[Series], width: int, height: int, title: str | 
     x_low, x_high = _range([xy[0] for xy, _ in points])
     if x_range is not None and x_range[1] > x_range[0]:
         x_low, x_high = x_range
-    y_low, y_high = _range([xy[1] for xy, _ in points])
+    y_low, y_high = _range([xy[1] for xy, _ in points] + [low for low in lows.values() if len(low)])
     y_ticks = nice_ticks(y_low, y_high, max(2, canvas_rows // 2))
     if log_y:  # decades where the range spans two or more, labelled by their value
         decades = [v for v in y_ticks if float(v).is_integer()]
@@ -153,13 +169,22 @@ def render_plot(series: Sequence[Series], width: int, height: int, title: str | 
     owner = np.full((canvas_rows, columns), -1, dtype=np.int64)
     styles = []
     for index, ((xs, ys), one) in enumerate(points):
-        px, py = _line_dots(to_dot_x(xs), to_dot_y(ys))
+        if id(one) in lows and len(lows[id(one)]) == len(ys):
+            px, py = _band_dots(to_dot_x(xs), to_dot_y(ys), to_dot_y(lows[id(one)]))
+        else:
+            px, py = _line_dots(to_dot_x(xs), to_dot_y(ys))
         rows, cols = py // 4, px // 2
         np.bitwise_or.at(cells, (rows, cols), _DOT_BITS[py % 4, px % 2])
         owner[rows, cols] = index
         styles.append(one.style)
 
-    styles.append(AXIS_STYLE)  # the cursor line, where no series is drawn
+    styles.append(AXIS_STYLE)  # the cursor line and segment markers, where no series is drawn
+    for marker in markers:
+        if x_low < marker <= x_high:
+            dot = int(to_dot_x(np.array([marker]))[0])
+            column = cells[:, dot // 2]
+            column[column == 0] = 0x05 if dot % 2 == 0 else 0x28  # two dots of four: dotted, unlike the cursor
+            owner[:, dot // 2] = np.where(owner[:, dot // 2] < 0, len(points), owner[:, dot // 2])
     if cursor_x is not None and x_low <= cursor_x <= x_high:
         dot = int(to_dot_x(np.array([cursor_x]))[0])
         column = cells[:, dot // 2]  # a view: writing it writes the canvas
@@ -206,5 +231,9 @@ def render_plot(series: Sequence[Series], width: int, height: int, title: str | 
     tick_line = "".join(labels).rstrip()
     if x_label and len(tick_line) + len(x_label) + 2 <= width:
         tick_line = tick_line.ljust(width - len(x_label)) + x_label
+    elif x_unit:
+        while tick_line and len(tick_line) + len(x_unit) + 2 > width:  # drop whole tick labels, never cut one
+            tick_line = tick_line[:tick_line.rstrip().rfind(" ") + 1].rstrip() if " " in tick_line.strip() else ""
+        tick_line = tick_line.ljust(width - len(x_unit)) + x_unit
     out.append(tick_line, AXIS_STYLE)
     return out

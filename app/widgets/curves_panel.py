@@ -104,6 +104,10 @@ class CurvesPanel(Horizontal):
         self._restored = False
         self._last_refresh = 0.0
         self._refresh_pending = False
+        self.segment_starts: list[tuple[int, float]] = []  # (start step, start time) of each resumed segment
+        # Groups of the runs table ({label: run ids}); with bands on, each draws as mean ± std instead of its runs.
+        self.groups: dict[str, list[int]] = {}
+        self.bands = False
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="metric-picker"):
@@ -150,6 +154,26 @@ class CurvesPanel(Horizontal):
             self.selected = defaults if defaults or self.only is None else keys[:MAX_PLOTS]
         self._fill_list(self.filter_text)
         self._sync_plots()
+
+    def set_segments(self, segments: Sequence[dict[str, Any]]) -> None:
+        """A run's segments (its row's `segments`): every one after the first is marked on the plots."""
+        starts = [(int(s.get("start_step") or 0), float(s.get("started_at") or 0.0)) for s in segments[1:]
+                  if isinstance(s, dict)]
+        if starts != self.segment_starts:
+            self.segment_starts = starts
+            if self.query("#plot-grid"):  # not before the children are mounted
+                self._redraw()
+
+    def _markers(self) -> tuple[float, ...]:
+        """Segment starts in the x axis's units: the step, or minutes since the run's first logged point."""
+        if not self.segment_starts or self.runs:
+            return ()
+        if self.x_axis == "step":
+            return tuple(float(step) for step, _ in self.segment_starts)
+        origins = [s.wall_times[0] for per_run in self._series.values() for s in per_run.values() if s.wall_times]
+        if not origins:
+            return ()
+        return tuple((wall - min(origins)) / 60 for _, wall in self.segment_starts)
 
     def show_series(self, series: dict[str, Any], step_range: Optional[tuple[int, int]] = None) -> None:
         """{key: Series} for a one-run panel, or {key: {run id: Series}} for several runs; `step_range`: the data
@@ -221,7 +245,7 @@ class CurvesPanel(Horizontal):
         self._zoom_series, self._zoom_for = {}, None
         if self.x_range is not None and self.x_axis == "step":
             self._zoom_for = (math.floor(self.x_range[0]), math.ceil(self.x_range[1]))
-            self.post_message(self.Wanted(self.selected[:MAX_PLOTS], self.plot_width(), self._zoom_for))
+            self.post_message(self.Wanted(self.plotted(), self.plot_width(), self._zoom_for))
         self._redraw()
 
     def plot_width(self) -> int:
@@ -230,6 +254,19 @@ class CurvesPanel(Horizontal):
         # Before the first layout the grid has no size; estimate from the screen (minus the metric picker).
         width = grid.size.width or max(40, self.app.size.width - 36)
         return points_for_width(width)
+
+    def refresh_plots(self) -> None:
+        """Draw the plots again from the series held (after a change of how they are drawn, such as bands)."""
+        self._redraw()
+
+    def plotted(self) -> list[str]:
+        """The keys drawn: the selected ones the filter lets through (a filter narrows the plots, not only the
+        picker; an invalid pattern narrows nothing), at most MAX_PLOTS."""
+        try:
+            matches = metric_matcher(self.filter_text)
+        except ValueError:
+            matches = None
+        return [k for k in self.selected if matches is None or matches(k)][:MAX_PLOTS]
 
     def plots(self) -> list[RewardPlot]:
         return list(self.query_one("#plot-grid").query(RewardPlot))
@@ -262,6 +299,7 @@ class CurvesPanel(Horizontal):
             self.filter_text = event.value
             self._fill_list(event.value)
             save_choices(self.remember_as, self.choices())
+            self._sync_plots()
 
     def on_selection_list_selected_changed(self, event: SelectionList.SelectedChanged) -> None:
         event.stop()
@@ -276,7 +314,7 @@ class CurvesPanel(Horizontal):
 
     def _sync_plots(self) -> None:
         grid = self.query_one("#plot-grid", VerticalScroll)
-        wanted = [k for k in self.selected if k in self.all_keys or not self.all_keys][:MAX_PLOTS]
+        wanted = [k for k in self.plotted() if k in self.all_keys or not self.all_keys]
         existing = {p.id: p for p in grid.query(RewardPlot)}
         wanted_ids = [plot_id(k) for k in wanted]
         for pid, plot in existing.items():
@@ -304,7 +342,7 @@ class CurvesPanel(Horizontal):
     def _refresh_now(self) -> None:
         self._refresh_pending = False
         self._last_refresh = time.monotonic()
-        self.post_message(self.Wanted(self.selected[:MAX_PLOTS], self.plot_width()))
+        self.post_message(self.Wanted(self.plotted(), self.plot_width()))
 
     def _lines(self) -> list[RunLine]:
         return self.runs or [RunLine(SINGLE, "", "primary")]
@@ -315,26 +353,47 @@ class CurvesPanel(Horizontal):
             return [(w - start) / 60 for w in series.wall_times]
         return [float(s) for s in series.steps]
 
+    def band_curves(self, key: str, per_run: dict[int, Series]) -> list[Curve]:
+        """One curve per group of 2+ runs: the mean, with mean ± std as its band (x by step); lone runs as they
+        are. Colours are those of each group's first run."""
+        from app.widgets.bands import mean_std_band
+
+        lines = {line.run_id: line for line in self._lines()}
+        out = []
+        for label, run_ids in self.groups.items():
+            members = [i for i in run_ids if i in per_run and i in lines]
+            if not members:
+                continue
+            xs, mean, std, _count = mean_std_band([(self._xs(per_run[i]), per_run[i].values) for i in members])
+            band = ([m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)]) if len(members) > 1 \
+                else None
+            out.append(Curve(f"{label} (n={len(members)})", xs, mean, lines[members[0]].colour, run=label, band=band))
+        return out
+
     def _shown_curves(self) -> dict[str, list[Curve]]:
         out = {}
-        for key in self.selected[:MAX_PLOTS]:
+        for key in self.plotted():
             per_run = self._zoom_series.get(key) if self._zoom_for and self.x_range else None
             per_run = per_run or self._series.get(key)
             if per_run is None:
+                continue
+            if self.bands and self.groups:
+                out[key] = self.band_curves(key, per_run)
                 continue
             out[key] = [Curve(line.label or key, self._xs(per_run[line.run_id]), per_run[line.run_id].values,
                               line.colour, run=line.label) for line in self._lines() if line.run_id in per_run]
         return out
 
     def _full_x_range(self) -> Optional[tuple[float, float]]:
-        xs = [x for per_run in (self._series.get(k) for k in self.selected[:MAX_PLOTS]) if per_run
+        xs = [x for per_run in (self._series.get(k) for k in self.plotted()) if per_run
               for line in self._lines() if line.run_id in per_run for x in self._xs(per_run[line.run_id])]
         return (min(xs), max(xs)) if xs and max(xs) > min(xs) else None
 
     def _redraw(self, only: set[str] | None = None) -> None:
         shown = 0
         label = "minutes since start" if self.x_axis == "time" else "step"
-        view = PlotView(self.smoothing, label, self.log_y, self.x_range, self.cursor_x)
+        view = PlotView(self.smoothing, label, self.log_y, self.x_range, self.cursor_x, legend=not self.runs,
+                        markers=self._markers())
         for key, curves in self._shown_curves().items():
             shown += sum(len(c.xs) for c in curves)
             if only is not None and key not in only:
@@ -342,8 +401,9 @@ class CurvesPanel(Horizontal):
             plots = self.query_one("#plot-grid").query(f"#{plot_id(key)}")
             if plots:
                 plots.first(RewardPlot).draw(curves, self.smoothing, label, view)
-        extra = f" · {len(self.selected) - MAX_PLOTS} more selected (showing {MAX_PLOTS})" \
-            if len(self.selected) > MAX_PLOTS else ""
+        plotted = len(self.plotted())
+        hidden = len([k for k in self.selected if k in self.all_keys]) - plotted
+        extra = f" · {hidden} selected hidden by the filter or past {MAX_PLOTS} plots" if hidden > 0 else ""
         if not self.all_keys:
             what = f"metrics matching {self.only.pattern}" if self.only else "metrics"
             self.query_one("#curve-status", Static).update(Text(f"this run has recorded no {what} (yet)"))

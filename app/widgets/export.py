@@ -1,5 +1,6 @@
 """Export what a view shows: each plot as an SVG of its own drawing, the plotted series as one CSV (raw and smoothed
-values, by run and x), and the whole screen as an SVG through Textual's screenshot. PNG is not offered."""
+values, by run and x), each plot as a PNG of its curves (app/widgets/png.py: no labels), and the whole screen as
+an SVG through Textual's screenshot."""
 
 from __future__ import annotations
 
@@ -59,13 +60,37 @@ def write_plot_svgs(folder: Path, stem: str, plots: Iterable[RewardPlot]) -> lis
     return paths
 
 
+def write_plot_pngs(folder: Path, stem: str, plots: Iterable[RewardPlot], background: tuple[int, int, int],
+                    foreground: tuple[int, int, int]) -> list[Path]:
+    """Each plot's current drawing as a PNG (its dots and axes in the theme's colours; tick labels only in the SVG)."""
+    from app.widgets.png import plot_pixels, write_png
+
+    paths = []
+    for plot in plots:
+        width, height, rows = plot_pixels(plot.render(), background, foreground)
+        paths.append(write_png(folder / f"{stem}-{safe_stem(plot.plot_title)}.png", width, height, rows))
+    return paths
+
+
+def theme_rgb(app, variable: str, fallback: tuple[int, int, int]) -> tuple[int, int, int]:
+    from textual.color import Color
+
+    try:
+        colour = Color.parse(app.theme_variables.get(variable) or "")
+    except Exception:
+        return fallback
+    return (colour.r, colour.g, colour.b)
+
+
 def export_view(app, plots: Sequence[RewardPlot], name: str, run_name: str = "") -> list[Path]:
-    """Screen SVG + one SVG per plot + the series CSV under <workspace>/exports; returns the files written."""
+    """Screen SVG + one SVG and one PNG per plot + the series CSV under <workspace>/exports; the files written."""
     folder = export_folder(app.workspace)
     stem = f"{safe_stem(name)}-{stamp()}"
     written = [Path(app.save_screenshot(filename=f"{stem}-screen.svg", path=str(folder)))]
     if plots:
         written += write_plot_svgs(folder, stem, plots)
+        written += write_plot_pngs(folder, stem, plots, theme_rgb(app, "background", (30, 30, 30)),
+                                   theme_rgb(app, "foreground", (220, 220, 220)))
         csv_path = folder / f"{stem}-series.csv"
         write_series_csv(csv_path, plots, run_name)
         written.append(csv_path)

@@ -42,6 +42,7 @@ class Curve:
     ys: list[float]
     colour: str  # a theme variable name such as "series-1"
     run: str = ""  # the run it belongs to, where several are overlaid ("" on a single run's plots)
+    band: Optional[tuple[list[float], list[float]]] = None  # (low, high) around ys: a group's mean ± std
 
 
 @dataclass
@@ -53,6 +54,8 @@ class PlotView:
     log_y: bool = False
     x_range: Optional[tuple[float, float]] = None
     cursor_x: Optional[float] = None
+    legend: bool = True  # False where the screen names each run's colour itself (compare): none over the curves
+    markers: tuple[float, ...] = ()  # x where a resumed run's later segments began
 
 
 def curve_stats(curve: Curve, x_range: Optional[tuple[float, float]] = None) -> Optional[tuple[float, float, float]]:
@@ -143,16 +146,25 @@ class RewardPlot(Widget):
         overlaid = len(self._curves) > 1
         show_raw = view.smoothing > 0 and not overlaid
         for curve in self._curves:
+            if curve.band is not None:  # the spread first, faint, so the mean line draws over it
+                style = self._style(curve.colour) + Style(dim=True)
+                series.append(Series(curve.xs, curve.band[1], style, band_low=curve.band[0]))
             if show_raw:
                 series.append(Series(curve.xs, curve.ys, self._style("raw-curve")))
             label = None
-            if overlaid:
+            if overlaid and view.legend:
                 stats = curve_stats(curve, view.x_range)
                 label = curve.label + (f" {fmt(stats[0])} [{fmt(stats[1])}–{fmt(stats[2])}]" if stats else "")
             series.append(Series(curve.xs, debiased_ema(curve.ys, view.smoothing), self._style(curve.colour), label))
         return render_plot(series, self.size.width, self.size.height, self.title_text(self.size.width), view.x_label,
                            log_y=view.log_y, x_range=view.x_range, cursor_x=view.cursor_x,
-                           integer_x=view.x_label == "step")
+                           integer_x=view.x_label == "step", x_unit=short_unit(view.x_label),
+                           markers=view.markers)
+
+
+def short_unit(x_label: str) -> str:
+    """The x unit in a few letters, shown where the whole axis label has no room (narrow plots)."""
+    return "min" if x_label.startswith("minutes") else ""
 
 
 def fmt(value: Optional[float]) -> str:

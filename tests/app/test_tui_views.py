@@ -114,7 +114,8 @@ async def test_curve_choices_are_remembered_per_run(recorded_demo, workspace):
         panel = panel_of(app)
         assert (panel.selected, panel.smoothing, panel.log_y) == chosen
         assert app.screen.query_one("#curves-panel #metric-filter", Input).value == "env/all/*rate"
-        assert sorted(p.plot_title for p in panel.plots()) == sorted(chosen[0])
+        # The filter narrows the plots too (issue 26 item 20): only the kept key it lets through is drawn.
+        assert [p.plot_title for p in panel.plots()] == [shown[0]]
 
 
 async def test_compare_overlays_every_run_on_every_plot_and_filters(two_runs):
