@@ -16,9 +16,13 @@ from evaluator.slot.outcome import ProtocolBreach, TaskEnded
 
 CLOCK_JUDGE_WALL = "judge_wall"  # the judge's clock around a synchronised batch (GPU)
 CLOCK_TASK_CPU = "task_cpu"  # CPU time of the task's processes, from the kernel (CPU mode)
-BATCH_TARGET_S = {"cuda": 0.005, "cpu": 0.005}  # GPU: a pipe round trip (~0.1 ms) hardly counts; CPU: charged CPU time
-STAGING_BUDGET_BYTES = {"cuda": 2 << 30, "cpu": 16 << 20}  # per side (runner, judge) and slot: distinct value sets
-MAX_CALLS = {"cuda": 1024, "cpu": 4096}  # and never more than the staging budget holds
+# GPU: a pipe round trip (~0.1 ms) hardly counts. CPU: charged CPU time, where the runner's fixed cost per order
+# (0.15-0.5 ms on a loaded 2-core host) is charged to the candidate alone: 10 ms keeps that bias under ~5%.
+BATCH_TARGET_S = {"cuda": 0.005, "cpu": 0.010}
+STAGING_BUDGET_BYTES = {"cuda": 2 << 30, "cpu": 64 << 20}  # per side (runner, judge) and slot: distinct value sets
+# and never more than the staging budget holds. CPU: each call's value set is made on both sides (~25 us a set here),
+# which at 4096 calls cost ~0.8 s per evaluation of a 256-element problem; 2048 keeps a batch >= ~5 ms there.
+MAX_CALLS = {"cuda": 1024, "cpu": 2048}
 PICKED_PER_BATCH = 2  # two calls' outputs: the same answer for both (a replay) is told from a plain wrong one
 ROUNDS = {"cuda": 7, "cpu": 3}
 MAX_SPREAD = 0.25  # (p75 - p25) / median of the candidate's per-call times beyond this: measured again
@@ -26,6 +30,12 @@ RETRIES = {"cuda": 2, "cpu": 1}
 BASE_SETS = 2
 # Beyond the request's tolerances, the summation order's rounding of a projection (relative to its magnitude).
 PROJECTION_SLACK = 1e-4
+# CPU mode charges each side its batch alone: the runner's hand-over (file writes inside the sandbox, its projection
+# on its own heap) cost it 2-3x the judge's mirror of it, which read identical code as 0.4x at 1 MiB. Work a candidate
+# defers into its hand-over is still charged beyond this allowance: HAND_ALLOWANCE x the judge's own hand-over plus
+# HAND_ALLOWANCE_S (docs/slot.md, "What a candidate can influence").
+HAND_ALLOWANCE = 3.0
+HAND_ALLOWANCE_S = 0.002
 
 # Further measurements of the same task by other conventions (KernelBench's, evaluator/judging/kernelbench_timing.py):
 # each is called as hook(phase, result) after the judge's own rounds, while the device is still held, and may add
@@ -46,6 +56,7 @@ class TimingPhase:
         self.reference_projection: tuple = ([], [], [])
         self.candidate_projection: list[float] = []
         self.batch_only: dict[str, float] = {}
+        self.hand_excess = 0.0  # CPU: the most seconds a candidate's hand-over took beyond its allowance
 
     # ---- the two sides' batches
     def reference_batch(self, calls: int) -> float:
@@ -77,6 +88,12 @@ class TimingPhase:
                 return (time.thread_time_ns() - start) / 1e9
             finally:
                 torch.set_num_threads(threads)
+
+    def made_sets(self, salt: int, calls: int) -> list[list]:
+        """This round's value sets, made as the runner makes its own (judge.nudged_values of base i % 2, salt + i)."""
+        from evaluator.judging import judge
+
+        return [judge.nudged_values(self.bases[i % len(self.bases)], salt + i) for i in range(calls)]
 
     def reference_hand(self, picked: list[int], seed: int) -> float:
         """Seconds of the judge doing what the runner's hand-over does: write the picked outputs, project them all."""
@@ -113,8 +130,8 @@ class TimingPhase:
             return (self.charge.now() - before) / 1e9, answer
         return self.driver.answered_at - self.driver.sent_at, answer
 
-    def candidate_batch(self, calls: int, picked: list[int], seed: int) -> float:
-        """Seconds of the candidate's batch and hand-over (picked outputs, every output's projection)."""
+    def candidate_batch(self, calls: int, picked: list[int], seed: int) -> tuple[float, float]:
+        """Seconds of the candidate's batch and of its hand-over (picked outputs, every output's projection)."""
         seconds, _ = self.measured({"type": "run", "calls": calls}, "ran")
         self.batch_only["candidate"] = seconds
         hand_s, answer = self.measured({"type": "hand", "calls": picked, "seed": seed}, "handed")
@@ -123,7 +140,7 @@ class TimingPhase:
                 not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in projected):
             raise ProtocolBreach("its hand-over did not project every call of the batch")
         self.candidate_projection = [float(v) for v in projected]
-        return seconds + hand_s
+        return seconds, hand_s
 
     def check(self, picked: list[int]) -> None:
         """The picked outputs against the reference outputs of the same values; every call through its projection."""
@@ -156,11 +173,17 @@ class TimingPhase:
             if waited is None:
                 raise TaskEnded(Verdict.TIMEOUT, "The evaluation did not get the GPU for timing within its limit.")
             self.schedule.phases["device_wait"] = round(waited, 6)
+        import torch
+
+        threads = torch.get_num_threads()
+        if self.kind == "cpu":  # the judge's own work on one thread: on a loaded host a pool per small op stalls
+            torch.set_num_threads(1)  # (0.5-1.9 s to make 32 MiB of value sets with two threads, 30 ms with one)
         try:
             reference_ms, candidate_ms = self.rounds()
             for hook in EXTRA_TIMINGS.values():
                 hook(self, result)
         finally:
+            torch.set_num_threads(threads)
             if self.lock is not None:
                 self.lock.release()
         result.kernel_runtime = timing.summarize(candidate_ms)
@@ -196,31 +219,42 @@ class TimingPhase:
         from evaluator.judging import judge
 
         salt = self.stage(calls)
-        self.judge_sets = [judge.nudged_values(self.bases[i % len(self.bases)], salt + i) for i in range(calls)]
+        self.judge_sets = self.made_sets(salt, calls)
         picked = sorted(self.rng.sample(range(calls), min(PICKED_PER_BATCH, calls)))
         seed = self.rng.getrandbits(30)
-        times = {}
+        hands = {}
         for side in (("candidate", "reference") if candidate_first else ("reference", "candidate")):
             if side == "reference":
                 self.batch_only[side] = self.reference_batch(calls)
-                times[side] = self.batch_only[side] + self.reference_hand(picked, seed)
+                hands[side] = self.reference_hand(picked, seed)
             else:
-                times[side] = self.candidate_batch(calls, picked, seed)
+                _, hands[side] = self.candidate_batch(calls, picked, seed)
         self.check(picked)
-        return times["reference"] / calls, times["candidate"] / calls
+        reference, candidate = self.charged(hands["reference"], hands["candidate"])
+        return reference / calls, candidate / calls
+
+    def charged(self, reference_hand: float, candidate_hand: float) -> tuple[float, float]:
+        """(reference, candidate) seconds charged for this round's batch and hand-over. GPU: both, as measured (the
+        judge's clock; the hand-over's synchronisation catches work queued past the batch). CPU: the batches alone,
+        plus whatever the candidate's hand-over took beyond its allowance (work deferred out of the batch)."""
+        reference, candidate = self.batch_only["reference"], self.batch_only["candidate"]
+        if self.kind == "cuda":
+            return reference + reference_hand, candidate + candidate_hand
+        allowance = HAND_ALLOWANCE * reference_hand + HAND_ALLOWANCE_S
+        self.hand_excess = max(self.hand_excess, candidate_hand - allowance)
+        return reference, candidate + max(0.0, candidate_hand - allowance)
 
     def rounds(self) -> tuple[list[float], list[float]]:
-        warm = min(self.staged, 3)
-        self.one_round(warm, False)  # sized on the batches alone: the hand-over's cost does not grow with the calls
-        reference_s, candidate_s = self.batch_only["reference"] / warm, self.batch_only["candidate"] / warm
-        target = BATCH_TARGET_S[self.kind]
-        # The warm-up batch is short, so its pipe round trip inflates the candidate's estimate: never fewer calls than
-        # the reference would get (H100: batches of ~0.5 ms otherwise, unsteady and biased by the round trip).
-        reference_calls = int(target / max(reference_s, 1e-7))
-        calls = max(1, min(self.staged, max(reference_calls, int(target / max(candidate_s, 1e-7)))))
+        calls = self.sized(min(self.staged, 3))
+        if self.kind == "cpu" and calls > 3:
+            # The first calls are cold (15 us against 3 us per tiny call here): a batch sized on them came out at
+            # ~1 ms, where the runner's fixed cost per order (~0.1-0.2 ms) read identical code as 0.75x. Sized again
+            # on a batch of the estimated length.
+            calls = self.sized(calls)
         reference_ms: list[float] = []
         candidate_ms: list[float] = []
-        rounds = ROUNDS[self.kind]
+        # The request's timing_trials bounds the rounds (a cheap evaluation asks for few); each round is a batch.
+        rounds = max(1, min(ROUNDS[self.kind], int(self.task.request.timing_trials)))
         for attempt in range(RETRIES[self.kind] + 1):
             for index in range(rounds):
                 reference, candidate = self.one_round(calls, index % 2 == 1)
@@ -230,6 +264,17 @@ class TimingPhase:
                 return reference_ms[-rounds:], candidate_ms[-rounds:]
             self.schedule.phases["timing_retries"] = attempt + 1
         return reference_ms, candidate_ms
+
+    def sized(self, warm: int) -> int:
+        """Calls per batch for BATCH_TARGET_S, from one untimed round of `warm` calls (batches alone: the hand-over's
+        cost does not grow with the calls)."""
+        self.one_round(warm, False)
+        reference_s, candidate_s = self.batch_only["reference"] / warm, self.batch_only["candidate"] / warm
+        target = BATCH_TARGET_S[self.kind]
+        # A short batch's pipe round trip inflates the candidate's estimate: never fewer calls than the reference
+        # would get (H100: batches of ~0.5 ms otherwise, unsteady and biased by the round trip).
+        reference_calls = int(target / max(reference_s, 1e-7))
+        return max(1, min(self.staged, max(reference_calls, int(target / max(candidate_s, 1e-7)))))
 
     def stage(self, calls: int) -> int:
         """Fresh values for each call of the next batch (a memo from an earlier call or batch answers stale)."""
