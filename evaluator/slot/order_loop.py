@@ -71,7 +71,10 @@ def serve_orders(read_message, write_message, session: Any, exchange: Exchange) 
                 session.stage(bases, int(order["count"]), int(order["salt"]))
                 answer = {"type": "staged"}
             elif kind == "run":
-                session.run(int(order["calls"]))
+                if order.get("eager"):  # KernelBench's convention: each call flushed before and synchronised after
+                    session.run_eager(int(order["calls"]))
+                else:
+                    session.run(int(order["calls"]))
                 answer = {"type": "ran"}
             elif kind == "hand":
                 for call in order["calls"]:

@@ -16,6 +16,10 @@ from evaluator.slot.outcome import ProtocolBreach, TaskEnded
 
 CLOCK_JUDGE_WALL = "judge_wall"  # the judge's clock around a synchronised batch (GPU)
 CLOCK_TASK_CPU = "task_cpu"  # CPU time of the task's processes, from the kernel (CPU mode)
+# What `speedup` means when the slot timed it (the in-process path stamps contract.types.SPEEDUP_CONVENTION).
+SLOT_SPEEDUP_CONVENTION = ("judge_batches: reference timed in the judge, candidate charged around synchronised batches "
+                           "by the judge (its clock on a GPU, the task's CPU accounting on a CPU), rounds interleaved, "
+                           "median per-call time")
 # GPU: a pipe round trip (~0.1 ms) hardly counts. CPU: charged CPU time, where the runner's fixed cost per order
 # (0.15-0.5 ms on a loaded 2-core host) is charged to the candidate alone: 10 ms keeps that bias under ~5%.
 BATCH_TARGET_S = {"cuda": 0.005, "cpu": 0.010}
@@ -37,9 +41,10 @@ PROJECTION_SLACK = 1e-4
 HAND_ALLOWANCE = 3.0
 HAND_ALLOWANCE_S = 0.002
 
-# Further measurements of the same task by other conventions (KernelBench's, evaluator/judging/kernelbench_timing.py):
-# each is called as hook(phase, result) after the judge's own rounds, while the device is still held, and may add
-# fields to the result. It runs in the judge; it may order the runner through phase.driver like the rounds do.
+# Further measurements of the same task by other conventions (KernelBench's: evaluator/slot/kernelbench_phase.py, set
+# at the end of this module): each is called as hook(phase, result) after the judge's own rounds, while the device is
+# still held, and may add fields to the result. It runs in the judge; it may order the runner through phase.driver
+# (phase.measured, phase.stage) like the rounds do. A hook's figures are reported, never the reward's default.
 EXTRA_TIMINGS: dict[str, Callable[["TimingPhase", Any], None]] = {}
 
 
@@ -56,6 +61,8 @@ class TimingPhase:
         self.reference_projection: tuple = ([], [], [])
         self.candidate_projection: list[float] = []
         self.batch_only: dict[str, float] = {}
+        self.calls = 1  # calls per timed batch, once sized
+        self.staged = 1
         self.hand_excess = 0.0  # CPU: the most seconds a candidate's hand-over took beyond its allowance
 
     # ---- the two sides' batches
@@ -134,13 +141,17 @@ class TimingPhase:
         """Seconds of the candidate's batch and of its hand-over (picked outputs, every output's projection)."""
         seconds, _ = self.measured({"type": "run", "calls": calls}, "ran")
         self.batch_only["candidate"] = seconds
+        return seconds, self.candidate_hand(calls, picked, seed)
+
+    def candidate_hand(self, calls: int, picked: list[int], seed: int) -> float:
+        """Seconds of the runner's hand-over of its last batch: the picked outputs and every output's projection."""
         hand_s, answer = self.measured({"type": "hand", "calls": picked, "seed": seed}, "handed")
         projected = answer.get("projections")
         if not isinstance(projected, list) or len(projected) != calls or \
                 not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in projected):
             raise ProtocolBreach("its hand-over did not project every call of the batch")
         self.candidate_projection = [float(v) for v in projected]
-        return seconds, hand_s
+        return hand_s
 
     def check(self, picked: list[int]) -> None:
         """The picked outputs against the reference outputs of the same values; every call through its projection."""
@@ -189,6 +200,7 @@ class TimingPhase:
         result.kernel_runtime = timing.summarize(candidate_ms)
         result.reference_runtime = timing.summarize(reference_ms)
         result.timing_clock = CLOCK_JUDGE_WALL if self.kind == "cuda" else CLOCK_TASK_CPU
+        result.speedup_convention = SLOT_SPEEDUP_CONVENTION
         candidate = statistics.median(candidate_ms)
         result.speedup = statistics.median(reference_ms) / candidate if candidate > 0 else None
         self.speed_of_light(result, candidate)
@@ -251,6 +263,7 @@ class TimingPhase:
             # ~1 ms, where the runner's fixed cost per order (~0.1-0.2 ms) read identical code as 0.75x. Sized again
             # on a batch of the estimated length.
             calls = self.sized(calls)
+        self.calls = calls
         reference_ms: list[float] = []
         candidate_ms: list[float] = []
         # The request's timing_trials bounds the rounds (a cheap evaluation asks for few); each round is a batch.
@@ -292,3 +305,11 @@ def spread(values: list[float]) -> float:
     median = statistics.median(ordered)
     return (q3 - q1) / median if median > 0 else 0.0
 
+
+def _register_kernelbench() -> None:
+    from evaluator.slot import kernelbench_phase
+
+    EXTRA_TIMINGS.setdefault("kernelbench", kernelbench_phase.measure)
+
+
+_register_kernelbench()

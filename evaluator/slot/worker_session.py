@@ -95,6 +95,22 @@ class TaskSession(RunState):
         self._sync()
         self.outputs = outputs
 
+    def run_eager(self, calls: int) -> None:
+        """KernelBench's convention: each call after an L2 flush (GPU) and followed by a synchronisation, so the
+        judge's clock around the order sees every host gap. The flush is the runner's: the judge cannot verify it."""
+        _, _, new_model, watch = self.models
+        sets, outputs = self.sets, []
+        flusher = self.ctx.flusher if self.ctx.is_cuda else None
+        with self.torch.no_grad():
+            for index in range(calls):
+                if flusher is not None:
+                    flusher.flush()
+                watch.candidate_running = True
+                outputs.append(new_model(*sets[index % len(sets)]))
+                watch.candidate_running = False
+                self._sync()
+        self.outputs = outputs
+
     def output_of(self, call: int) -> Any:
         hack(runtime_rules.check_plain_outputs(self.outputs[call]))
         return self.outputs[call]

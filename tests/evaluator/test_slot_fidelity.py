@@ -103,3 +103,12 @@ def test_timing_trials_bounds_the_rounds(results):
     assert one.verdict == Verdict.CORRECT, one.error_message
     assert one.kernel_runtime.n == 1 and one.reference_runtime.n == 1
     assert three.kernel_runtime.n in (3, 6)  # 6: one retry of an unsteady measurement
+
+
+def test_the_slot_stamps_the_kernelbench_convention_beside_the_judges_speedup(results):
+    stamped, plain = results["kernelbench"], results["relu-256-0"]
+    assert stamped.verdict == Verdict.CORRECT, stamped.error_message
+    assert stamped.speedup is not None and stamped.speedup_convention  # the reward's default stays the judge's
+    assert stamped.kernel_runtime_kernelbench_ms > 0 and stamped.reference_runtime_kernelbench_ms > 0
+    assert 0.4 <= stamped.speedup_kernelbench <= 2.5  # identical code; a loose bound (three rounds, mean)
+    assert plain.speedup_kernelbench is None  # not asked for
