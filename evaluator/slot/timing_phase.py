@@ -265,6 +265,9 @@ class TimingPhase:
         self.one_round(warm, False)
         reference_s, candidate_s = self.batch_only["reference"] / warm, self.batch_only["candidate"] / warm
         target = BATCH_TARGET_S[self.kind]
+        if self.kind == "cpu":  # the slower side's batch near the target: a slow candidate (a process spawned per
+            # call) must not get the reference's thousands of calls, nor a slow reference the candidate's
+            return max(1, min(self.staged, int(target / max(reference_s, candidate_s, 1e-7))))
         # A short batch's pipe round trip inflates the candidate's estimate: never fewer calls than the reference
         # would get (H100: batches of ~0.5 ms otherwise, unsteady and biased by the round trip).
         reference_calls = int(target / max(reference_s, 1e-7))
