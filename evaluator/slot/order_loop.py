@@ -71,12 +71,17 @@ def serve_orders(read_message, write_message, session: Any, exchange: Exchange) 
                 session.stage(bases, int(order["count"]), int(order["salt"]))
                 answer = {"type": "staged"}
             elif kind == "run":
-                session.run(int(order["calls"]))
+                if order.get("eager"):  # KernelBench's convention: each call flushed before and synchronised after
+                    session.run_eager(int(order["calls"]))
+                else:
+                    session.run(int(order["calls"]))
                 answer = {"type": "ran"}
-            elif kind == "hand":
-                for call in order["calls"]:
+            elif kind == "hand":  # the projection of every output (seed), or the picked outputs (calls), or both
+                answer = {"type": "handed"}
+                if "seed" in order:
+                    answer["projections"] = session.projections(int(order["seed"]))
+                for call in order.get("calls", ()):
                     exchange.hand(f"call-{int(call)}", session.output_of(int(call)))
-                answer = {"type": "handed", "projections": session.projections(int(order["seed"]))}
             elif kind == "finish":
                 session.finish()
                 write_message({"type": "evidence", **session.evidence()})

@@ -80,7 +80,9 @@ class TaskSession(RunState):
         self.outputs = []
         if not self.ctx.is_cuda:  # the batch's outputs on pages already mapped, as the judge does for the reference
             timing.keep_freed_memory()
-            timing.reserve_touched_memory(2 * count * getattr(self, "output_bytes", 0))  # outputs + their projection
+            # outputs + the projection's stack, product and magnitude (slot/projection.py): a fresh runner otherwise
+            # faults on pages the long-lived judge already has (identical code read 0.4-0.5x at 1 MiB).
+            timing.reserve_touched_memory(4 * count * getattr(self, "output_bytes", 0))
         self._sync()
 
     def run(self, calls: int) -> None:
@@ -93,6 +95,22 @@ class TaskSession(RunState):
                 outputs.append(new_model(*sets[index % len(sets)]))
             watch.candidate_running = False
         self._sync()
+        self.outputs = outputs
+
+    def run_eager(self, calls: int) -> None:
+        """KernelBench's convention: each call after an L2 flush (GPU) and followed by a synchronisation, so the
+        judge's clock around the order sees every host gap. The flush is the runner's: the judge cannot verify it."""
+        _, _, new_model, watch = self.models
+        sets, outputs = self.sets, []
+        flusher = self.ctx.flusher if self.ctx.is_cuda else None
+        with self.torch.no_grad():
+            for index in range(calls):
+                if flusher is not None:
+                    flusher.flush()
+                watch.candidate_running = True
+                outputs.append(new_model(*sets[index % len(sets)]))
+                watch.candidate_running = False
+                self._sync()
         self.outputs = outputs
 
     def output_of(self, call: int) -> Any:

@@ -83,3 +83,9 @@ def test_a_stalled_runner_ends_at_its_limit_and_the_next_request_still_works(eva
 def test_skipping_the_batch_and_computing_only_the_picked_calls_gains_nothing(evaluator, results):
     result = evaluator.evaluate(request(attack("lazy_hand_over"), run_timeout_s=60.0))
     assert result.verdict != Verdict.CORRECT or result.speedup < FORGED_SPEEDUP, result.speedup
+
+
+def test_deferring_the_batch_into_the_hand_over_gains_nothing(evaluator, results):
+    # Computes every output only when the judge asks for their projection: charged there in full.
+    result = evaluator.evaluate(request(attack("deferred_batch"), run_timeout_s=60.0))
+    assert result.verdict != Verdict.CORRECT or result.speedup < FORGED_SPEEDUP, result.speedup
