@@ -30,17 +30,16 @@ def measure(phase: Any, result: Any) -> None:
     candidate_ms: list[float] = []
     for index in range(max(1, min(ROUNDS, int(request.timing_trials)))):  # timing_trials bounds the cost here too
         salt = phase.stage(calls)
-        phase.judge_sets = phase.made_sets(salt, calls)
         picked = sorted(phase.rng.sample(range(calls), min(2, calls)))
         seed = phase.rng.getrandbits(30)
         for side in (("candidate", "reference") if index % 2 else ("reference", "candidate")):
             # Each side is also charged its projection of every output, as in the judge's rounds: work a runner
             # defers from its eager calls must be done by then (a hole otherwise, the flush being unverifiable).
             if side == "reference":
-                seconds = reference_eager(phase, calls, flush)
+                seconds = reference_eager(phase, calls, salt, flush)
                 reference_ms.append((seconds + phase.reference_hand(picked, seed)) / calls * 1e3)
             else:
-                seconds, _ = phase.measured({"type": "run", "calls": calls, "eager": True}, "ran")
+                seconds, _ = phase.measured({"type": "run", "calls": calls, "salt": salt, "eager": True}, "ran")
                 candidate_ms.append((seconds + phase.candidate_hand(calls, picked, seed)) / calls * 1e3)
         phase.check(picked)  # the eager calls' outputs are checked like the judge's own batches
     reference, candidate = statistics.fmean(reference_ms), statistics.fmean(candidate_ms)
@@ -49,17 +48,19 @@ def measure(phase: Any, result: Any) -> None:
     result.speedup_kernelbench = reference / candidate if candidate > 0 else None
 
 
-def reference_eager(phase: Any, calls: int, flush: Optional[Any]) -> float:
+def reference_eager(phase: Any, calls: int, salt: int, flush: Optional[Any]) -> float:
     """Seconds of the reference over `calls` eager calls on this round's sets, as the runner does them: on a GPU each
-    call after an L2 flush and followed by a synchronisation, all on the judge's clock; on a CPU this thread's time."""
+    call after an L2 flush and followed by a synchronisation, all on the judge's clock; on a CPU this thread's time. The
+    sets are made from `salt` inside the timed region, as the runner makes its own."""
     import torch
 
-    model, sets, outputs = phase.task.model, phase.judge_sets, []
+    model, outputs = phase.task.model, []
     phase.outputs = outputs
     with torch.no_grad():
         if phase.kind == "cuda":
             torch.cuda.synchronize()
             start = time.perf_counter()
+            sets = phase.judge_sets = phase.made_sets(salt, calls)
             for index in range(calls):
                 if flush is not None:
                     flush.flush()
@@ -71,6 +72,7 @@ def reference_eager(phase: Any, calls: int, flush: Optional[Any]) -> float:
         timing.keep_freed_memory()
         timing.reserve_touched_memory(4 * calls * sol.tensor_bytes(phase.task.reference_outputs["timing-0"]))
         start = time.thread_time_ns()
+        sets = phase.judge_sets = phase.made_sets(salt, calls)
         for index in range(calls):
             outputs.append(model(*sets[index % len(sets)]))
         return (time.thread_time_ns() - start) / 1e9

@@ -68,13 +68,13 @@ def serve_orders(read_message, write_message, session: Any, exchange: Exchange) 
                 answer = {"type": "checked"}
             elif kind == "stage":
                 bases = [exchange.inputs(name) for name in order["sets"]]
-                session.stage(bases, int(order["count"]), int(order["salt"]))
+                session.stage(bases, int(order["count"]))
                 answer = {"type": "staged"}
             elif kind == "run":
                 if order.get("eager"):  # KernelBench's convention: each call flushed before and synchronised after
-                    session.run_eager(int(order["calls"]))
+                    session.run_eager(int(order["calls"]), int(order["salt"]))
                 else:
-                    session.run(int(order["calls"]))
+                    session.run(int(order["calls"]), int(order["salt"]))
                 answer = {"type": "ran"}
             elif kind == "hand":  # the projection of every output (seed), or the picked outputs (calls), or both
                 answer = {"type": "handed"}

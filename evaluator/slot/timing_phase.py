@@ -59,16 +59,18 @@ class TimingPhase:
         self.staged = 1
 
     # ---- the two sides' batches
-    def reference_batch(self, calls: int) -> float:
-        """Seconds of the reference over this round's `calls` sets, timed here; its outputs kept (self.outputs)."""
+    def reference_batch(self, calls: int, salt: int) -> float:
+        """Seconds of the reference over this round's `calls` sets, timed here, the making of the sets included (as the
+        runner makes its own inside its charged batch); the sets (self.judge_sets) and outputs (self.outputs) kept."""
         import torch
 
-        model, sets, outputs = self.task.model, self.judge_sets, []
+        model, outputs = self.task.model, []
         self.outputs = outputs
         with torch.no_grad():
             if self.kind == "cuda":
                 torch.cuda.synchronize()
                 start = time.perf_counter()
+                sets = self.judge_sets = self.made_sets(salt, calls)
                 for index in range(calls):  # outputs kept, as the runner keeps its own for the hand-over
                     outputs.append(model(*sets[index % len(sets)]))
                 torch.cuda.synchronize()
@@ -83,6 +85,7 @@ class TimingPhase:
             torch.set_num_threads(1)  # the candidate's runner works on one thread too (its CPU time is what counts)
             try:
                 start = time.thread_time_ns()
+                sets = self.judge_sets = self.made_sets(salt, calls)
                 for index in range(calls):
                     outputs.append(model(*sets[index % len(sets)]))
                 return (time.thread_time_ns() - start) / 1e9
@@ -121,9 +124,10 @@ class TimingPhase:
             return (self.charge.now() - before) / 1e9, answer
         return self.driver.answered_at - self.driver.sent_at, answer
 
-    def candidate_batch(self, calls: int, picked: list[int], seed: int) -> tuple[float, float]:
-        """Seconds of the candidate's batch and of its hand-over (picked outputs, every output's projection)."""
-        seconds, _ = self.measured({"type": "run", "calls": calls}, "ran")
+    def candidate_batch(self, calls: int, salt: int, picked: list[int], seed: int) -> tuple[float, float]:
+        """Seconds of the candidate's batch (its value sets made from `salt` inside it) and of its hand-over (picked
+        outputs, every output's projection)."""
+        seconds, _ = self.measured({"type": "run", "calls": calls, "salt": salt}, "ran")
         self.batch_only["candidate"] = seconds
         return seconds, self.candidate_hand(calls, picked, seed)
 
@@ -218,16 +222,15 @@ class TimingPhase:
         """(reference, candidate) seconds per call of one round: both sides on the same fresh value sets, each timed
         over its batch and its hand-over; then the judge's checks (untimed)."""
         salt = self.stage(calls)
-        self.judge_sets = self.made_sets(salt, calls)
         picked = sorted(self.rng.sample(range(calls), min(PICKED_PER_BATCH, calls)))
         seed = self.rng.getrandbits(30)
         hands = {}
         for side in (("candidate", "reference") if candidate_first else ("reference", "candidate")):
             if side == "reference":
-                self.batch_only[side] = self.reference_batch(calls)
+                self.batch_only[side] = self.reference_batch(calls, salt)
                 hands[side] = self.reference_hand(picked, seed)
             else:
-                _, hands[side] = self.candidate_batch(calls, picked, seed)
+                _, hands[side] = self.candidate_batch(calls, salt, picked, seed)
         self.check(picked)
         reference, candidate = self.charged(hands["reference"], hands["candidate"])
         return reference / calls, candidate / calls
@@ -274,11 +277,12 @@ class TimingPhase:
         return max(1, min(self.staged, max(reference_calls, int(target / max(candidate_s, 1e-7)))))
 
     def stage(self, calls: int) -> int:
-        """Fresh values for each call of the next batch (a memo from an earlier call or batch answers stale)."""
-        salt = self.rng.getrandbits(30)
-        self.driver.order({"type": "stage", "sets": [f"timing-{j}" for j in range(BASE_SETS)],
-                           "count": calls, "salt": salt}, "staged")
-        return salt
+        """The runner ready for a batch of `calls` (its base sets loaded, its pages mapped), and the salt of the batch's
+        fresh values (a memo from an earlier call or batch answers stale). The salt travels only with the charged `run`
+        order: a runner that knew the values here could compute every output off the clock."""
+        self.driver.order({"type": "stage", "sets": [f"timing-{j}" for j in range(BASE_SETS)], "count": calls},
+                          "staged")
+        return self.rng.getrandbits(30)
 
 
 def spread(values: list[float]) -> float:

@@ -28,6 +28,7 @@ class TaskSession(RunState):
         self.models: Optional[tuple] = None
         self.last_inputs: list = []
         self.sets: list[list] = []
+        self.bases: list[list] = []  # the timing base sets, on the device once staged
         self.outputs: list = []
 
     # ---- orders
@@ -68,16 +69,16 @@ class TaskSession(RunState):
     def _inputs_named(self, name: str, reference: Any) -> list:
         return self.pushed[name]
 
-    def stage(self, bases: list[list], count: int, salt: int) -> None:
-        """`count` distinct value sets for the next timed batches, made as the judge makes them (judge.nudged_values of
-        base set i % len(bases) with seed salt + i), so the judge can check any call's output it picks."""
+    def stage(self, bases: list[list], count: int) -> None:
+        """Ready for timed batches of up to `count` calls: the base sets on the device and (CPU) the batch's pages
+        mapped. The values themselves are made inside the charged batch, from the salt its order brings (make_sets):
+        a runner that knew them here could compute every output off the clock."""
         if not self.ctx.is_cuda:
             # CPU mode charges every thread of the task: one intra-op thread, as the reference has in the judge, so
             # no pool thread spins idle on the candidate's account (the guard's reset after a call restores more).
             self.torch.set_num_threads(1)
-        bases = [judge.to_device(b, self.ctx.device) for b in bases]
-        self.sets = [judge.nudged_values(bases[i % len(bases)], salt + i) for i in range(count)]
-        self.outputs = []
+        self.bases = [judge.to_device(b, self.ctx.device) for b in bases]
+        self.sets, self.outputs = [], []
         if not self.ctx.is_cuda:  # the batch's outputs on pages already mapped, as the judge does for the reference
             timing.keep_freed_memory()
             # outputs + the projection's stack, product and magnitude (slot/projection.py): a fresh runner otherwise
@@ -85,10 +86,18 @@ class TaskSession(RunState):
             timing.reserve_touched_memory(4 * count * getattr(self, "output_bytes", 0))
         self._sync()
 
-    def run(self, calls: int) -> None:
-        """A batch of calls, one staged set each, then a device-wide synchronisation: the judge's clock is around it."""
+    def make_sets(self, calls: int, salt: int) -> list:
+        """This batch's `calls` value sets, made as the judge makes them (judge.nudged_values of base set i % len(bases)
+        with seed salt + i), so the judge can check any call's output it picks."""
+        bases = self.bases
+        self.sets = [judge.nudged_values(bases[i % len(bases)], salt + i) for i in range(calls)]
+        return self.sets
+
+    def run(self, calls: int, salt: int) -> None:
+        """A batch of calls on fresh value sets made from `salt`, then a device-wide synchronisation: the judge's clock
+        (or the task's CPU accounting) is around all of it."""
         _, _, new_model, watch = self.models
-        sets, outputs = self.sets, []
+        sets, outputs = self.make_sets(calls, salt), []
         with self.torch.no_grad():
             watch.candidate_running = True
             for index in range(calls):
@@ -97,11 +106,11 @@ class TaskSession(RunState):
         self._sync()
         self.outputs = outputs
 
-    def run_eager(self, calls: int) -> None:
+    def run_eager(self, calls: int, salt: int) -> None:
         """KernelBench's convention: each call after an L2 flush (GPU) and followed by a synchronisation, so the
         judge's clock around the order sees every host gap. The flush is the runner's: the judge cannot verify it."""
         _, _, new_model, watch = self.models
-        sets, outputs = self.sets, []
+        sets, outputs = self.make_sets(calls, salt), []
         flusher = self.ctx.flusher if self.ctx.is_cuda else None
         with self.torch.no_grad():
             for index in range(calls):

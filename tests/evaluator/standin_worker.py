@@ -112,16 +112,17 @@ class StandinSession:
     def kernel_checks(self, inputs) -> None:
         pass
 
-    def stage(self, bases, count, salt) -> None:
+    def stage(self, bases, count) -> None:
+        self.bases = bases
+
+    def run(self, calls: int, salt: int) -> None:
         from evaluator.judging import judge
 
-        self.sets = [judge.nudged_values(bases[i % len(bases)], salt + i) for i in range(count)]
-
-    def run(self, calls: int) -> None:
+        self.sets = [judge.nudged_values(self.bases[i % len(self.bases)], salt + i) for i in range(calls)]
         self.outputs = [self.model(*self.sets[i % len(self.sets)]) for i in range(calls)]
 
-    def run_eager(self, calls: int) -> None:
-        self.run(calls)
+    def run_eager(self, calls: int, salt: int) -> None:
+        self.run(calls, salt)
 
     def output_of(self, call: int):
         return self.outputs[call]

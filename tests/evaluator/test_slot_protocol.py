@@ -85,6 +85,12 @@ def test_skipping_the_batch_and_computing_only_the_picked_calls_gains_nothing(ev
     assert result.verdict != Verdict.CORRECT or result.speedup < FORGED_SPEEDUP, result.speedup
 
 
+def test_computing_the_batch_when_it_is_staged_gains_nothing(evaluator, results):
+    # Stage is not charged; the batch's values come only with the charged run order, so nothing can be computed early.
+    result = evaluator.evaluate(request(attack("compute_at_stage"), run_timeout_s=60.0))
+    assert result.verdict != Verdict.CORRECT or result.speedup < FORGED_SPEEDUP, result.speedup
+
+
 def test_deferring_the_batch_into_the_hand_over_gains_nothing(evaluator, results):
     # Computes every output only when the judge asks for their projection: charged there in full.
     result = evaluator.evaluate(request(attack("deferred_batch"), run_timeout_s=60.0))

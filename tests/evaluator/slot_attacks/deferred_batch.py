@@ -9,7 +9,8 @@ import torch.nn as nn
 _session = importlib.import_module("evaluator.slot.worker_session").TaskSession
 
 
-def _run(self, calls):
+def _run(self, calls, salt):
+    self.make_sets(calls, salt)
     self.pending_calls = calls
     self.outputs = []
 
