@@ -37,6 +37,8 @@ from app.widgets.format import STATUS_COLOUR, fmt_float, fmt_speedup, fmt_steps,
 from app.widgets.log_tail import LogTail
 
 RECOVERY_EVENT_KINDS = ("retry", "checkpoint", "resume", "status")  # shown under the Checkpoints tab
+CHECKPOINT_COLUMNS = ("step", "name", "state path", "sampler path")
+EVENT_COLUMNS = ("time", "kind", "message")
 TABS = ("curves", "trajectories", "problems", "config", "checkpoints", "logs", "system", "distributions")
 OUTCOMES = [("all outcomes", "all"), ("solved", "solved"), ("never solved", "unsolved"), ("hack", "hack")] + \
     [(f"solved at turn {k}", f"turn:{k}") for k in range(8)]
@@ -81,6 +83,17 @@ def parse_step_range(text: str) -> tuple[Optional[int], Optional[int]]:
         return value, value
     low, high = text.split("-", 1)
     return (int(low) if low.strip() else None), (int(high) if high.strip() else None)
+
+
+def fill_measured(table: DataTable, columns: tuple[str, ...], rows: list[tuple]) -> None:
+    """Rows with columns as wide as their widest cell, measured here: two tables filled in one message left the
+    measuring to DataTable's idle pass, which a busy screen may not reach before it paints (cells cut at header width)."""
+    widths = [max([len(label)] + [len(str(row[index])) for row in rows]) for index, label in enumerate(columns)]
+    table.clear(columns=True)
+    for label, width in zip(columns, widths):
+        table.add_column(label, width=width)
+    for row in rows:
+        table.add_row(*row)
 
 
 class RunDetailScreen(KrlScreen):
@@ -190,11 +203,8 @@ class RunDetailScreen(KrlScreen):
                 "problem", "attempts", "solved", "solve rate", "best speedup", "hacks", "mean return",
                 "mean solve turn")
         elif tab == "checkpoints":
-            self.query_one("#checkpoints-table", DataTable).add_columns("step", "name", "state path", "sampler path")
-            events = self.query_one("#events-table", DataTable)
-            # Fixed widths: the table may fill after the tab first paints, and must not change shape when it does.
-            for label, width in (("time", 14), ("kind", 10), ("message", 72)):
-                events.add_column(label, width=width)
+            self.query_one("#checkpoints-table", DataTable).add_columns(*CHECKPOINT_COLUMNS)
+            self.query_one("#events-table", DataTable).add_columns(*EVENT_COLUMNS)
         elif tab == "system" and self.run is not None:
             self.query_one("#system-curves", CurvesPanel).set_keys(self.metric_keys, [])
         self._tab_ready.add(tab)
@@ -453,15 +463,12 @@ class RunDetailScreen(KrlScreen):
 
     def on_checkpoints_loaded(self, message: CheckpointsLoaded) -> None:
         if "checkpoints" in self._tab_ready:
-            table = self.query_one("#checkpoints-table", DataTable)
-            table.clear()
-            for row in message.rows:
-                table.add_row(row["step"], row["name"], row.get("state_path") or "–", row.get("sampler_path") or "–")
-            table = self.query_one("#events-table", DataTable)
-            table.clear()
-            for row in reversed(message.extra.get("events", [])):  # newest first
-                table.add_row(time.strftime("%m-%d %H:%M:%S", time.localtime(row["time"])), row["kind"],
-                              row["message"])
+            fill_measured(self.query_one("#checkpoints-table", DataTable), CHECKPOINT_COLUMNS,
+                          [(row["step"], row["name"], row.get("state_path") or "–", row.get("sampler_path") or "–")
+                           for row in message.rows])
+            fill_measured(self.query_one("#events-table", DataTable), EVENT_COLUMNS,
+                          [(time.strftime("%m-%d %H:%M:%S", time.localtime(row["time"])), row["kind"], row["message"])
+                           for row in reversed(message.extra.get("events", []))])  # newest first
 
     def _fill_trajectories(self, rows: list[dict[str, Any]], extra: dict[str, Any]) -> None:
         table = self.query_one("#traj-table", DataTable)
