@@ -556,7 +556,8 @@ class JudgeHost:
                          scratch_dir=self.slot.judge_dir)
         driver = TaskDriver(self.slot, runner, deadline, self.resident_limit or None,
                             spares=[spare for spare in self.spares if not spare.ready], on_spare=self._on_spare,
-                            group_memory=self.task_isolation.memory_bytes)
+                            group_memory=self.task_isolation.memory_bytes,
+                            group_oom_kills=group.oom_kills if (group := self.task_isolation.cgroup) else None)
 
         def on_started() -> None:
             write_message(self.result_fd, {"type": "started", "task": task_id})

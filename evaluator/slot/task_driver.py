@@ -25,10 +25,12 @@ class TaskDriver:
 
     def __init__(self, slot: Any, runner: Any, deadline: float, resident_limit: Optional[int] = None,
                  spares: tuple = (), on_spare: Optional[Callable[[Any], bool]] = None,
-                 group_memory: Optional[Callable[[], int]] = None):
+                 group_memory: Optional[Callable[[], int]] = None,
+                 group_oom_kills: Optional[Callable[[], int]] = None):
         self.slot, self.runner, self.deadline = slot, runner, deadline
         self.resident_limit = resident_limit
         self.group_memory = group_memory  # the task cgroup's charge: memfd, shm and tmpfs pages count too
+        self.group_oom_kills = group_oom_kills  # the kernel's backstop (a limit above the watch's) killed in the task
         self.on_spare = on_spare
         self.selector = selectors.DefaultSelector()
         self.selector.register(runner.result_r, selectors.EVENT_READ, "runner")
@@ -138,7 +140,15 @@ class TaskDriver:
             used = max(used, self.group_memory())
         if used > self.resident_limit:
             self.slot.counters.add("memory_kills")
-            raise TaskEnded(Verdict.RUNTIME_ERROR, (
-                f"The candidate used {used / 2**30:.1f} GiB of host memory, over the {self.resident_limit / 2**30:.1f} "
-                "GiB limit per evaluation, and was stopped. Keep host-side buffers small; work on the GPU tensors you "
-                "are given."))
+            raise TaskEnded(Verdict.RUNTIME_ERROR, self.memory_message(used))
+
+    def memory_message(self, used: Optional[int] = None) -> str:
+        amount = f"{used / 2**30:.1f}" if used is not None else "too many"  # the kernel's kill leaves no reading
+        amount += " GiB of host memory"
+        return (f"The candidate used {amount}, over the {(self.resident_limit or 0) / 2**30:.1f} GiB limit per "
+                "evaluation, and was stopped. Keep host-side buffers small; work on the GPU tensors you are given.")
+
+    def killed_for_memory(self) -> bool:
+        """The runner died because the kernel's memory backstop killed in the task's cgroup: the candidate went over
+        its limit between two of the watch's looks, the same fault the watch reports."""
+        return self.group_oom_kills is not None and self.group_oom_kills() > 0

@@ -49,7 +49,12 @@ def drive_task(slot: Any, runner: Any, driver: Any, task: Any, prebuilt: Optiona
         if not started:
             slot.discard(runner)
             return {"type": "infra", "why": "the runner died before the candidate ran"}
-        result = crashed(slot, runner, request, err_path)
+        if driver.killed_for_memory():
+            slot.discard(runner)
+            slot.counters.add("memory_kills")
+            result = verdict_result(request, Verdict.RUNTIME_ERROR, driver.memory_message())
+        else:
+            result = crashed(slot, runner, request, err_path)
     except SlotFailure as failure:
         slot.discard(runner)
         slot.counters.add("zygote_deaths")
