@@ -179,9 +179,9 @@ def zygote_main(control_fd: int, device: str, worker_module: str) -> int:
     die_with_parent()
     become_subreaper()
     set_dumpable(False)
-    from evaluator.isolation.limits import apply_limits as _apply_limits
+    from evaluator.isolation.limits import apply_limits
 
-    _apply_limits(json.loads(os.environ.pop("KRL_WORKER_LIMITS", "{}")))
+    apply_limits(json.loads(os.environ.pop("KRL_WORKER_LIMITS", "{}")))
     faulthandler.enable()  # a runner's segfault prints the Python stack, which names the candidate line
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)

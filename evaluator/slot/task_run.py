@@ -69,14 +69,14 @@ def drive_task(slot: Any, runner: Any, driver: Any, task: Any, prebuilt: Optiona
 
 
 def crashed(slot: Any, runner: Any, request: Any, err_path: str) -> Any:
-    from evaluator.isolation.exits import crash_report as _crash_report, describe_exit as _describe_exit, tail as _tail
+    from evaluator.isolation.exits import crash_report, describe_exit, tail
 
     returncode = slot.returncode_of(runner, EXIT_STATUS_WAIT_S)
     slot.discard(runner)
     slot.counters.add("crashes")
-    cause = _describe_exit(returncode) if returncode is not None else \
+    cause = describe_exit(returncode) if returncode is not None else \
         "it died (exit status unknown: the sandbox's zygote was gone)"
-    report = _crash_report(_tail(err_path, max_lines=40, max_chars=8000), runner.workdir or "/nonexistent") \
+    report = crash_report(tail(err_path, max_lines=40, max_chars=8000), runner.workdir or "/nonexistent") \
         if err_path else ""
     text = f"The worker process died while running the candidate: {cause}."
     if report:
