@@ -90,6 +90,37 @@ def nudged_values(values: list, seed: int) -> list:
     return nudged
 
 
+def nudged_batch(bases: list[list], salt: int, calls: int) -> list[list]:
+    """Value sets for a timed batch of `calls` calls: set i is base i % len(bases) with every floating-point element
+    scaled by its own factor in [1 - NUDGE, 1 + NUDGE], drawn from `salt` (the same sets for the same salt on the same
+    kind of device). Made with one draw and one multi-tensor multiply per base tensor, where nudged_values per call
+    costs several launches and ~50 us of host time, as much as a small kernel: both sides make their sets inside their
+    timed batch, so that cost compressed every small problem's speedup towards 1. Each set's tensors are allocations
+    of their own, as a call's inputs would be: no call can reach another call's values through its inputs' storage."""
+    count = len(bases)
+    made: list[list] = [[] for _ in range(calls)]
+    for base_index, values in enumerate(bases):
+        share = len(range(base_index, calls, count))
+        if share == 0:
+            continue
+        columns = []
+        for position, value in enumerate(values):
+            if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel() > 0:
+                generator = torch.Generator(device=value.device)
+                generator.manual_seed(salt * 1009 + base_index * 101 + position)
+                factors = torch.rand((share, *value.shape), generator=generator, device=value.device,
+                                     dtype=torch.float32)
+                factors.mul_(2 * NUDGE).add_(1 - NUDGE)
+                products = torch._foreach_mul([value.float()] * share, list(factors.unbind(0)))
+                del factors
+                columns.append(products if value.dtype == torch.float32 else [p.to(value.dtype) for p in products])
+            else:
+                columns.append([value] * share)
+        for k in range(share):
+            made[base_index + k * count] = [column[k] for column in columns]
+    return made
+
+
 def nudged_set_name(base: int, seed: int) -> str:
     """The name of timing value set `base` nudged with `seed`: what a timed call beyond the first few is given."""
     return f"nudged-{base}-{seed}"

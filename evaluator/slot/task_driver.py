@@ -20,6 +20,23 @@ class Deadline(Exception):
     """The task's limit passed while the judge waited on its runner."""
 
 
+TRACE_ENV = "KRL_EVAL_TRACE"
+
+
+def write_trace(driver: "TaskDriver", request_id: str, phases: dict) -> None:
+    """One JSON line per task into KRL_EVAL_TRACE: its phases and its orders (type, start, seconds to the answer)."""
+    path = os.environ.get(TRACE_ENV)
+    if not path or driver.trace is None:
+        return
+    import json
+
+    start = driver.trace[0][1] if driver.trace else 0.0
+    line = json.dumps({"request_id": request_id, "phases": phases,
+                       "orders": [(kind, round(at - start, 6), took) for kind, at, took in driver.trace]})
+    with open(path, "a") as handle:
+        handle.write(line + "\n")
+
+
 class TaskDriver:
     """Orders to one runner and its answers, with the slot's other duties (spares, zygote, memory) served meanwhile."""
 
@@ -43,6 +60,9 @@ class TaskDriver:
         self.memory_at = 0.0
         self.sent_at = self.answered_at = 0.0
         self.pending: list[dict[str, Any]] = []
+        # KRL_EVAL_TRACE=file: every order's type, when the judge began sending it and when its answer came, for
+        # tests/bench/bench_slot.py's breakdown of where a task's time goes (judge-side clocks only).
+        self.trace: Optional[list] = [] if os.environ.get(TRACE_ENV) else None
 
     def close(self) -> None:
         self.selector.close()
@@ -55,8 +75,12 @@ class TaskDriver:
         from evaluator.contract.framing import encode_message
 
         self.expect_silence()
+        begun = time.perf_counter()
         self.send_bytes(encode_message(message), deadline)
-        return self.answer(expected, name, deadline)
+        answer = self.answer(expected, name, deadline)
+        if self.trace is not None:
+            self.trace.append((str(message.get("type")), round(begun, 6), round(self.answered_at - begun, 6)))
+        return answer
 
     def send_bytes(self, data: bytes, deadline: Optional[float] = None) -> None:
         deadline = min(deadline or self.deadline, self.deadline)

@@ -7,7 +7,7 @@ from typing import Any, Callable, Optional
 
 from evaluator.contract.types import Verdict
 from evaluator.slot.outcome import RunnerGone, SlotFailure, TaskEnded, verdict_result
-from evaluator.slot.task_driver import Deadline
+from evaluator.slot.task_driver import Deadline, write_trace
 from evaluator.slot.task_judge import Schedule
 
 EXIT_STATUS_WAIT_S = 2.0
@@ -65,6 +65,7 @@ def drive_task(slot: Any, runner: Any, driver: Any, task: Any, prebuilt: Optiona
     result.gpu_name = device_name if task.device.startswith("cuda") else ""
     result.correctness_trials_total = request.correctness_trials
     result.phase_times_s.update(schedule.phases)
+    write_trace(driver, request.request_id, result.phase_times_s)
     return {"type": "result", "result": result.to_dict()}
 
 

@@ -87,16 +87,16 @@ class TaskSession(RunState):
         self._sync()
 
     def make_sets(self, calls: int, salt: int) -> list:
-        """This batch's `calls` value sets, made as the judge makes them (judge.nudged_values of base set i % len(bases)
-        with seed salt + i), so the judge can check any call's output it picks."""
-        bases = self.bases
-        self.sets = [judge.nudged_values(bases[i % len(bases)], salt + i) for i in range(calls)]
+        """This batch's `calls` value sets, made as the judge makes them (judge.nudged_batch of the base sets and the
+        salt), so the judge can check any call's output it picks."""
+        self.sets = judge.nudged_batch(self.bases, salt, calls)
         return self.sets
 
     def run(self, calls: int, salt: int) -> None:
         """A batch of calls on fresh value sets made from `salt`, then a device-wide synchronisation: the judge's clock
         (or the task's CPU accounting) is around all of it."""
         _, _, new_model, watch = self.models
+        self.outputs = []  # the last batch's outputs freed before this one's are made (one staging serves many)
         sets, outputs = self.make_sets(calls, salt), []
         with self.torch.no_grad():
             watch.candidate_running = True
@@ -110,6 +110,7 @@ class TaskSession(RunState):
         """KernelBench's convention: each call after an L2 flush (GPU) and followed by a synchronisation, so the
         judge's clock around the order sees every host gap. The flush is the runner's: the judge cannot verify it."""
         _, _, new_model, watch = self.models
+        self.outputs = []
         sets, outputs = self.make_sets(calls, salt), []
         flusher = self.ctx.flusher if self.ctx.is_cuda else None
         with self.torch.no_grad():

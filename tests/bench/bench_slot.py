@@ -161,6 +161,29 @@ def run(kind: str, n: int, slots: int, cache_dir: str) -> dict:
             "gpu_idle_share": gpu.idle_share()}
 
 
+def trace_summary(path: str) -> dict:
+    """Per task, from the judge's trace (KRL_EVAL_TRACE): mean count and seconds of each order type, and the judge's
+    own time between orders."""
+    if not os.path.exists(path):
+        return {}
+    tasks = [json.loads(line) for line in open(path)]
+    kinds: dict[str, list[float]] = {}
+    gaps = []
+    for task in tasks:
+        orders = task["orders"]
+        for kind, _, took in orders:
+            kinds.setdefault(kind, []).append(took)
+        if orders:
+            span = orders[-1][1] + orders[-1][2]
+            gaps.append(span - sum(took for _, _, took in orders))
+    n = max(1, len(tasks))
+    summary = {kind: {"per_task": round(len(v) / n, 1), "s_per_task": round(sum(v) / n, 4),
+                      "max_s": round(max(v), 4)} for kind, v in sorted(kinds.items())}
+    summary["judge_between_orders_s"] = round(statistics.mean(gaps), 4) if gaps else None
+    os.remove(path)
+    return summary
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=24)
@@ -172,7 +195,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as cache_dir:
         for kind in args.kinds.split(","):
             for slots in [int(s) for s in args.slots.split(",")]:
-                row = {"machine": platform.node(), **run(kind, args.n, slots, cache_dir)}
+                trace = os.path.join(cache_dir, f"trace-{kind}-{slots}.jsonl")
+                os.environ["KRL_EVAL_TRACE"] = trace  # read by the judge hosts the evaluator starts
+                row = {"machine": platform.node(), **run(kind, args.n, slots, cache_dir),
+                       "orders": trace_summary(trace)}
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     if args.out:
