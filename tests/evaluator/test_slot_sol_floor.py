@@ -12,23 +12,12 @@ from evaluator.slot import sol_floor
 from evaluator.slot.outcome import TaskEnded
 from evaluator.slot.task_judge import TaskJudge
 from evaluator.slot.timing_phase import CLOCK_JUDGE_WALL, CLOCK_TASK_CPU
-from tests.evaluator.candidates.harness import candidate
+from tests.evaluator.candidates.harness import candidate, int_matmul_reference
 
 H100 = "NVIDIA H100 80GB HBM3"
 L2 = 50 << 20
 N = 1024  # 2 * 1024^3 FLOPs: a floor of ~26 us on an H100, well above what the clock resolves
-MATMUL = f"""
-import torch
-import torch.nn as nn
-N = {N}
-class Model(nn.Module):
-    def forward(self, a, b):
-        return torch.matmul(a, b)
-def get_inputs():  # small integers: exact in TF32 (until nudged for timing)
-    return [torch.randint(-2, 3, (N, N)).float(), torch.randint(-2, 3, (N, N)).float()]
-def get_init_inputs():
-    return []
-"""
+MATMUL = int_matmul_reference(N)
 
 
 def timed(median_ms: float, clock: str = CLOCK_JUDGE_WALL, verdict: Verdict = Verdict.CORRECT) -> EvalResult:
@@ -106,7 +95,7 @@ def test_a_tf32_shortcut_through_the_slot_is_caught_and_honest_fp32_is_not(tmp_p
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
-    big = MATMUL.replace(f"N = {N}", "N = 4096")
+    big = int_matmul_reference(4096)
     evaluator = make_evaluator(str(tmp_path), devices="cuda:0")
     try:
         results = {name: evaluator.evaluate(EvalRequest(reference_source=big, candidate_source=candidate(file),
