@@ -87,6 +87,19 @@ def make_evaluator(cache_dir: str, **kwargs) -> Evaluator:
         return Evaluator(cache_dir=cache_dir, **kwargs)
 
 
+def module_evaluator(**kwargs):
+    """A module-scoped `evaluator` fixture over make_evaluator(**kwargs): one pool for every test of the module."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def evaluator(tmp_path_factory):
+        ev = make_evaluator(str(tmp_path_factory.mktemp("cache")), **kwargs)
+        yield ev
+        ev.close()
+
+    return evaluator
+
+
 def alive(pid: int) -> bool:
     """True if the process exists and is not a zombie."""
     try:
