@@ -15,11 +15,12 @@ from evaluator.slot.timing_phase import CLOCK_JUDGE_WALL
 COST_KEY = "sol_cost"  # the problem's FLOPs and bytes, kept in the judge's reference cache once counted
 
 
-def floor_ms(cost: sol.ProblemCost, spec: sol.DeviceSpec, precision: str, l2_bytes: int) -> Optional[float]:
+def floor_ms(cost: sol.ProblemCost, spec: sol.DeviceSpec, precision: str, l2_bytes: Optional[int]) -> Optional[float]:
     """The in-process path's floor (sol.hack_floor_ms: FLOPs at peak, inputs read from DRAM, the same margin), with
     the bytes an L2 of `l2_bytes` can hold taken off the inputs: the slot does not flush the L2 between timed calls,
-    and a call's value set is made just before it, so up to the L2's size of it may be read from the cache."""
-    from_dram = max(0, cost.input_bytes - max(0, l2_bytes))
+    and a call's value set is made just before it, so up to the L2's size of it may be read from the cache. An
+    unknown L2 size (None) leaves the bytes out: the FLOPs alone."""
+    from_dram = 0 if l2_bytes is None else max(0, cost.input_bytes - max(0, l2_bytes))
     return sol.hack_floor_ms(cost.flops, from_dram, spec, precision, cost.tf32_flops)
 
 
@@ -50,10 +51,12 @@ def problem_cost(task: Any) -> Optional[sol.ProblemCost]:
     return cost
 
 
-def device_l2_bytes(device: str) -> int:
+def device_l2_bytes(device: str) -> Optional[int]:
+    """The L2's size as the judge's torch reads it on its own device; None when this torch does not say."""
     import torch
 
-    return int(getattr(torch.cuda.get_device_properties(torch.device(device)), "L2_cache_size", 0) or 0)
+    size = getattr(torch.cuda.get_device_properties(torch.device(device)), "L2_cache_size", None)
+    return int(size) if size else None
 
 
 def check(task: Any, result: EvalResult, device_name: str, l2_bytes: Optional[int] = None) -> None:

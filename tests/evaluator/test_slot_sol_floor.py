@@ -60,6 +60,7 @@ def test_the_floor_is_the_in_process_one_less_what_the_l2_can_hold():
     assert sol_floor.floor_ms(streaming, spec, "fp32", L2) == pytest.approx(expected)
     small = sol.ProblemCost(flops=0, tf32_flops=0, input_bytes=L2 - 1, output_bytes=0, parameter_bytes=0)
     assert sol_floor.floor_ms(small, spec, "fp32", L2) is None  # may all sit in L2: nothing physical to judge
+    assert sol_floor.floor_ms(streaming, spec, "fp32", None) is None  # L2 size unknown: the bytes are left out
 
 
 def test_only_a_correct_result_timed_by_the_judges_gpu_clock_is_judged():
@@ -87,8 +88,9 @@ def test_a_time_below_the_floor_ends_the_task_as_a_named_hack(judge):
 
 @pytest.mark.gpu
 def test_a_tf32_shortcut_through_the_slot_is_caught_and_honest_fp32_is_not(tmp_path):
-    """Through the real slot on a GPU: an fp32 4096^3 matmul run on TF32 tensor cores beats the FP32 peak (the in-process
-    path's tf32_shortcut case); on nudged timing values TF32 may instead be out of tolerance. Honest fp32 stays correct."""
+    """Through the real slot on a GPU: an fp32 4096^3 matmul run on TF32 tensor cores beats the FP32 peak (the
+    in-process path's tf32_shortcut case); on nudged timing values TF32 may instead be out of tolerance. Honest fp32
+    stays correct."""
     import torch
 
     from tests.evaluator.pool_support import make_evaluator
