@@ -11,11 +11,12 @@ from evaluator.api import EvalRequest, Evaluator
 
 ROOT = str(Path(__file__).resolve().parents[2])
 
-REFERENCE = '''
+# The pool tests' ReLU problem, sized by N; the slot benchmarks size it too (tests/bench/slot_bench.py).
+RELU_REFERENCE = '''
 import torch
 import torch.nn as nn
 
-N = 256
+N = {n}
 
 
 class Model(nn.Module):
@@ -33,6 +34,7 @@ def get_inputs():
 def get_init_inputs():
     return []
 '''
+REFERENCE = RELU_REFERENCE.format(n=256)
 
 
 def candidate(forward_body: str, prelude: str = "") -> str:
