@@ -55,14 +55,28 @@ def lazy_factor(result: Optional[EvalResult], cfg: RewardConfig) -> float:
     lazy_min_credit + (1 - lazy_min_credit) * min(1, s / lazy_share_full). Faster kernels keep it all (an honest
     cuBLAS GEMM plus a fused epilogue at 1.1-2x has a small share and is paid in full), as do results without a
     profile (CPU mode, torch backend): no evidence, no penalty. Padding the own kernels with useless work to raise s
-    costs speed: at the defaults a padded lazy kernel never earns more than the unpadded one."""
+    costs speed: at the defaults a padded lazy kernel never earns more than the unpadded one.
+    The share is candidate-reported (see reported_share), so the rule only ever lowers the credit: a forged share
+    buys back at most (1 - lazy_min_credit) of the correctness weight, at speedups <= lazy_speedup_max, and never
+    more than a result without a profile keeps."""
     if result is None or result.verdict != Verdict.CORRECT or cfg.lazy_speedup_max <= 0:
         return 1.0
-    share = result.own_kernel_time_fraction
+    share = reported_share(result)
     speedup = chosen_speedup(result, cfg.speedup_timing)
     if share is None or speedup is None or speedup > cfg.lazy_speedup_max:
         return 1.0
-    return cfg.lazy_min_credit + (1.0 - cfg.lazy_min_credit) * min(1.0, max(0.0, share) / cfg.lazy_share_full)
+    return cfg.lazy_min_credit + (1.0 - cfg.lazy_min_credit) * min(1.0, share / cfg.lazy_share_full)
+
+
+def reported_share(result: Optional[EvalResult]) -> Optional[float]:
+    """own_kernel_time_fraction in [0, 1], or None. The number comes from the profiler in the candidate's own process
+    (the slot's runner, or the in-process worker): no judge can measure it, so a candidate can forge it (the slot's
+    judge only zeroes it for sources without kernels of their own, evaluator/slot/evidence.py). Everything the reward
+    pays on it is bounded by a weight: the lazy rule's (1 - lazy_min_credit) * weights.correctness, and
+    weights.own_kernel_share (0 by default) for the shaping term."""
+    if result is None or result.own_kernel_time_fraction is None:
+        return None
+    return min(1.0, max(0.0, result.own_kernel_time_fraction))
 
 
 def component_values(parsed: "ParsedResponse", result: Optional[EvalResult], cfg: RewardConfig,
@@ -90,7 +104,7 @@ def component_values(parsed: "ParsedResponse", result: Optional[EvalResult], cfg
         response_tokens = len(response_text) // CHARS_PER_TOKEN_ESTIMATE
     over = max(0, response_tokens - cfg.length_budget_tokens)
     length = -1.0 if parsed.truncated else 0.0 - min(1.0, over / cfg.length_budget_tokens)
-    own_share = (result.own_kernel_time_fraction or 0.0) if (correct and result is not None) else 0.0
+    own_share = (reported_share(result) or 0.0) if correct else 0.0  # candidate-reported: bounded by its weight
     return {"format": fmt, "compile": compiled, "correctness": correctness, "speed": speed,
             "thinking": thinking, "length": length, "own_kernel_share": own_share}
 

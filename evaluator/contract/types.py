@@ -102,7 +102,8 @@ class EvalResult:
     kernel_runtime: Optional[RuntimeStats] = None
     reference_runtime: Optional[RuntimeStats] = None
     speedup: Optional[float] = None  # reference median / kernel median
-    own_kernel_time_fraction: Optional[float] = None  # GPU time in the candidate's own kernels (reported, not judged)
+    # GPU time share in the candidate's own kernels: CANDIDATE-REPORTED (its own process's profiler), never judged
+    own_kernel_time_fraction: Optional[float] = None
     sol_time_ms: Optional[float] = None  # speed-of-light time of the problem on this GPU (evaluator/judging/sol.py)
     sol_fraction: Optional[float] = None  # sol_time_ms / kernel median: 1.0 is the hardware's limit
     # The same kernel timed in KernelBench's convention (eager back-to-back calls, host launch gaps included, CUDA

@@ -1,6 +1,15 @@
 """A seccomp filter keyed on one process's own pid: the calls that signal, reschedule, re-limit, trace or read another
 process are refused unless they name the caller itself (or 0, "myself"). Every runner shares the sandbox's uid with the
-zygote and the spare runners, so uid checks alone would let a candidate stop or slow them; this filter does not."""
+zygote and the spare runners, so uid checks alone would let a candidate stop or slow them; this filter does not.
+
+Threads: a seccomp filter sees the call's number, architecture, instruction pointer and argument values, nothing of the
+caller, so it cannot tell a thread id of the runner's own from the zygote's or a spare runner's (one PID namespace,
+ids handed out in turn). A thread reaches itself through 0 ("the calling thread" for affinity, scheduling and
+priority) and the runner's main thread through the runner's pid. A scheduling hint that names any other id (glibc's
+pthread_setaffinity_np and pthread_setschedparam name the thread's id even for the caller itself; libgomp and
+libtorch use them) is answered as done and does nothing (NO_EFFECT): no library sees an error for a hint it may make
+about its own threads, and no other process is touched. Signals, limits, tracing and memory stay refused (EPERM).
+"""
 
 from __future__ import annotations
 
@@ -52,6 +61,11 @@ RULES: dict[str, tuple[tuple[int, tuple], ...]] = {
     "pidfd_getfd": ((0, ()),),
 }
 
+# (syscall, argument index) checks whose failure returns 0 without running the call: scheduling hints only, where
+# doing nothing is a correct outcome for the caller (the kernel may always run a thread anywhere, at any priority).
+NO_EFFECT = {("sched_setaffinity", 0), ("sched_setscheduler", 0), ("sched_setparam", 0), ("sched_setattr", 0),
+             ("setpriority", 1), ("ioprio_set", 1)}
+
 # System call numbers of the two architectures our machines have (this filter is built without libseccomp).
 NUMBERS = {
     "x86_64": (0xC000003E, {
@@ -81,6 +95,7 @@ def filter_program(own_pid: int, machine: Optional[str] = None) -> Optional[byte
         return None
     arch, numbers = NUMBERS[machine]
     deny = _RET_ERRNO | errno.EPERM
+    no_effect = _RET_ERRNO | 0  # SECCOMP_RET_ERRNO with errno 0: the call returns 0 and is not run
     # Each syscall's check block: load an argument, jump to the next check when it holds an allowed value, else deny.
     blocks: list[tuple[int, list[bytes]]] = []
     for name, checks in RULES.items():
@@ -91,7 +106,7 @@ def filter_program(own_pid: int, machine: Optional[str] = None) -> Optional[byte
             for position, value in enumerate(values):
                 # On a match: skip the remaining compares and this check's deny.
                 body.append(_insn(_JEQ_K, len(values) - position, 0, value))
-            body.append(_insn(_RET_K, 0, 0, deny))
+            body.append(_insn(_RET_K, 0, 0, no_effect if (name, index) in NO_EFFECT else deny))
         body.append(_insn(_RET_K, 0, 0, _RET_ALLOW))
         blocks.append((numbers[name], body))
     head = [_insn(_LD_W_ABS, 0, 0, _SECCOMP_DATA_ARCH), _insn(_JEQ_K, 1, 0, arch), _insn(_RET_K, 0, 0, deny),

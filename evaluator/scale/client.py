@@ -7,19 +7,19 @@ import os
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Optional
 
 import httpx
 
-from evaluator.contract.types import EvalRequest, EvalResult, EvaluatorError, check_request
-from evaluator.scale.backpressure import evaluate_with_backpressure
+from evaluator.contract.types import EvalRequest, EvalResult, EvaluatorError
+from evaluator.scale.backpressure import QueuedEvaluator
 from evaluator.scale.stats import compile_stats
 
 DEFAULT_TOKEN_ENV = "KRL_EVAL_TOKEN"
 _RETRY_STATUS = (502, 503, 504)
 
 
-class HttpEvaluator:
+class HttpEvaluator(QueuedEvaluator):
     """Talks to a `krl serve` service at `url`. The token comes from `token` or the environment variable
     `token_env`. Transport errors and 502/503/504 are retried (`retries` times, exponential backoff honouring
     Retry-After); 401 and 400 are raised at once as EvaluatorError. At most `max_in_flight` requests are open at a
@@ -41,7 +41,7 @@ class HttpEvaluator:
         self._executor = ThreadPoolExecutor(max_in_flight, thread_name_prefix="krl-http-eval")
         self._open: set[Future] = set()
         self._lock = threading.Lock()
-        self._closing = False
+        self.closing = False
         _, health = self._call("GET", "/v1/health", ok=(200, 503))  # fails fast on a wrong URL or token
         self.cpu_mode = bool(health.get("cpu_mode"))
         self.devices = [self.url]
@@ -49,21 +49,12 @@ class HttpEvaluator:
     # ---------------------------------------------------------------- EvaluatorLike
 
     def submit(self, request: EvalRequest) -> "Future[EvalResult]":
-        check_request(request)
-        future: Future = Future()
-        future.set_running_or_notify_cancel()
+        future = self.running_future(request)
         with self._lock:
-            if self._closing:
-                raise EvaluatorError("the evaluator is closed; open a new one.")
+            self.refuse_when_closing()
             self._open.add(future)
         self._executor.submit(self._run, request, future)
         return future
-
-    def evaluate(self, request: EvalRequest) -> EvalResult:
-        return self.submit(request).result()
-
-    def evaluate_many(self, requests: Iterable[EvalRequest]) -> Iterator[EvalResult]:
-        return evaluate_with_backpressure(self.submit, requests)
 
     def stats(self) -> dict[str, Any]:
         _, data = self._call("GET", "/v1/workers")
@@ -73,20 +64,14 @@ class HttpEvaluator:
 
     def close(self) -> None:
         with self._lock:
-            if self._closing:
+            if self.closing:
                 return
-            self._closing = True
+            self.closing = True
             still_open = list(self._open)
         for future in still_open:
             _settle(future, error=EvaluatorError("the evaluator was closed before this request finished."))
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._http.close()
-
-    def __enter__(self) -> "HttpEvaluator":
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self.close()
 
     # ---------------------------------------------------------------- one request
 
@@ -114,7 +99,7 @@ class HttpEvaluator:
     def _call(self, method: str, path: str, ok: tuple[int, ...] = (200,), **kwargs: Any) -> tuple[int, Any]:
         last = ""
         for attempt in range(self._retries + 1):
-            if self._closing and path != "/v1/health":
+            if self.closing and path != "/v1/health":
                 raise EvaluatorError("the evaluator was closed before this request finished.")
             delay = min(10.0, self._backoff_s * 2 ** attempt)
             try:

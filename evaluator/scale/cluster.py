@@ -12,14 +12,14 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Optional
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from evaluator.contract.types import EvalRequest, EvalResult, EvaluatorBusy, EvaluatorError, check_request
+from evaluator.contract.types import EvalRequest, EvalResult, EvaluatorBusy, EvaluatorError
 from evaluator.local.evaluator import Evaluator
-from evaluator.scale.backpressure import evaluate_with_backpressure
+from evaluator.scale.backpressure import QueuedEvaluator
 from evaluator.scale.cluster_compile import (ActorState, BuildRefused, CompileActor, CompileFleet, first_line,
                                              infrastructure_result, install_build, release_dead_actor)
 
@@ -163,7 +163,7 @@ class _Slot:
     why: str = ""
 
 
-class ClusterEvaluator:
+class ClusterEvaluator(QueuedEvaluator):
     """An evaluator whose workers are Ray actors, one per GPU of every node (`num_gpus=1`, never a fraction: two
     timed evaluations never share a device), or `cpu_actors_per_node` CPU actors on nodes without GPUs. Each actor
     owns a local Evaluator (its pool, sandbox and compile workers run on that node), so an evaluation's reference and
@@ -220,7 +220,7 @@ class ClusterEvaluator:
         self._respawn_at: dict[str, float] = {}
         self._broken: dict[str, str] = {}
         self._counters: collections.Counter = collections.Counter()
-        self._closing = False
+        self.closing = False
         self._maintained_at = 0.0
         self._no_actor_since: Optional[float] = None
         self._wanted_count = 0
@@ -242,12 +242,9 @@ class ClusterEvaluator:
     # ---------------------------------------------------------------- EvaluatorLike
 
     def submit(self, request: EvalRequest) -> "Future[EvalResult]":
-        check_request(request)
-        future: Future = Future()
-        future.set_running_or_notify_cancel()
+        future = self.running_future(request)
         with self._lock:
-            if self._closing:
-                raise EvaluatorError("the evaluator is closed; open a new one.")
+            self.refuse_when_closing()
             depth = self._queue_depth()
             if depth >= self.max_queue:
                 self._counters["rejected_busy"] += 1
@@ -260,12 +257,6 @@ class ClusterEvaluator:
             self._counters["submitted"] += 1
             self._dispatch()
         return future
-
-    def evaluate(self, request: EvalRequest) -> EvalResult:
-        return self.submit(request).result()
-
-    def evaluate_many(self, requests: Iterable[EvalRequest]) -> Iterator[EvalResult]:
-        return evaluate_with_backpressure(self.submit, requests)
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
@@ -304,9 +295,9 @@ class ClusterEvaluator:
 
     def close(self) -> None:
         with self._lock:
-            if self._closing:
+            if self.closing:
                 return
-            self._closing = True
+            self.closing = True
         self._thread.join(timeout=10.0)
         with self._lock:
             error = EvaluatorError("the evaluator was closed before this request finished.")
@@ -339,18 +330,12 @@ class ClusterEvaluator:
         if self._owns_ray:
             ray.shutdown()
 
-    def __enter__(self) -> "ClusterEvaluator":
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self.close()
-
     # ---------------------------------------------------------------- driver thread
 
     def _run(self) -> None:
         while True:
             with self._lock:
-                if self._closing:
+                if self.closing:
                     return
                 refs = list(self._refs)
             if not refs:
@@ -363,7 +348,7 @@ class ClusterEvaluator:
                 for ref in ready:
                     self._on_ready(ref)
             with self._lock:
-                if self._closing:
+                if self.closing:
                     return
                 self._maintain()
                 self._dispatch()

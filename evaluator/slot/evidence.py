@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from evaluator.contract.types import Verdict
+from evaluator.contract.types import EvalRequest, Verdict
 from evaluator.slot.outcome import ProtocolBreach, TaskEnded
 
 # Verdicts a runner may report about its own candidate: each only lowers the reward. Never correct, timeout,
@@ -53,7 +53,20 @@ def check_answer(answer: dict[str, Any], expected: str, name: Optional[str] = No
     return answer
 
 
-def kernel_fraction(answer: dict[str, Any]) -> Optional[float]:
-    """Reported, never judged: the share of the candidate's GPU time in its own kernels, as the runner measured it."""
+def kernel_fraction(answer: dict[str, Any], request: Optional[EvalRequest] = None) -> Optional[float]:
+    """The share of the candidate's GPU time in its own kernels, as its runner's profiler measured it: reported by a
+    process that ran candidate code, so forgeable, and never judged (only core/reward.py's lazy rule reads it). The
+    judge cannot measure it (a profiler sees only its own process) and bounds it by what it reads itself in the
+    request: the torch backend has no kernels of its own, so no share (an honest runner reports none); a source in
+    which it finds no Triton or CUDA kernel reports at most 0."""
+    from evaluator.judging.rules.static import own_kernel_names
+
     value = number(answer.get("own_kernel_time_fraction"))
-    return min(1.0, max(0.0, value)) if value is not None else None
+    if value is None:
+        return None
+    if request is not None:
+        if request.backend not in ("triton", "cuda"):
+            return None
+        if not own_kernel_names(request.candidate_source):
+            return 0.0
+    return min(1.0, max(0.0, value))

@@ -223,7 +223,7 @@ class Schedule:
         self.recheck()
         t = self.lap("recheck", t)
         evidence = driver.order({"type": "finish"}, "evidence")
-        result.own_kernel_time_fraction = kernel_fraction(evidence)
+        result.own_kernel_time_fraction = kernel_fraction(evidence, request)  # candidate-reported
         result.near_miss = task.near_miss
         result.verdict = Verdict.CORRECT
         return result

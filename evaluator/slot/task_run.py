@@ -7,6 +7,7 @@ from typing import Any, Callable, Optional
 
 from evaluator.contract.types import Verdict
 from evaluator.slot.outcome import RunnerGone, SlotFailure, TaskEnded, verdict_result
+from evaluator.slot.sol_floor import check as check_speed_of_light
 from evaluator.slot.task_driver import Deadline, write_trace
 from evaluator.slot.task_judge import Schedule
 
@@ -30,6 +31,7 @@ def drive_task(slot: Any, runner: Any, driver: Any, task: Any, prebuilt: Optiona
         on_started()
         schedule.run()
         slot.kill_leftovers(runner)  # before the reply: processes the candidate left must not outlive its verdict
+        check_speed_of_light(task, result, device_name)  # the judge's time below the GPU's physical floor: a hack
     except Deadline:
         slot.discard(runner)
         if not started:  # the candidate never ran, so no verdict on it: ours, retried once on a fresh runner

@@ -14,25 +14,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-REFERENCE = '''
-import torch
-import torch.nn as nn
-
-N = {n}
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-
-def get_inputs():
-    return [torch.randn(N)]
-
-
-def get_init_inputs():
-    return []
-'''
+from tests.bench.slot_bench import REFERENCE  # noqa: E402 - the shared ReLU problem
 
 # The reference's own work, so a faithful slot reads a speedup of 1.0.
 IDENTICAL = '''

@@ -64,6 +64,22 @@ def test_lazy_earns_less_than_an_honest_kernel_at_0_8x_and_an_honest_fusion_keep
     assert lazy_factor(lazy, RewardConfig(lazy_speedup_max=0)) == 1.0
 
 
+def test_a_forged_share_buys_back_at_most_the_lazy_rules_cut():
+    """own_kernel_time_fraction comes from the candidate's own process: forged to 1, a lazy kernel scores what a
+    result without a profile scores, never more; the gain is (1 - lazy_min_credit) of the correctness weight."""
+    cfg = RewardConfig()
+    lazy = RECORDED["lazy_token"]
+    forged = dataclasses.replace(lazy, own_kernel_time_fraction=1.0)
+    unprofiled = dataclasses.replace(lazy, own_kernel_time_fraction=None)
+    assert _score(forged, cfg) == pytest.approx(_score(unprofiled, cfg))
+    gain = _score(forged, cfg) - _score(lazy, cfg)
+    bound = (1 - cfg.lazy_min_credit) * cfg.weights.correctness
+    assert 0 < gain <= bound + 1e-9
+    assert _score(dataclasses.replace(lazy, own_kernel_time_fraction=50.0), cfg) == pytest.approx(_score(forged, cfg))
+    fast = dataclasses.replace(lazy, speedup=1.5)  # above lazy_speedup_max the share changes nothing
+    assert _score(dataclasses.replace(fast, own_kernel_time_fraction=1.0), cfg) == pytest.approx(_score(fast, cfg))
+
+
 def test_the_reward_reads_the_configured_timing_convention_clipped():
     res = dataclasses.replace(RECORDED["masked_cumsum_0"])
     assert chosen_speedup(res, "judge") == pytest.approx(res.speedup)

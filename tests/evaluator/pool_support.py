@@ -11,11 +11,12 @@ from evaluator.api import EvalRequest, Evaluator
 
 ROOT = str(Path(__file__).resolve().parents[2])
 
-REFERENCE = '''
+# The pool tests' ReLU problem, sized by N; the slot benchmarks size it too (tests/bench/slot_bench.py).
+RELU_REFERENCE = '''
 import torch
 import torch.nn as nn
 
-N = 256
+N = {n}
 
 
 class Model(nn.Module):
@@ -33,6 +34,7 @@ def get_inputs():
 def get_init_inputs():
     return []
 '''
+REFERENCE = RELU_REFERENCE.format(n=256)
 
 
 def candidate(forward_body: str, prelude: str = "") -> str:
@@ -85,6 +87,19 @@ def make_evaluator(cache_dir: str, **kwargs) -> Evaluator:
     kwargs.setdefault("compile_workers", 0)
     with worker_pythonpath():
         return Evaluator(cache_dir=cache_dir, **kwargs)
+
+
+def module_evaluator(**kwargs):
+    """A module-scoped `evaluator` fixture over make_evaluator(**kwargs): one pool for every test of the module."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def evaluator(tmp_path_factory):
+        ev = make_evaluator(str(tmp_path_factory.mktemp("cache")), **kwargs)
+        yield ev
+        ev.close()
+
+    return evaluator
 
 
 def alive(pid: int) -> bool:

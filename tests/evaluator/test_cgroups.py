@@ -10,6 +10,7 @@ import pytest
 
 from evaluator.isolation import cgroups
 from tests.evaluator.isolation_support import go, waiting_child
+from tests.evaluator.pool_support import alive
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or bool(cgroups.available()),
                                 reason="needs root and a writable cgroup hierarchy")
@@ -26,14 +27,6 @@ if os.fork() == 0:
 os.wait()
 time.sleep(600)
 """
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_kill_reaches_a_process_that_left_the_tree():

@@ -13,15 +13,11 @@ pytest.importorskip("starlette")
 
 from evaluator.api import EvalRequest, EvaluatorError, Verdict  # noqa: E402
 from evaluator.scale.client import HttpEvaluator  # noqa: E402
-from tests.evaluator.pool_support import GOOD, WRONG, candidate, make_evaluator, request  # noqa: E402
+from tests.evaluator.pool_support import GOOD, WRONG, candidate, module_evaluator, request  # noqa: E402
 from tests.evaluator.service_support import TOKEN, serving  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def evaluator(tmp_path_factory):
-    ev = make_evaluator(str(tmp_path_factory.mktemp("cache")))
-    yield ev
-    ev.close()
+evaluator = module_evaluator()
 
 
 @pytest.fixture(scope="module")

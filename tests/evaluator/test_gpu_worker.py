@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from tests.evaluator.candidates.harness import builtin, candidate, request, run_batch
+from tests.evaluator.candidates.harness import builtin, candidate, int_matmul_reference, request, run_batch
 
 pytestmark = pytest.mark.gpu
 
@@ -31,18 +31,7 @@ GPU_CASES = [
 ]
 # Problems other than ReLU: (id, reference, candidate file, backend, expected rule, request fields).
 FUSION = {"BATCH": 1024, "IN_FEATURES": 4096, "OUT_FEATURES": 4096}
-INT_MATMUL = """
-import torch
-import torch.nn as nn
-N = 4096
-class Model(nn.Module):
-    def forward(self, a, b):
-        return torch.matmul(a, b)
-def get_inputs():  # small integers: exact in TF32 (until nudged for timing)
-    return [torch.randint(-2, 3, (N, N)).float(), torch.randint(-2, 3, (N, N)).float()]
-def get_init_inputs():
-    return []
-"""
+INT_MATMUL = int_matmul_reference(4096)
 GPU_PROBLEM_CASES = [
     ("cuda_fusion_epilogue", builtin("gemm_bias_relu_scale"), "cuda_fusion_epilogue.py", "cuda", None, FUSION),
     ("cuda_cublas_in_extension", builtin("gemm_bias_relu_scale"), "cuda_cublas_in_extension.py", "cuda", None, FUSION),

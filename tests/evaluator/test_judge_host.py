@@ -59,3 +59,18 @@ def test_a_runner_can_admit_a_fault_but_never_claim_a_pass_or_our_failure():
         check_answer({"type": "ran", "speedup": 1000.0}, "ran")
     with pytest.raises(TaskEnded):
         check_answer({"type": "failed", "verdict": "runtime_error", "message": "boom"}, "ran")
+
+
+def test_a_reported_kernel_share_is_bounded_by_what_the_judge_reads_in_the_source():
+    """own_kernel_time_fraction is the runner's (forgeable) claim: kept within [0, 1] for a source with kernels of its
+    own, none for the torch backend, at most 0 for a source in which the judge finds no kernel."""
+    from evaluator.slot.evidence import kernel_fraction
+    from tests.evaluator.candidates.harness import candidate
+
+    forged = {"type": "evidence", "own_kernel_time_fraction": 7.0}
+    cuda = request(candidate("cuda_relu.py"), backend="cuda")
+    assert kernel_fraction(forged, cuda) == 1.0
+    assert kernel_fraction({"type": "evidence", "own_kernel_time_fraction": 0.25}, cuda) == 0.25
+    assert kernel_fraction(forged, request(GOOD, backend="torch")) is None
+    assert kernel_fraction(forged, request(GOOD, backend="triton")) == 0.0  # no @triton.jit in it
+    assert kernel_fraction({"type": "evidence", "own_kernel_time_fraction": None}, cuda) is None

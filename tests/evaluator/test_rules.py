@@ -9,7 +9,7 @@ import pytest
 
 from evaluator.judging import rules
 from evaluator.judging.rules import runtime, static as static_rules
-from tests.evaluator.candidates.harness import builtin, candidate, request, run_batch
+from tests.evaluator.candidates.harness import LINEAR_REFERENCE, builtin, candidate, request, run_batch
 
 TINY = {"BATCH": 4, "DIM": 64}
 RELU = builtin("relu")
@@ -316,22 +316,6 @@ def get_init_inputs():
 def test_global_numeric_switches_are_reset_for_the_reference(runtime_results):
     res = runtime_results["global_dtype"]
     assert res["verdict"] == "correct", res["error_message"]
-
-
-LINEAR_REFERENCE = """
-import torch
-import torch.nn as nn
-class Model(nn.Module):
-    def __init__(self, in_features, out_features):
-        super().__init__()
-        self.linear = nn.Linear(in_features, out_features)
-    def forward(self, x):
-        return self.linear(x)
-def get_inputs():
-    return [torch.randn(4, 16)]
-def get_init_inputs():
-    return [16, 8]
-"""
 
 
 @pytest.mark.parametrize("rid", ["zero_reference_weights", "rebind_reference_torch"])

@@ -14,7 +14,7 @@ from starlette.testclient import TestClient  # noqa: E402
 
 from evaluator.api import EvalResult, Verdict  # noqa: E402
 from evaluator.scale.service import create_app  # noqa: E402
-from tests.evaluator.pool_support import GOOD, WRONG, candidate, make_evaluator, request  # noqa: E402
+from tests.evaluator.pool_support import GOOD, WRONG, candidate, make_evaluator, module_evaluator, request  # noqa: E402
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -22,11 +22,7 @@ ROUTES = [("POST", "/v1/evaluate"), ("POST", "/v1/evaluate/batch"), ("GET", "/v1
           ("GET", "/v1/health"), ("GET", "/v1/workers"), ("GET", "/metrics")]
 
 
-@pytest.fixture(scope="module")
-def evaluator(tmp_path_factory):
-    ev = make_evaluator(str(tmp_path_factory.mktemp("cache")))
-    yield ev
-    ev.close()
+evaluator = module_evaluator()
 
 
 @pytest.fixture(scope="module")

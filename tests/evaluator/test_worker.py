@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.evaluator.candidates.harness import builtin, candidate, request, run_batch
+from tests.evaluator.candidates.harness import LINEAR_REFERENCE, builtin, candidate, request, run_batch
 
 TINY = {"BATCH": 4, "DIM": 64}
 RELU = builtin("relu")
@@ -54,21 +54,7 @@ class ModelNew(nn.Module):
     def forward(self, x):
         return (x + 1,)
 '''
-INIT_REFERENCE = '''
-import torch
-import torch.nn as nn
-IN, OUT = 16, 8
-class Model(nn.Module):
-    def __init__(self, in_features, out_features):
-        super().__init__()
-        self.linear = nn.Linear(in_features, out_features)
-    def forward(self, x):
-        return self.linear(x)
-def get_inputs():
-    return [torch.randn(4, IN)]
-def get_init_inputs():
-    return [IN, OUT]
-'''
+INIT_REFERENCE = LINEAR_REFERENCE
 INIT_CANDIDATE = '''
 import torch
 import torch.nn as nn

@@ -69,3 +69,38 @@ def request(name: str, reference: str, candidate_source: str, **fields: Any) -> 
             "request_id": name, "correctness_trials": 3, "timing_trials": 5, "warmup_trials": 1}
     base.update(fields)
     return base
+
+
+# A reference with init inputs: a Linear layer (weights from the request's seed, so a candidate's own nn.Linear made
+# under the same seed has the same weights).
+LINEAR_REFERENCE = '''
+import torch
+import torch.nn as nn
+IN, OUT = 16, 8
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+    def forward(self, x):
+        return self.linear(x)
+def get_inputs():
+    return [torch.randn(4, IN)]
+def get_init_inputs():
+    return [IN, OUT]
+'''
+
+
+def int_matmul_reference(n: int) -> str:
+    """An fp32 n x n matmul on small integers: exact in TF32 too (until nudged for timing)."""
+    return f"""
+import torch
+import torch.nn as nn
+N = {n}
+class Model(nn.Module):
+    def forward(self, a, b):
+        return torch.matmul(a, b)
+def get_inputs():  # small integers: exact in TF32 (until nudged for timing)
+    return [torch.randint(-2, 3, (N, N)).float(), torch.randint(-2, 3, (N, N)).float()]
+def get_init_inputs():
+    return []
+"""
