@@ -83,8 +83,8 @@ def _gpu_rounds(phase: Any, calls: int, rounds: int) -> tuple[float, float]:
     phase.schedule.phases["kernelbench_ping"] = round(ping, 9)
     phase.schedule.phases["kernelbench_flush"] = round(flush_s, 9)
     phase.schedule.phases["kernelbench_order_per_call"] = round(statistics.fmean(r["order"] for r in seen) / calls, 9)
-    phase.schedule.phases["kernelbench_hand_excess"] = round(
-        statistics.fmean(r["hand"] - r["reference_hand"] for r in seen), 9)
+    phase.schedule.phases["kernelbench_hand_excess_per_call"] = round(
+        statistics.fmean(r["hand"] - r["reference_hand"] for r in seen) / calls, 9)
     return statistics.fmean(reference_ms), statistics.fmean(candidate_ms)
 
 
