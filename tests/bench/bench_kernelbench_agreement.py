@@ -475,7 +475,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="kernelbench_agreement.json")
     parser.add_argument("--trials", type=int, default=100)
-    parser.add_argument("--only", default="", help="comma-separated indices of pairs()")
+    parser.add_argument("--only", default="", help="indices of pairs(): 3,5,10-20")
     parser.add_argument("--budget-s", type=float, default=430.0, help="stop starting work after this many seconds")
     parser.add_argument("--build-workers", type=int, default=16)
     parser.add_argument("--skip-kernelbench", action="store_true")
@@ -484,8 +484,12 @@ def main() -> None:
     started = time.monotonic()
     root = Path(os.environ.get("KERNELBENCH_ROOT", ".gpu/kernelbench")).resolve()
     items = pairs()
-    if args.only:
-        items = [items[int(i)] for i in args.only.split(",")]
+    if args.only:  # "3,5,10-20"
+        picked = []
+        for part in args.only.split(","):
+            low, _, high = part.partition("-")
+            picked += range(int(low), int(high or low) + 1)
+        items = [items[i] for i in picked]
     for item in items:
         item["reference"] = resized((root / item["file"]).read_text(), item["sizes"])
         if item["candidate"] == "@IDENTICAL@":
