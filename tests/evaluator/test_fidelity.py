@@ -187,6 +187,55 @@ def test_kernelbench_timing_on_the_cpu_times_each_callable_and_takes_means():
     assert kernelbench_timing.speedup([1.0], []) is None
 
 
+# The slot's charge in KernelBench's convention (docs/slot.md): an H100-like round of 100 calls, in seconds.
+YARD = kernelbench_timing.EagerYardsticks(overhead_s=110e-6, flush_s=90e-6, launch_s=2e-6)
+PING = 60e-6
+
+
+def _order_s(per_call_s: float, calls: int = 100) -> float:
+    return calls * per_call_s + PING
+
+
+def test_an_honest_eager_order_is_charged_its_event_time():
+    # The runner's loop costs what the judge's own empty loop costs; the call adds 12 us beyond it.
+    charged = kernelbench_timing.eager_charge_s(_order_s(YARD.overhead_s + 12e-6), PING, 2e-3 + PING, 2e-3, 100, YARD)
+    assert charged == pytest.approx(12e-6, rel=1e-6)
+
+
+def test_an_eager_order_too_quick_to_have_flushed_is_charged_whole():
+    # 40 us a call: less than a flush's device time plus half the judge's host cost. Nothing is subtracted.
+    charged = kernelbench_timing.eager_charge_s(_order_s(40e-6), PING, 1e-3, 1e-3, 100, YARD)
+    assert charged == pytest.approx((_order_s(40e-6) + 1e-3) / 100)
+
+
+def test_what_a_runner_gains_by_padding_in_place_of_its_flush_is_bounded():
+    # Just past the check: the least it can be charged is the floor, and the check made it spend (flush + half the
+    # host cost) a call, so its gain over an honest order is at most half the judge's host cost a call.
+    least = YARD.flush_s + kernelbench_timing.HOST_SHARE_REQUIRED * (YARD.overhead_s - YARD.flush_s)
+    charged = kernelbench_timing.eager_charge_s(_order_s(least + 1e-7), PING, 1e-3, 1e-3, 100, YARD)
+    assert charged == pytest.approx(YARD.launch_s)
+
+
+def test_a_runner_skipping_its_flush_before_long_calls_gains_one_flush_a_call():
+    # 300 us calls: the order passes the flush check without it; the gain is the flush's device time (and the warm L2
+    # the figure here leaves out), as docs/slot.md says.
+    honest = kernelbench_timing.eager_charge_s(_order_s(YARD.overhead_s + 300e-6), PING, 1e-3 + PING, 1e-3, 100, YARD)
+    skipped = kernelbench_timing.eager_charge_s(_order_s(YARD.overhead_s - YARD.flush_s + 300e-6), PING, 1e-3 + PING,
+                                                1e-3, 100, YARD)
+    assert honest - skipped == pytest.approx(YARD.flush_s, rel=1e-6)
+
+
+def test_a_late_ping_and_deferred_work_buy_little():
+    honest = kernelbench_timing.eager_charge_s(_order_s(YARD.overhead_s + 30e-6), PING, 1e-3 + PING, 1e-3, 100, YARD)
+    # A ping answered 10 ms late: at most PING_CAP_S is subtracted from the order.
+    late = kernelbench_timing.eager_charge_s(_order_s(YARD.overhead_s + 30e-6), 10e-3, 1e-3 + PING, 1e-3, 100, YARD)
+    assert honest - late <= (kernelbench_timing.PING_CAP_S - PING) / 100 + 1e-12
+    # Work moved out of the calls into the hand-over (2 ms beyond the judge's own projection) is charged there.
+    deferred = kernelbench_timing.eager_charge_s(_order_s(YARD.overhead_s + 10e-6), PING, 3e-3 + PING, 1e-3, 100,
+                                                 YARD)
+    assert deferred == pytest.approx(10e-6 + 2e-3 / 100, rel=1e-6)
+
+
 @pytest.mark.parametrize("kernel, baseline, sol, expected", [
     (2.0, 2.0, 1.0, 0.5),  # at the baseline
     (1.0, 2.0, 1.0, 1.0),  # at the speed of light
