@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Literal, Mapping, Optional, Sequence, Union
+from typing import Annotated, Any, Iterable, Literal, Mapping, Optional, Sequence, Union
 
 import pydantic
 import yaml
@@ -43,7 +43,8 @@ class EvalConfig(_Section):
     timing_trials: int = Field(100, ge=1, le=100_000)
     warmup_trials: int = Field(10, ge=0, le=10_000)
     size: Literal["default", "gpu"] = Field("default", description="gpu: apply each problem's gpu_sizes overrides")
-    workers_per_device: int = Field(1, ge=1, le=64)
+    # "auto": one evaluation slot per two cores per GPU, at most 8 (evaluator.local.evaluator.slots_per_gpu)
+    workers_per_device: Union[Literal["auto"], Annotated[int, Field(ge=1, le=64)]] = "auto"
     cpu_workers: int = Field(2, ge=1, le=256)
     compile_timeout_s: float = Field(180.0, gt=0)
     run_timeout_s: float = Field(60.0, gt=0)

@@ -372,7 +372,7 @@ class EvaluationJob:
                 last_summary = time.monotonic()
         elapsed_s = time.monotonic() - t0
         workers = self.config.eval.cpu_workers if self.evaluator.cpu_mode else \
-            len(self.evaluator.devices) * self.config.eval.workers_per_device
+            len(self.evaluator.devices) * int(getattr(self.evaluator, "workers_per_device", 1))
         # Busy share: the evaluator's own time per request over what its workers could give in the wall time; near
         # 1 means evaluation bounds the throughput (sampling overlaps it), well below 1 means waiting on sampling.
         throughput = {"samples": self.samples_written, "turns": turns, "seconds": round(elapsed_s, 3),

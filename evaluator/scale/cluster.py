@@ -46,7 +46,7 @@ class EvalActor:
         # Ray has set CUDA_VISIBLE_DEVICES to this actor's GPU, so "auto" finds exactly that one.
         options["devices"] = "auto" if gpu_ids else "cpu"
         self.evaluator = Evaluator(**options)
-        self.parallel = options.get("cpu_workers", 2) if self.evaluator.cpu_mode else options.get("workers_per_device", 1)
+        self.parallel = options.get("cpu_workers", 2) if self.evaluator.cpu_mode else self.evaluator.workers_per_device
 
     def describe(self) -> dict[str, Any]:
         # Devices by physical GPU index: inside the actor every GPU is cuda:0.

@@ -23,11 +23,18 @@ SLOT_SPEEDUP_CONVENTION = ("judge_batches: reference timed in the judge, candida
 # GPU: a pipe round trip (~0.1 ms) hardly counts. CPU: charged CPU time, where the runner's fixed cost per order
 # (0.15-0.5 ms on a loaded 2-core host) is charged to the candidate alone: 10 ms keeps that bias under ~5%.
 BATCH_TARGET_S = {"cuda": 0.005, "cpu": 0.010}
-STAGING_BUDGET_BYTES = {"cuda": 2 << 30, "cpu": 64 << 20}  # per side (runner, judge) and slot: distinct value sets
-# and never more than the staging budget holds. CPU: each call's value set is made on both sides (~25 us a set here),
+# Per side (runner, judge) and slot: distinct value sets and their outputs never more than this. GPU: every output is
+# projected after the batch (several passes over all of them, on both sides' charge), so a larger batch of a
+# memory-bound problem spent more on its projection than on its calls, and swung with the allocator (2 GiB: ~11 ms
+# per hand-over on an H100 and 6 extra rounds per evaluation for unsteadiness).
+STAGING_BUDGET_BYTES = {"cuda": 512 << 20, "cpu": 64 << 20}
+# CPU: each call's value set is made on both sides (~25 us a set here),
 # which at 4096 calls cost ~0.8 s per evaluation of a 256-element problem; 2048 keeps a batch >= ~5 ms there.
 MAX_CALLS = {"cuda": 1024, "cpu": 2048}
 PICKED_PER_BATCH = 2  # two calls' outputs: the same answer for both (a replay) is told from a plain wrong one
+# Picked outputs travel as files and are compared whole: the first batch of each size always, later ones at this rate,
+# decided after each batch. Every call of every batch is still checked through its projection.
+PICK_SHARE = 0.25
 ROUNDS = {"cuda": 7, "cpu": 3}
 MAX_SPREAD = 0.25  # (p75 - p25) / median of the candidate's per-call times beyond this: measured again
 EXTRA_ROUNDS = {"cuda": 2, "cpu": 1}  # at most this many times `rounds` further rounds while unsteady
@@ -144,7 +151,8 @@ class TimingPhase:
                 not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in projected):
             raise ProtocolBreach("its hand-over did not project every call of the batch")
         self.candidate_projection = [float(v) for v in projected]
-        self.driver.order({"type": "hand", "calls": picked}, "handed")
+        if picked:
+            self.driver.order({"type": "hand", "calls": picked}, "handed")
         return hand_s
 
     def check(self, picked: list[int]) -> None:
@@ -180,6 +188,11 @@ class TimingPhase:
             self.schedule.phases["device_wait"] = round(waited, 6)
         import torch
 
+        from evaluator.isolation.timing_priority import TimingPriority
+
+        boost = TimingPriority(self.runner_pid()) if self.lock is not None else None
+        if boost is not None:
+            boost.__enter__()
         threads = torch.get_num_threads()
         if self.kind == "cpu":  # the judge's own work on one thread: on a loaded host a pool per small op stalls
             torch.set_num_threads(1)  # (0.5-1.9 s to make 32 MiB of value sets with two threads, 30 ms with one)
@@ -189,6 +202,8 @@ class TimingPhase:
                 hook(self, result)
         finally:
             torch.set_num_threads(threads)
+            if boost is not None:
+                boost.__exit__(None, None, None)
             if self.lock is not None:
                 self.lock.release()
         result.kernel_runtime = timing.summarize(candidate_ms)
@@ -198,6 +213,11 @@ class TimingPhase:
         candidate = statistics.median(candidate_ms)
         result.speedup = statistics.median(reference_ms) / candidate if candidate > 0 else None
         self.speed_of_light(result, candidate)
+
+    def runner_pid(self) -> int:
+        """The timed runner's pid as this process sees it (0 where unknown: then only the judge is boosted)."""
+        runner = getattr(self.driver, "runner", None)
+        return int(getattr(runner, "host_pid", 0) or 0)
 
     def speed_of_light(self, result: Any, measured_ms: float) -> None:
         """The speed-of-light time and fraction on this GPU, reported from the judge's own reference (evaluator/judging/sol.py).
@@ -222,8 +242,10 @@ class TimingPhase:
     def one_round(self, calls: int, candidate_first: bool) -> tuple[float, float]:
         """(reference, candidate) seconds per call of one round: both sides on the same fresh value sets, each timed
         over its batch and its hand-over; then the judge's checks (untimed)."""
+        first = calls != self.staged_for
         salt = self.stage(calls)
-        picked = sorted(self.rng.sample(range(calls), min(PICKED_PER_BATCH, calls)))
+        picked = sorted(self.rng.sample(range(calls), min(PICKED_PER_BATCH, calls))) \
+            if first or self.rng.random() < PICK_SHARE else []
         seed = self.rng.getrandbits(30)
         hands = {}
         for side in (("candidate", "reference") if candidate_first else ("reference", "candidate")):
