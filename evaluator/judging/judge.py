@@ -98,6 +98,10 @@ def nudged_batch(bases: list[list], salt: int, calls: int) -> list[list]:
     timed batch, so that cost compressed every small problem's speedup towards 1. Each set's tensors are allocations
     of their own, as a call's inputs would be: no call can reach another call's values through its inputs' storage."""
     count = len(bases)
+    if not any(isinstance(v, torch.Tensor) and v.is_cuda for values in bases for v in values):
+        # CPU: one set at a time (no launches to save there), so the runner's fresh process touches no more new
+        # memory at once than the long-lived judge does (made in bulk, identical code read 0.79-0.90x, not ~0.98x).
+        return [nudged_values(bases[i % count], salt + i) for i in range(calls)]
     made: list[list] = [[] for _ in range(calls)]
     for base_index, values in enumerate(bases):
         share = len(range(base_index, calls, count))

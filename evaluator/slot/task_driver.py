@@ -63,6 +63,7 @@ class TaskDriver:
         # KRL_EVAL_TRACE=file: every order's type, when the judge began sending it and when its answer came, for
         # tests/bench/bench_slot.py's breakdown of where a task's time goes (judge-side clocks only).
         self.trace: Optional[list] = [] if os.environ.get(TRACE_ENV) else None
+        self.round_trip = 0.0  # clean_round_trip's figure, once measured
 
     def close(self) -> None:
         self.selector.close()
@@ -81,6 +82,17 @@ class TaskDriver:
         if self.trace is not None:
             self.trace.append((str(message.get("type")), round(begun, 6), round(self.answered_at - begun, 6)))
         return answer
+
+    def clean_round_trip(self, count: int, deadline: float) -> float:
+        """Seconds of the fastest of `count` round trips (ping, pong) to this runner before it has its task: no
+        candidate code has run in it yet, so it is the fixed cost of an honest order (the pipe both ways, the runner's
+        wake-up, its synchronisation), which the timing takes off the candidate's charge (slot/timing_phase.py)."""
+        best = float("inf")
+        for _ in range(count):
+            self.order({"type": "ping"}, "pong", deadline=deadline)
+            best = min(best, self.answered_at - self.sent_at)
+        self.round_trip = best
+        return best
 
     def send_bytes(self, data: bytes, deadline: Optional[float] = None) -> None:
         deadline = min(deadline or self.deadline, self.deadline)

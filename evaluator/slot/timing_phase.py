@@ -31,6 +31,10 @@ STAGING_BUDGET_BYTES = {"cuda": 512 << 20, "cpu": 64 << 20}
 # CPU: each call's value set is made on both sides (~25 us a set here),
 # which at 4096 calls cost ~0.8 s per evaluation of a 256-element problem; 2048 keeps a batch >= ~5 ms there.
 MAX_CALLS = {"cuda": 1024, "cpu": 2048}
+# GPU: each candidate order's charge less the runner's clean round trip (slot/task_driver.clean_round_trip, measured
+# before its candidate ran), at most this much: the judge's own batches have no pipe in them, and on an H100 the
+# 0.1-0.3 ms of a round trip read identical torch code of ~6 us a call at 0.64x in batches of ~1.5 ms.
+ROUND_TRIP_CAP_S = 0.3e-3
 PICKED_PER_BATCH = 2  # two calls' outputs: the same answer for both (a replay) is told from a plain wrong one
 # Picked outputs travel as files and are compared whole: the first batch of each size always, later ones at this rate,
 # decided after each batch. Every call of every batch is still checked through its projection.
@@ -73,7 +77,7 @@ class TimingPhase:
         import torch
 
         model, outputs = self.task.model, []
-        self.outputs = outputs  # the last batch's outputs freed before this one's are made
+        self.outputs, self.judge_sets = outputs, []  # the last batch's freed before this one's are made
         with torch.no_grad():
             if self.kind == "cuda":
                 torch.cuda.synchronize()
@@ -132,12 +136,20 @@ class TimingPhase:
             return (self.charge.now() - before) / 1e9, answer
         return self.driver.answered_at - self.driver.sent_at, answer
 
+    def less_round_trip(self, seconds: float) -> float:
+        """A candidate order's charge in the judge's rounds (GPU): less the runner's clean round trip, capped, and
+        never below half the raw figure. CPU mode charges CPU time, which has no pipe in it."""
+        if self.charge is not None:
+            return seconds
+        round_trip = min(float(getattr(self.driver, "round_trip", 0.0) or 0.0), ROUND_TRIP_CAP_S)
+        return max(seconds - round_trip, seconds / 2)
+
     def candidate_batch(self, calls: int, salt: int, picked: list[int], seed: int) -> tuple[float, float]:
         """Seconds of the candidate's batch (its value sets made from `salt` inside it) and of its hand-over (picked
         outputs, every output's projection)."""
         seconds, _ = self.measured({"type": "run", "calls": calls, "salt": salt}, "ran")
-        self.batch_only["candidate"] = seconds
-        return seconds, self.candidate_hand(calls, picked, seed)
+        seconds = self.batch_only["candidate"] = self.less_round_trip(seconds)
+        return seconds, self.less_round_trip(self.candidate_hand(calls, picked, seed))
 
     def candidate_hand(self, calls: int, picked: list[int], seed: int) -> float:
         """Seconds charged for the runner's hand-over of its last batch: the projection of every call's output (an
@@ -206,6 +218,9 @@ class TimingPhase:
                 boost.__exit__(None, None, None)
             if self.lock is not None:
                 self.lock.release()
+        if self.charge is None:
+            self.schedule.phases["round_trip"] = round(float(getattr(self.driver, "round_trip", 0.0) or 0.0), 6)
+        self.schedule.phases["timing_spread"] = round(max(spread(candidate_ms), spread(reference_ms)), 4)
         result.kernel_runtime = timing.summarize(candidate_ms)
         result.reference_runtime = timing.summarize(reference_ms)
         result.timing_clock = CLOCK_JUDGE_WALL if self.kind == "cuda" else CLOCK_TASK_CPU
@@ -317,7 +332,9 @@ class TimingPhase:
         """The runner ready for a batch of `calls` (its base sets loaded, its pages mapped), and the salt of the batch's
         fresh values (a memo from an earlier call or batch answers stale). The salt travels only with the charged `run`
         order: a runner that knew the values here could compute every output off the clock."""
-        if calls != self.staged_for:  # the base sets stay loaded between rounds of one batch size
+        # GPU: the base sets stay loaded between rounds of one batch size. CPU: staged before every batch, which maps
+        # the batch's pages afresh in the runner as the judge's are (staged once, identical code read ~0.83x).
+        if calls != self.staged_for or self.kind == "cpu":
             self.driver.order({"type": "stage", "sets": [f"timing-{j}" for j in range(BASE_SETS)], "count": calls},
                               "staged")
             self.staged_for = calls

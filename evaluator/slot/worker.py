@@ -53,3 +53,11 @@ def evaluate_in_process(request: EvalRequest, ctx: WorkerContext, prebuilt: dict
 def open_session(request: EvalRequest, ctx: WorkerContext, prebuilt: dict | None = None) -> Any:
     """A slot runner's session for one request: these checks, one judge order at a time (evaluator/slot/)."""
     return TaskSession(request, ctx, prebuilt)
+
+
+def synchronize(ctx: WorkerContext) -> None:
+    """The device synchronised, as at the end of every timed order: a ping's answer costs what an order's ending does."""
+    if ctx.is_cuda:
+        import torch
+
+        torch.cuda.synchronize()

@@ -96,7 +96,7 @@ class TaskSession(RunState):
         """A batch of calls on fresh value sets made from `salt`, then a device-wide synchronisation: the judge's clock
         (or the task's CPU accounting) is around all of it."""
         _, _, new_model, watch = self.models
-        self.outputs = []  # the last batch's outputs freed before this one's are made (one staging serves many)
+        self.sets, self.outputs = [], []  # the last batch's freed before this one's are made (one staging serves many)
         sets, outputs = self.make_sets(calls, salt), []
         with self.torch.no_grad():
             watch.candidate_running = True
@@ -111,7 +111,7 @@ class TaskSession(RunState):
         synchronisation; the judge subtracts this loop's cost measured in its own process (slot/kernelbench_phase.py).
         The flush is the runner's: the judge cannot verify it, only bound what skipping it gains (docs/slot.md)."""
         _, _, new_model, watch = self.models
-        self.outputs = []
+        self.sets, self.outputs = [], []
         flusher = self._kernelbench_flush() if self.ctx.is_cuda else None
         sets, outputs = self.make_sets(calls, salt), []
         with self.torch.no_grad():
