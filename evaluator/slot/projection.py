@@ -18,9 +18,10 @@ def projections(outputs: list, seed: int) -> tuple[list[float], list[float], lis
         generator = torch.Generator(device=same.device)
         generator.manual_seed(seed)
         drawn = torch.rand(same.shape, generator=generator, device=same.device) * 2 - 1
-        product = torch.stack(outputs).float() * drawn
-        sums = product.flatten(1).sum(1).double().cpu().tolist()
-        sizes = product.abs().flatten(1).sum(1).double().cpu().tolist()
+        # One row per call: reshape, not flatten(1), which a stack of 0-dim outputs (a loss) does not have.
+        product = (torch.stack(outputs).float() * drawn).reshape(len(outputs), -1)
+        sums = product.sum(1).double().cpu().tolist()
+        sizes = product.abs().sum(1).double().cpu().tolist()
         return sums, sizes, [float(drawn.abs().sum())] * len(outputs)
     weights: dict[Any, Any] = {}
     rows = []
