@@ -64,7 +64,7 @@ def check(
         measure_timing=not no_timing,
         size_overrides=chosen.gpu_sizes if size == "gpu" else {},
     )
-    device_arg: object = devices
+    device_arg: object = devices if devices != "auto" else _auto_devices()
     if devices not in ("auto", "cpu"):
         device_arg = [d.strip() for d in devices.split(",") if d.strip()]
     from rich.console import Console
@@ -84,6 +84,17 @@ def check(
     if request.backend == "triton" and result.device_name == "cpu" and request.measure_timing:
         console.print("[yellow]note:[/] on CPU, Triton kernels run under the Triton interpreter: their timing and "
                       "speedup are meaningless (use a GPU to time them).")
+
+
+def _auto_devices() -> str:
+    """'cpu' when this machine shows no GPU (KRL_GPUS, CUDA_VISIBLE_DEVICES, the driver's /proc entries, nvidia-smi),
+    else 'auto'. Said here, the Evaluator need not import torch in this process only to count zero GPUs: a second
+    or more before the first worker even starts, on a CPU machine."""
+    import glob
+
+    from core.procman import detect_gpus
+
+    return "auto" if detect_gpus() or glob.glob("/dev/nvidia[0-9]*") else "cpu"
 
 
 LARGE_KERNEL_BYTES = 1 << 20  # a kernel file past this is almost surely not what was meant

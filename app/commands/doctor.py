@@ -15,6 +15,8 @@ from typing import Any
 
 import typer
 
+from app.commands.side_by_side import run_side_by_side, timing_line
+
 
 def _run(argv: list[str], timeout_s: float = 10.0) -> str | None:
     try:
@@ -49,26 +51,66 @@ def _nvcc() -> str | None:
     return "present"
 
 
-def _versions() -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    try:
-        import torch
+# Run in child Pythons so torch's import (the slowest check) overlaps the others, and a torch that crashes on import
+# is reported instead of taking doctor down with it. os._exit skips tearing torch down (a quarter of a second).
+TORCH_PROBE = """
+import json
+import os
+out = {}
+try:
+    import torch
 
-        out["torch"] = torch.__version__
-        out["torch_cuda"] = torch.version.cuda
-        out["cuda_available"] = torch.cuda.is_available()
-        out["torch_devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
-            if out["cuda_available"] else []
-    except Exception as exc:  # a broken torch install is exactly what doctor should report
-        out["torch"] = None
-        out["torch_error"] = str(exc)[:200]
-    try:
-        import triton
+    out["torch"] = torch.__version__
+    out["torch_cuda"] = torch.version.cuda
+    out["cuda_available"] = torch.cuda.is_available()
+    out["torch_devices"] = ([torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+                            if out["cuda_available"] else [])
+except Exception as exc:
+    out["torch"] = None
+    out["torch_error"] = str(exc)[:200]
+print(json.dumps(out), flush=True)
+os._exit(0)
+"""
+TRITON_PROBE = """
+import json
+import os
+try:
+    import triton
 
-        out["triton"] = triton.__version__
-    except Exception:
-        out["triton"] = None
-    return out
+    out = {"triton": triton.__version__}
+except Exception:
+    out = {"triton": None}
+print(json.dumps(out), flush=True)
+os._exit(0)
+"""
+PROBE_TIMEOUT_S = 180.0  # a cold torch import on a loaded machine can take a minute
+
+
+def _probe_in_child(script: str, name: str) -> dict[str, Any]:
+    """The JSON line a child Python prints after importing `name`, or {name: None, name_error: why}."""
+    import sys
+
+    failed = {name: None}
+    try:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return {**failed, f"{name}_error": f"importing {name} took over {PROBE_TIMEOUT_S:.0f} s"}
+    except OSError as exc:
+        return {**failed, f"{name}_error": f"cannot start {sys.executable}: {exc}"}
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        tail = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        return {**failed, f"{name}_error": f"importing {name} killed its process: {tail}"[:200]}
+
+
+def _torch() -> dict[str, Any]:
+    return _probe_in_child(TORCH_PROBE, "torch")
+
+
+def _triton() -> dict[str, Any]:
+    return {"triton": _probe_in_child(TRITON_PROBE, "triton")["triton"]}
 
 
 def _isolation() -> dict[str, Any]:
@@ -131,15 +173,22 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print the report 
     """What this machine has: GPUs, CUDA/nvcc, torch/triton versions, Tinker key present, workspace health."""
     from core.registry import SCHEMA_VERSION
 
+    started = time.perf_counter()
+    checks = run_side_by_side({"nvidia-smi": _gpus, "nvcc": _nvcc, "torch": _torch, "triton": _triton,
+                               "sandbox": _isolation, "workspace": _workspace})
     report = {
-        "gpus": _gpus(),
-        "nvcc": _nvcc(),
-        **_versions(),
+        "gpus": checks["nvidia-smi"].value,
+        "nvcc": checks["nvcc"].value,
+        **checks["torch"].value,
+        **checks["triton"].value,
         "tinker_api_key": bool(os.environ.get("TINKER_API_KEY")),
-        "isolation": _isolation(),
-        "workspace": _workspace(),
+        "isolation": checks["sandbox"].value,
+        "workspace": checks["workspace"].value,
         "schema_version_supported": SCHEMA_VERSION,
+        "checks": {name: {"started_s": round(timed.started_s, 3), "took_s": round(timed.took_s, 3)}
+                   for name, timed in checks.items()},
     }
+    whole_s = time.perf_counter() - started
     unisolated = report["isolation"]["kind"] in (None, "none")
     workspace_broken = bool(report["workspace"].get("error"))
     if as_json:
@@ -189,6 +238,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print the report 
                           f"{change['from']} → {change['to']} ({change['message']})")
         if ws["stale_runs"] and not ws["reconciled"]:
             console.print(f"{warn} runs with stale heartbeats: {', '.join(ws['stale_runs'])}")
+    console.print(f"[dim]{timing_line(checks, whole_s)}[/]")
     if unisolated:
         raise typer.Exit(1)
     if workspace_broken:
