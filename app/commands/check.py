@@ -21,7 +21,7 @@ def _guess_backend(source: str) -> str:
 def check(
     problem: str = typer.Argument(..., help="Problem id or path: builtin/relu, kernelbench/level1/19_ReLU, ./my_problem.py"),
     kernel_file: str = typer.Argument(..., help="Python file defining `class ModelNew(nn.Module)`."),
-    backend: Optional[str] = typer.Option(None, "--backend", "-b", help="cuda | triton | torch [default: guessed from the file]."),
+    backend: Optional[str] = typer.Option(None, "--backend", "-b", help="cuda | triton | torch (default: guessed from the file)."),
     precision: str = typer.Option("fp32", "--precision", "-p", help="fp32 | fp16 | bf16."),
     size: str = typer.Option("default", "--size", help="default: the problem file's sizes; gpu: its gpu_sizes."),
     devices: str = typer.Option("auto", "--devices", help="auto | cpu | comma-separated GPU indices."),

@@ -296,7 +296,7 @@ def show_run(
 def stop(
     name: str = typer.Argument(..., help="Run name.", autocompletion=complete_run_name),
     force: bool = typer.Option(False, "--force", help="SIGKILL at once (no final checkpoint)."),
-    grace_s: Optional[float] = typer.Option(None, "--grace", help="Seconds to wait for the checkpoint before SIGKILL [default: $KRL_STOP_GRACE_S or 30]."),
+    grace_s: Optional[float] = typer.Option(None, "--grace", help="Seconds to wait for the checkpoint before SIGKILL (default: $KRL_STOP_GRACE_S or 30)."),
     no_wait: bool = typer.Option(False, "--no-wait", help="Return after signalling; later reads escalate to SIGKILL."),
 ) -> None:
     """Stop a run: SIGTERM → the job checkpoints → stopped. A queued run leaves the queue."""
@@ -317,7 +317,7 @@ def stop(
 def resume(
     name: str = typer.Argument(..., help="Run name.", autocompletion=complete_run_name),
     detach: bool = typer.Option(False, "--detach", "-d", help="Return at once; the run goes on in the background."),
-    gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs for the new segment [default: as before]."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs for the new segment (default: as before)."),
 ) -> None:
     """Resume a stopped, failed or crashed run from its last checkpoint (a new segment of the same run).
     Without --detach, follows its log until it ends (Ctrl-C stops it with a checkpoint); exit 3 if it fails."""
@@ -358,8 +358,8 @@ def fork(
     name: str = typer.Argument(..., help="Run to fork from.", autocompletion=complete_run_name),
     overrides: List[str] = typer.Argument(None, help="Config changes, e.g. optim.lr=1e-5 max_steps=200."),
     new_name: str = typer.Option(..., "--name", "-n", help="Name of the new run."),
-    step: Optional[int] = typer.Option(None, "--step", help="Fork from the last checkpoint at or before this step [default: the last]."),
-    gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs for the new run [default: from the config]."),
+    step: Optional[int] = typer.Option(None, "--step", help="Fork from the last checkpoint at or before this step (default: the last)."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs for the new run (default: from the config)."),
     as_json: bool = typer.Option(False, "--json", help="Print the new run as JSON to stdout."),
 ) -> None:
     """Start a new run from another run's checkpoint with a changed config (runs detached)."""
@@ -501,7 +501,7 @@ def _trajectory_records(reg, run_id: int, with_turns: bool):
 def logs(
     name: str = typer.Argument(..., help="Run name.", autocompletion=complete_run_name),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines until the run ends (Ctrl-C to leave)."),
-    lines: int = typer.Option(0, "--lines", "-n", help="Only the last N lines [default: all]."),
+    lines: int = typer.Option(0, "--lines", "-n", help="Only the last N lines (default: all)."),
 ) -> None:
     """Print a run's log (stdout and stderr of its job). With -f, exit 3 when the run ends failed or crashed."""
     from core import procman
