@@ -215,6 +215,12 @@ def evals_ls(as_json: bool = typer.Option(False, "--json", help="Print a JSON li
         return
     with reg:
         rows = reg.list_runs(kind="eval")
+        trained = [row["name"] for row in reg.list_runs() if row["kind"] != "eval"]
+    if not rows and not as_json:  # an empty table says nothing: say how to make the first one
+        start = f"`krl eval --run {trained[0]}` evaluates a training run" if trained else \
+            "`krl eval --backend replay --replay demo` evaluates the packaged demo answers"
+        _console().print(f"no evaluations yet in {reg.workspace}. {start[0].upper()}{start[1:]}.")
+        return
     items = []
     for row in rows:
         last = (row.get("summary") or {}).get("last") or {}

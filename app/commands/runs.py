@@ -175,6 +175,33 @@ LIST_COLUMNS = ("name", "status", "kind", "last_step", "total_steps", "backend",
                 "reward_key", "reward_value", "correct_key", "correct_value", "best_speedup", "created_at", "tags")
 
 
+# What `runs show` lists first after the run's reward and correct metrics (those present, in this order).
+SHOWN_METRICS = ("env/all/solved_rate", "env/all/compile_rate", "env/all/format_rate", "env/all/hack_rate",
+                 "env/all/fast_1", "env/all/speedup/mean", "env/all/speedup/max", "optim/loss", "optim/lr")
+
+
+def headline_metric_keys(last: dict, most: int = 10) -> list[str]:
+    """The last metrics worth a line: reward and correct as `runs ls` picks them, then SHOWN_METRICS, then others
+    by name, at most `most`."""
+    from core.registry import correct_key, reward_key
+
+    keys = list(last)
+    chosen = [k for k in (reward_key(keys), correct_key(keys), *SHOWN_METRICS) if k in last]
+    chosen = list(dict.fromkeys(chosen))
+    return (chosen + [k for k in sorted(keys) if k not in chosen])[:most]
+
+
+def wrap_pairs(pairs: list[str], width: int) -> list[str]:
+    """key=value pairs two spaces apart, in lines of at most `width` (a pair is never split)."""
+    lines: list[str] = []
+    for pair in pairs:
+        if lines and len(lines[-1]) + 2 + len(pair) <= width:
+            lines[-1] += "  " + pair
+        else:
+            lines.append(pair)
+    return lines
+
+
 @runs_app.command("ls")
 def list_runs(
     status: Optional[str] = typer.Option(None, "--status", "-s", help="Only runs with this status (comma-separated for several)."),
@@ -271,7 +298,12 @@ def show_run(
         console.print(f"  [dim]{key:<10}[/] {printable(value) if value is not None else '-'}")
     last = (row.get("summary") or {}).get("last", {})
     if last:
-        console.print("  [dim]metrics[/]    " + "  ".join(f"{k}={_fmt(v)}" for k, v in sorted(last.items())[:12]))
+        keys = headline_metric_keys(last)
+        pairs = [f"{k}={_fmt(last[k])}" for k in keys]
+        if len(last) > len(keys):
+            pairs.append(f"(+{len(last) - len(keys)} more: krl runs export {row['name']})")
+        for number, line in enumerate(wrap_pairs(pairs, max(40, console.width) - 15)):
+            console.print(f"  [dim]{'metrics' if number == 0 else '':<10}[/] {line}", markup=True, highlight=False)
     for segment in data["segments"]:
         ended = segment.get("end_status") or ("running" if row["status"] in ("running", "stopping") else "?")
         console.print(f"  [dim]segment {segment.get('index')}[/] from step {segment.get('start_step')}, pid "
