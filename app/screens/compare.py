@@ -26,6 +26,8 @@ MAX_RUNS = 8
 
 
 class CompareScreen(KrlScreen):
+    # Below 110 columns the metric picker narrows so two plots abreast keep whole titles (issue 26 item 9).
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
     BINDINGS = [
         Binding("escape", "back", "Back", id="compare.back"),
         Binding("slash", "search", "Filter metrics", id="compare.search"),

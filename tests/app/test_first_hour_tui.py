@@ -326,3 +326,15 @@ async def test_exported_pngs_carry_the_title_and_tick_labels(recorded_demo, work
             assert all(rows[y][x] != background for x, y in lit), (row, column, char)
             checked[row] = checked.get(row, "") + char
     assert "reward" in checked[0] and any(c.isdigit() for c in checked[tick_row]), checked
+
+
+async def test_item9_at_80_columns_the_headline_plots_keep_whole_titles(recorded_demo, workspace):
+    # The metric picker narrows below 110 columns, so two plots abreast still name their metric in full.
+    from app.widgets.reward_plot import RewardPlot
+
+    app = make_app(workspace, open_run=RECORDED_RUN)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        titles = {p.plot_title: p.title_text(p.size.width).plain for p in app.screen.query(RewardPlot) if p.curves}
+    for key in ("env/all/reward/total", "env/all/correct_rate"):
+        assert titles[key].startswith(key), titles
