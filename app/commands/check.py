@@ -32,6 +32,7 @@ def check(
     """Check one kernel against a problem: verdict, correctness, speedup. Exit 0 whatever the verdict."""
     import os
     import shutil
+    import sys
     from pathlib import Path
 
     from core.errors import KrlError
@@ -70,20 +71,27 @@ def check(
     from rich.console import Console
 
     console = Console(stderr=True)
+    evaluator = None
     try:
-        with console.status(f"evaluating {path.name} on {chosen.id} ({request.backend}, {precision})…") if not as_json else _null():
-            with Evaluator(devices=device_arg, workers_per_device=1, cpu_workers=1, spare_per_device=0,
-                           compile_workers=1 if shutil.which("nvcc") or os.environ.get("CUDA_HOME") else 0) as evaluator:
+        try:
+            with console.status(f"evaluating {path.name} on {chosen.id} ({request.backend}, {precision})…") if not as_json else _null():
+                evaluator = Evaluator(devices=device_arg, workers_per_device=1, cpu_workers=1, spare_per_device=0,
+                                      compile_workers=1 if shutil.which("nvcc") or os.environ.get("CUDA_HOME") else 0)
                 result = evaluator.evaluate(request)
-    except EvaluatorError as exc:
-        raise KrlError(f"the evaluator could not run: {exc}") from None
-    if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
-        return
-    print_result(console, result)
-    if request.backend == "triton" and result.device_name == "cpu" and request.measure_timing:
-        console.print("[yellow]note:[/] on CPU, Triton kernels run under the Triton interpreter: their timing and "
-                      "speedup are meaningless (use a GPU to time them).")
+        except EvaluatorError as exc:
+            raise KrlError(f"the evaluator could not run: {exc}") from None
+        # The verdict is shown before the workers are shut down (a few tenths of a second the user need not wait).
+        if as_json:
+            typer.echo(json.dumps(result.to_dict(), indent=2))
+            sys.stdout.flush()
+            return
+        print_result(console, result)
+        if request.backend == "triton" and result.device_name == "cpu" and request.measure_timing:
+            console.print("[yellow]note:[/] on CPU, Triton kernels run under the Triton interpreter: their timing and "
+                          "speedup are meaningless (use a GPU to time them).")
+    finally:
+        if evaluator is not None:
+            evaluator.close()
 
 
 def _auto_devices() -> str:
