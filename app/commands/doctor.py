@@ -125,7 +125,12 @@ def _isolation() -> dict[str, Any]:
     return dict(report.to_dict(), lines=report.lines())
 
 
-def _workspace() -> dict[str, Any]:
+# How long the registry's page check may take before doctor says it did not finish (`--full`: no limit). SQLite reads
+# a few hundred MB a second here, so a registry of several GB would otherwise make doctor take that long.
+INTEGRITY_BUDGET_S = 2.0
+
+
+def _workspace(budget_s: float | None = INTEGRITY_BUDGET_S) -> dict[str, Any]:
     from core import procman
     from core.registry import REGISTRY_FILENAME, Registry, registry_damaged_error, workspace_path
 
@@ -143,7 +148,9 @@ def _workspace() -> dict[str, Any]:
         info["error"] = str(exc)
         return info
     try:
-        integrity = reg.integrity_problems()
+        integrity = reg.integrity_problems(budget_s=budget_s)
+        info["pages_checked"] = integrity is not None
+        info["size_bytes"] = reg.path.stat().st_size
         if integrity:
             info["error"] = registry_damaged_error(reg.path, "; ".join(integrity)).args[0]
             return info
@@ -169,13 +176,16 @@ def _workspace() -> dict[str, Any]:
     return info
 
 
-def doctor(as_json: bool = typer.Option(False, "--json", help="Print the report as JSON to stdout.")) -> None:
+def doctor(as_json: bool = typer.Option(False, "--json", help="Print the report as JSON to stdout."),
+           full: bool = typer.Option(False, "--full", help="Check every page of the registry however long it takes "
+                                                          f"(default: stop after {INTEGRITY_BUDGET_S:g} s).")) -> None:
     """What this machine has: GPUs, CUDA/nvcc, torch/triton versions, Tinker key present, workspace health."""
     from core.registry import SCHEMA_VERSION
 
     started = time.perf_counter()
     checks = run_side_by_side({"nvidia-smi": _gpus, "nvcc": _nvcc, "torch": _torch, "triton": _triton,
-                               "sandbox": _isolation, "workspace": _workspace})
+                               "sandbox": _isolation,
+                               "workspace": lambda: _workspace(None if full else INTEGRITY_BUDGET_S)})
     report = {
         "gpus": checks["nvidia-smi"].value,
         "nvcc": checks["nvcc"].value,
@@ -230,6 +240,9 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print the report 
         counts = ", ".join(f"{n} {s}" for s, n in sorted(ws["runs"].items())) or "no runs"
         console.print(f"{ok} workspace {ws['path']}: registry schema v{ws['schema_version']} "
                       f"(this kernelrl: v{report['schema_version_supported']}), {counts}")
+        if not ws["pages_checked"]:
+            console.print(f"{warn} registry pages: not all read within {INTEGRITY_BUDGET_S:g} s (a "
+                          f"{ws['size_bytes'] / 1e9:.1f} GB file); `krl doctor --full` reads every page")
         gpus = ws["gpus"]
         console.print(f"{ok} GPU slots: detected {gpus['detected'] or 'none'}, free {gpus['free'] or 'none'}"
                       + (f", held {gpus['held']}" if gpus["held"] else ""))

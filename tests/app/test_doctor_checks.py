@@ -71,3 +71,20 @@ def test_check_on_a_cpu_machine_never_imports_torch_in_the_cli_process(tmp_path,
     result = json.loads(done.stdout)
     assert result["verdict"] == "correct" and result["device_name"] == "cpu", done.stderr[-2000:]
     assert "TORCH_IMPORTED_HERE False" in done.stderr, done.stderr[-2000:]
+
+
+def test_doctor_bounds_the_registry_page_check_and_full_reads_every_page(krl, workspace, monkeypatch):
+    # SQLite reads a few hundred MB a second: a registry of many GB would make doctor that slow. Past the budget
+    # doctor says the pages were not all read and how to read them all; --full does.
+    from app.commands import doctor
+    from core.registry import Registry
+
+    Registry.for_workspace(workspace).close()
+    monkeypatch.setattr(doctor, "INTEGRITY_BUDGET_S", 0.0)
+    bounded = krl("doctor", "--json")
+    assert json.loads(bounded.stdout)["workspace"]["pages_checked"] is False, bounded.stdout
+    human = krl("doctor")
+    assert "registry pages: not all read within 0 s" in human.stderr and "krl doctor --full" in human.stderr
+    full = krl("doctor", "--full", "--json")
+    assert json.loads(full.stdout)["workspace"]["pages_checked"] is True, full.stdout
+    assert "registry pages" not in krl("doctor", "--full").stderr
