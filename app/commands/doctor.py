@@ -179,7 +179,8 @@ def _workspace(budget_s: float | None = INTEGRITY_BUDGET_S) -> dict[str, Any]:
 def doctor(as_json: bool = typer.Option(False, "--json", help="Print the report as JSON to stdout."),
            full: bool = typer.Option(False, "--full", help="Check every page of the registry however long it takes "
                                                           f"(default: stop after {INTEGRITY_BUDGET_S:g} s).")) -> None:
-    """What this machine has: GPUs, CUDA/nvcc, torch/triton versions, Tinker key present, workspace health."""
+    """What this machine has: GPUs, CUDA/nvcc, torch/triton versions, Tinker key present, the sandbox, workspace
+    health. The checks run side by side; the last line says how long each took."""
     from core.registry import SCHEMA_VERSION
 
     started = time.perf_counter()
