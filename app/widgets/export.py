@@ -51,7 +51,7 @@ def write_plot_svgs(folder: Path, stem: str, plots: Iterable[RewardPlot]) -> lis
     """Each plot's current drawing as its own SVG (the braille figure in the theme's colours)."""
     paths = []
     for plot in plots:
-        figure = plot.render()
+        figure = plot.export_figure()
         console = Console(record=True, width=max(20, plot.size.width), file=io.StringIO(), color_system="truecolor")
         console.print(figure)
         path = folder / f"{stem}-{safe_stem(plot.plot_title)}.svg"
@@ -71,7 +71,7 @@ def write_plot_pngs(folder: Path, stem: str, plots: Iterable[RewardPlot], backgr
 
     paths = []
     for plot in plots:
-        width, height, rows = upscale(*plot_pixels(plot.render(), background, foreground), PNG_SCALE)
+        width, height, rows = upscale(*plot_pixels(plot.export_figure(), background, foreground), PNG_SCALE)
         paths.append(write_png(folder / f"{stem}-{safe_stem(plot.plot_title)}.png", width, height, rows))
     return paths
 

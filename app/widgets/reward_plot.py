@@ -108,6 +108,18 @@ class RewardPlot(Widget):
             self._rendered = (key, self._build())
         return self._rendered[1]
 
+    def export_figure(self) -> Text:
+        """The drawing as a file gets it: where several runs share the plot, with the legend naming them (on screen
+        the compare view names them above the plots, which a plot's own SVG or PNG does not carry)."""
+        if len(self._curves) < 2 or self.view.legend or not self._version:
+            return self.render()
+        shown = self.view
+        self.view = replace(shown, legend=True)
+        try:
+            return self._build()
+        finally:
+            self.view = shown
+
     def _style(self, variable: str) -> Style:
         value = self.app.theme_variables.get(variable) or self.app.theme_variables.get("primary", "#4ea1ff")
         return Style(color=Color.parse(value).rich_color)

@@ -96,3 +96,27 @@ async def test_group_bands_on_the_time_axis_read_every_run_at_each_x(loop_runs):
         assert math.isclose(hi - lo, 2 * std, rel_tol=1e-9, abs_tol=1e-12), (x, lo, hi, values)
         spread = max(spread, hi - lo)
     assert spread > 0  # both runs are read at every x, not one run per x
+
+
+async def test_a_compare_plots_exported_files_name_its_runs(loop_runs):
+    # On screen the compare legend above the plots names the colours; a plot's own SVG and PNG carry a legend.
+    import html
+
+    from app.widgets.curves_panel import CurvesPanel
+
+    workspace, ids = loop_runs
+    app = make_app(workspace)  # the export lands in <workspace>/exports: the only write into the shared workspace
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        app.open_compare([ids["flaky"], ids["steady-a"]])
+        await settle(pilot)
+        plot = next(p for p in app.screen.query_one(CurvesPanel).plots() if p.plot_title == "env/all/reward/total")
+        on_screen = plot.render().plain
+        await pilot.press("e")
+        await settle(pilot)
+        written = app.screen.last_export
+    svg = next(path for path in written if path.name.endswith("env_all_reward_total.svg"))
+    text = html.unescape(svg.read_text()).replace("\u00a0", " ")
+    assert "flaky" in text and "steady-a" in text
+    assert "flaky" not in on_screen  # the screen's plots stay free of a legend over the curves
+    assert any(path.name.endswith("env_all_reward_total.png") for path in written)
