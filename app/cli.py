@@ -9,6 +9,7 @@ import sys
 from typing import Optional
 
 import typer
+import typer.main
 
 from app.commands import cache, check, demo, doctor, eval as eval_cmd, problems, rag, runs, serve, train
 
@@ -73,14 +74,27 @@ def _click_error_types() -> tuple[tuple[type, ...], tuple[type, ...]]:
     return tuple(errors), tuple(usage)
 
 
+def plain_flags(command) -> None:
+    """Flags take no value, so `--help` shows none for them (typer labels every option with its type, `<bool>`
+    included): an empty metavar on every flag, the help option too, in every subcommand."""
+    context = command.context_class(command)
+    for param in [*command.params, command.get_help_option(context)]:
+        if param is not None and getattr(param, "is_flag", False) and not getattr(param, "count", False):
+            param.metavar = ""
+    for child in (getattr(command, "commands", None) or {}).values():
+        plain_flags(child)
+
+
 def main() -> None:
     """Console-script entry: user errors print one line and exit 2, usage errors print typer's usage message and
     exit 2, never a traceback."""
     from core.errors import KrlError
 
     try:
+        command = typer.main.get_command(app)
+        plain_flags(command)
         # Without standalone mode click returns a command's exit code instead of raising it.
-        code = app(standalone_mode=False)
+        code = command(standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
     except KrlError as exc:
         from app.widgets.format import printable

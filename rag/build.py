@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from typing import Any, Optional, Sequence
 
+from rag import RagError
 from rag.corpus import Record, embedding_text
 from rag.decontaminate import DEFAULT_SIMILARITY_THRESHOLD, ProblemRef, decontaminate
 from rag.embed import Embedder
@@ -50,6 +51,11 @@ def build_index(records: Sequence[Record], out_dir: str | os.PathLike, *, model:
     report["decontamination"] = decontamination.to_dict()
     kept, vectors = [kept[i] for i in keep], vectors[keep]
 
+    if replace and not kept and KernelIndex.exists(out_dir):
+        # Every record was filtered, deduplicated or decontaminated away: an empty index would replace a useful one.
+        raise RagError(f"--replace would leave an empty index: all {len(records)} records were dropped (filters "
+                       f"{report['filtered_out'] or 'none'}, decontamination {decontamination.total_dropped}); "
+                       f"the index at {out_dir} is kept.")
     index = existing or KernelIndex.create(out_dir, embedder.model_name, embedder.dimension,
                                            hnsw_threshold=hnsw_threshold, overwrite=replace)
     try:

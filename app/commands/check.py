@@ -21,7 +21,7 @@ def _guess_backend(source: str) -> str:
 def check(
     problem: str = typer.Argument(..., help="Problem id or path: builtin/relu, kernelbench/level1/19_ReLU, ./my_problem.py"),
     kernel_file: str = typer.Argument(..., help="Python file defining `class ModelNew(nn.Module)`."),
-    backend: Optional[str] = typer.Option(None, "--backend", "-b", help="cuda | triton | torch [default: guessed from the file]."),
+    backend: Optional[str] = typer.Option(None, "--backend", "-b", help="cuda | triton | torch (default: guessed from the file)."),
     precision: str = typer.Option("fp32", "--precision", "-p", help="fp32 | fp16 | bf16."),
     size: str = typer.Option("default", "--size", help="default: the problem file's sizes; gpu: its gpu_sizes."),
     devices: str = typer.Option("auto", "--devices", help="auto | cpu | comma-separated GPU indices."),
@@ -32,6 +32,7 @@ def check(
     """Check one kernel against a problem: verdict, correctness, speedup. Exit 0 whatever the verdict."""
     import os
     import shutil
+    import sys
     from pathlib import Path
 
     from core.errors import KrlError
@@ -64,26 +65,44 @@ def check(
         measure_timing=not no_timing,
         size_overrides=chosen.gpu_sizes if size == "gpu" else {},
     )
-    device_arg: object = devices
+    device_arg: object = devices if devices != "auto" else _auto_devices()
     if devices not in ("auto", "cpu"):
         device_arg = [d.strip() for d in devices.split(",") if d.strip()]
     from rich.console import Console
 
     console = Console(stderr=True)
+    evaluator = None
     try:
-        with console.status(f"evaluating {path.name} on {chosen.id} ({request.backend}, {precision})…") if not as_json else _null():
-            with Evaluator(devices=device_arg, workers_per_device=1, cpu_workers=1, spare_per_device=0,
-                           compile_workers=1 if shutil.which("nvcc") or os.environ.get("CUDA_HOME") else 0) as evaluator:
+        try:
+            with console.status(f"evaluating {path.name} on {chosen.id} ({request.backend}, {precision})…") if not as_json else _null():
+                evaluator = Evaluator(devices=device_arg, workers_per_device=1, cpu_workers=1, spare_per_device=0,
+                                      compile_workers=1 if shutil.which("nvcc") or os.environ.get("CUDA_HOME") else 0)
                 result = evaluator.evaluate(request)
-    except EvaluatorError as exc:
-        raise KrlError(f"the evaluator could not run: {exc}") from None
-    if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
-        return
-    print_result(console, result)
-    if request.backend == "triton" and result.device_name == "cpu" and request.measure_timing:
-        console.print("[yellow]note:[/] on CPU, Triton kernels run under the Triton interpreter: their timing and "
-                      "speedup are meaningless (use a GPU to time them).")
+        except EvaluatorError as exc:
+            raise KrlError(f"the evaluator could not run: {exc}") from None
+        # The verdict is shown before the workers are shut down (a few tenths of a second the user need not wait).
+        if as_json:
+            typer.echo(json.dumps(result.to_dict(), indent=2))
+            sys.stdout.flush()
+            return
+        print_result(console, result)
+        if request.backend == "triton" and result.device_name == "cpu" and request.measure_timing:
+            console.print("[yellow]note:[/] on CPU, Triton kernels run under the Triton interpreter: their timing and "
+                          "speedup are meaningless (use a GPU to time them).")
+    finally:
+        if evaluator is not None:
+            evaluator.close()
+
+
+def _auto_devices() -> str:
+    """'cpu' when this machine shows no GPU (KRL_GPUS, CUDA_VISIBLE_DEVICES, the driver's /proc entries, nvidia-smi),
+    else 'auto'. Said here, the Evaluator need not import torch in this process only to count zero GPUs: a second
+    or more before the first worker even starts, on a CPU machine."""
+    import glob
+
+    from core.procman import detect_gpus
+
+    return "auto" if detect_gpus() or glob.glob("/dev/nvidia[0-9]*") else "cpu"
 
 
 LARGE_KERNEL_BYTES = 1 << 20  # a kernel file past this is almost surely not what was meant

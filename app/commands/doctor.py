@@ -15,6 +15,8 @@ from typing import Any
 
 import typer
 
+from app.commands.side_by_side import run_side_by_side, timing_line
+
 
 def _run(argv: list[str], timeout_s: float = 10.0) -> str | None:
     try:
@@ -49,26 +51,66 @@ def _nvcc() -> str | None:
     return "present"
 
 
-def _versions() -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    try:
-        import torch
+# Run in child Pythons so torch's import (the slowest check) overlaps the others, and a torch that crashes on import
+# is reported instead of taking doctor down with it. os._exit skips tearing torch down (a quarter of a second).
+TORCH_PROBE = """
+import json
+import os
+out = {}
+try:
+    import torch
 
-        out["torch"] = torch.__version__
-        out["torch_cuda"] = torch.version.cuda
-        out["cuda_available"] = torch.cuda.is_available()
-        out["torch_devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
-            if out["cuda_available"] else []
-    except Exception as exc:  # a broken torch install is exactly what doctor should report
-        out["torch"] = None
-        out["torch_error"] = str(exc)[:200]
-    try:
-        import triton
+    out["torch"] = torch.__version__
+    out["torch_cuda"] = torch.version.cuda
+    out["cuda_available"] = torch.cuda.is_available()
+    out["torch_devices"] = ([torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+                            if out["cuda_available"] else [])
+except Exception as exc:
+    out["torch"] = None
+    out["torch_error"] = str(exc)[:200]
+print(json.dumps(out), flush=True)
+os._exit(0)
+"""
+TRITON_PROBE = """
+import json
+import os
+try:
+    import triton
 
-        out["triton"] = triton.__version__
-    except Exception:
-        out["triton"] = None
-    return out
+    out = {"triton": triton.__version__}
+except Exception:
+    out = {"triton": None}
+print(json.dumps(out), flush=True)
+os._exit(0)
+"""
+PROBE_TIMEOUT_S = 180.0  # a cold torch import on a loaded machine can take a minute
+
+
+def _probe_in_child(script: str, name: str) -> dict[str, Any]:
+    """The JSON line a child Python prints after importing `name`, or {name: None, name_error: why}."""
+    import sys
+
+    failed = {name: None}
+    try:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return {**failed, f"{name}_error": f"importing {name} took over {PROBE_TIMEOUT_S:.0f} s"}
+    except OSError as exc:
+        return {**failed, f"{name}_error": f"cannot start {sys.executable}: {exc}"}
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        tail = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        return {**failed, f"{name}_error": f"importing {name} killed its process: {tail}"[:200]}
+
+
+def _torch() -> dict[str, Any]:
+    return _probe_in_child(TORCH_PROBE, "torch")
+
+
+def _triton() -> dict[str, Any]:
+    return {"triton": _probe_in_child(TRITON_PROBE, "triton")["triton"]}
 
 
 def _isolation() -> dict[str, Any]:
@@ -83,7 +125,12 @@ def _isolation() -> dict[str, Any]:
     return dict(report.to_dict(), lines=report.lines())
 
 
-def _workspace() -> dict[str, Any]:
+# How long the registry's page check may take before doctor says it did not finish (`--full`: no limit). SQLite reads
+# a few hundred MB a second here, so a registry of several GB would otherwise make doctor take that long.
+INTEGRITY_BUDGET_S = 2.0
+
+
+def _workspace(budget_s: float | None = INTEGRITY_BUDGET_S) -> dict[str, Any]:
     from core import procman
     from core.registry import REGISTRY_FILENAME, Registry, registry_damaged_error, workspace_path
 
@@ -101,7 +148,9 @@ def _workspace() -> dict[str, Any]:
         info["error"] = str(exc)
         return info
     try:
-        integrity = reg.integrity_problems()
+        integrity = reg.integrity_problems(budget_s=budget_s)
+        info["pages_checked"] = integrity is not None
+        info["size_bytes"] = reg.path.stat().st_size
         if integrity:
             info["error"] = registry_damaged_error(reg.path, "; ".join(integrity)).args[0]
             return info
@@ -127,19 +176,30 @@ def _workspace() -> dict[str, Any]:
     return info
 
 
-def doctor(as_json: bool = typer.Option(False, "--json", help="Print the report as JSON to stdout.")) -> None:
-    """What this machine has: GPUs, CUDA/nvcc, torch/triton versions, Tinker key present, workspace health."""
+def doctor(as_json: bool = typer.Option(False, "--json", help="Print the report as JSON to stdout."),
+           full: bool = typer.Option(False, "--full", help="Check every page of the registry however long it takes "
+                                                          f"(default: stop after {INTEGRITY_BUDGET_S:g} s).")) -> None:
+    """What this machine has: GPUs, CUDA/nvcc, torch/triton versions, Tinker key present, the sandbox, workspace
+    health. The checks run side by side; the last line says how long each took."""
     from core.registry import SCHEMA_VERSION
 
+    started = time.perf_counter()
+    checks = run_side_by_side({"nvidia-smi": _gpus, "nvcc": _nvcc, "torch": _torch, "triton": _triton,
+                               "sandbox": _isolation,
+                               "workspace": lambda: _workspace(None if full else INTEGRITY_BUDGET_S)})
     report = {
-        "gpus": _gpus(),
-        "nvcc": _nvcc(),
-        **_versions(),
+        "gpus": checks["nvidia-smi"].value,
+        "nvcc": checks["nvcc"].value,
+        **checks["torch"].value,
+        **checks["triton"].value,
         "tinker_api_key": bool(os.environ.get("TINKER_API_KEY")),
-        "isolation": _isolation(),
-        "workspace": _workspace(),
+        "isolation": checks["sandbox"].value,
+        "workspace": checks["workspace"].value,
         "schema_version_supported": SCHEMA_VERSION,
+        "checks": {name: {"started_s": round(timed.started_s, 3), "took_s": round(timed.took_s, 3)}
+                   for name, timed in checks.items()},
     }
+    whole_s = time.perf_counter() - started
     unisolated = report["isolation"]["kind"] in (None, "none")
     workspace_broken = bool(report["workspace"].get("error"))
     if as_json:
@@ -181,6 +241,9 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print the report 
         counts = ", ".join(f"{n} {s}" for s, n in sorted(ws["runs"].items())) or "no runs"
         console.print(f"{ok} workspace {ws['path']}: registry schema v{ws['schema_version']} "
                       f"(this kernelrl: v{report['schema_version_supported']}), {counts}")
+        if not ws["pages_checked"]:
+            console.print(f"{warn} registry pages: not all read within {INTEGRITY_BUDGET_S:g} s (a "
+                          f"{ws['size_bytes'] / 1e9:.1f} GB file); `krl doctor --full` reads every page")
         gpus = ws["gpus"]
         console.print(f"{ok} GPU slots: detected {gpus['detected'] or 'none'}, free {gpus['free'] or 'none'}"
                       + (f", held {gpus['held']}" if gpus["held"] else ""))
@@ -189,6 +252,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print the report 
                           f"{change['from']} → {change['to']} ({change['message']})")
         if ws["stale_runs"] and not ws["reconciled"]:
             console.print(f"{warn} runs with stale heartbeats: {', '.join(ws['stale_runs'])}")
+    console.print(f"[dim]{timing_line(checks, whole_s)}[/]")
     if unisolated:
         raise typer.Exit(1)
     if workspace_broken:

@@ -79,9 +79,9 @@ def build_eval_config(*, config: Optional[str], run: Optional[str], checkpoint: 
 
 def eval_command(
     overrides: List[str] = typer.Argument(None, help="Dotted config overrides, e.g. eval.timing_trials=50."),
-    config: Optional[str] = typer.Option(None, "--config", "-c", help="Preset or YAML [default: demo for replay, else kevin]."),
+    config: Optional[str] = typer.Option(None, "--config", "-c", help="Preset or YAML (default: demo for replay, else kevin)."),
     run: Optional[str] = typer.Option(None, "--run", help="Evaluate this training run's checkpoint with its own prompt settings."),
-    checkpoint: Optional[int] = typer.Option(None, "--checkpoint", help="With --run: the checkpoint step [default: the last]."),
+    checkpoint: Optional[int] = typer.Option(None, "--checkpoint", help="With --run: the checkpoint step (default: the last)."),
     backend: Optional[str] = typer.Option(None, "--backend", help="tinker | local | openai | replay."),
     model: Optional[str] = typer.Option(None, "--model", help="Base model, local HF path, endpoint model name, or tiny-random."),
     replay: Optional[str] = typer.Option(None, "--replay", help="Recordings JSONL for --backend replay ('demo': the packaged ones)."),
@@ -93,7 +93,7 @@ def eval_command(
     kernel_backend: Optional[str] = typer.Option(None, "--kernel-backend", help="cuda | triton | torch."),
     precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | fp16 | bf16."),
     gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs the evaluation needs (procman assigns them)."),
-    name: Optional[str] = typer.Option(None, "--name", "-n", help="Evaluation name [default: eval-<backend>-<time>]."),
+    name: Optional[str] = typer.Option(None, "--name", "-n", help="Evaluation name (default: eval-<backend>-<time>)."),
     detach: bool = typer.Option(False, "--detach", "-d", help="Run in the background through the process manager."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary (or, with --detach, the run) as JSON."),
     unseen_shapes: bool = typer.Option(False, "--unseen-shapes", help="Re-run each correct kernel on other sizes of "
@@ -215,6 +215,12 @@ def evals_ls(as_json: bool = typer.Option(False, "--json", help="Print a JSON li
         return
     with reg:
         rows = reg.list_runs(kind="eval")
+        trained = [row["name"] for row in reg.list_runs() if row["kind"] != "eval"]
+    if not rows and not as_json:  # an empty table says nothing: say how to make the first one
+        start = f"`krl eval --run {trained[0]}` evaluates a training run" if trained else \
+            "`krl eval --backend replay --replay demo` evaluates the packaged demo answers"
+        _console().print(f"no evaluations yet in {reg.workspace}. {start[0].upper()}{start[1:]}.")
+        return
     items = []
     for row in rows:
         last = (row.get("summary") or {}).get("last") or {}
@@ -305,7 +311,7 @@ def evals_export(name: str = typer.Argument(..., help="Evaluation name."),
                  fmt: str = typer.Option("jsonl", "--format", help="jsonl | csv (one record per sample and turn) | "
                                                                   "conversations (one JSON line per sample: turns "
                                                                   "with prompt, response, verdict — SFT data)."),
-                 output: Optional[str] = typer.Option(None, "--output", "-o", help="File [default: stdout].")) -> None:
+                 output: Optional[str] = typer.Option(None, "--output", "-o", help="File (default: stdout).")) -> None:
     """Export an evaluation's records (the input of every score) or its conversations."""
     from core.errors import KrlError
     from core.evaluation import eval_conversations, eval_records

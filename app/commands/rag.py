@@ -97,9 +97,11 @@ def harvest_records(registry: Any, run_names: Optional[List[str]] = None) -> tup
 
 @rag_app.command("build")
 def build(
-    source: List[str] = typer.Option(["kernelbook"], "--source", "-s",
-                                     help="kernelbook | sakana | runs | hub:OWNER/NAME | PATH (.jsonl/.json/.parquet "
-                                          "or a folder); repeat for several."),
+    source: List[str] = typer.Option(["runs"], "--source", "-s",
+                                     help="runs (this workspace's correct kernels; needs nothing more) | kernelbook | "
+                                          "sakana | hub:OWNER/NAME (these three download from the Hugging Face hub "
+                                          "and need the `datasets` package) | PATH (.jsonl/.json/.parquet or a "
+                                          "folder); repeat for several."),
     backend: List[str] = typer.Option([], "--backend", "-b", help="Keep only these kernel backends (triton, cuda)."),
     model: Optional[str] = typer.Option(None, "--model", "-m",
                                         help="Embedding model (default: all-MiniLM-L6-v2, bundled, works offline)."),
@@ -139,6 +141,8 @@ def build(
 
         if not (append or replace) and KernelIndex.exists(out_dir):
             raise already_exists_error(out_dir)  # said before any source is read, not after
+        for spec in source:
+            refuse_unreachable_source(spec)
 
         records, harvest_skipped = [], {}
         for spec in source:
@@ -156,6 +160,11 @@ def build(
         if replace and not records and KernelIndex.exists(out_dir):
             raise KrlError(f"--replace with nothing to put in: the sources gave 0 records, and the index at {out_dir} "
                            "is kept. Check --source (and --run / --limit).")
+        if not records and not append:
+            hint = ("this workspace's runs have no correct kernel yet (`krl demo` makes some)"
+                    if source == ["runs"] else "check --source (and --run / --limit)")
+            raise KrlError(f"nothing to index: the sources gave 0 records, so no index is made at {out_dir}; {hint}, "
+                           "or pass --source PATH with PyTorch → kernel pairs.")
         problems = []
         if decontaminate:
             from core.problems import load_problem_set
@@ -173,6 +182,21 @@ def build(
         typer.echo(json.dumps(report, indent=2, default=str))
         return
     _print_build_report(console, report)
+
+
+def refuse_unreachable_source(spec: str) -> None:
+    """A hub source without the `datasets` package is refused before anything is read, naming the install command
+    for this very interpreter (no extra of kernelrl installs `datasets`: the hub corpora are opt-in downloads)."""
+    import importlib.util
+
+    from core.errors import KrlError
+    from rag.sources import HUB_DATASETS
+
+    hub_id = spec[4:] if spec.startswith("hub:") else HUB_DATASETS.get(spec) if not Path(spec).exists() else None
+    if hub_id and importlib.util.find_spec("datasets") is None:
+        raise KrlError(f"--source {spec} downloads {hub_id} from the Hugging Face hub, which needs the `datasets` "
+                       f"package: install it with `{sys.executable} -m pip install datasets`, or download the files "
+                       "yourself and pass them as --source PATH. `krl rag build` alone (--source runs) needs neither.")
 
 
 def _print_build_report(console: Any, report: dict[str, Any]) -> None:

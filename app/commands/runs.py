@@ -175,6 +175,33 @@ LIST_COLUMNS = ("name", "status", "kind", "last_step", "total_steps", "backend",
                 "reward_key", "reward_value", "correct_key", "correct_value", "best_speedup", "created_at", "tags")
 
 
+# What `runs show` lists first after the run's reward and correct metrics (those present, in this order).
+SHOWN_METRICS = ("env/all/solved_rate", "env/all/compile_rate", "env/all/format_rate", "env/all/hack_rate",
+                 "env/all/fast_1", "env/all/speedup/mean", "env/all/speedup/max", "optim/loss", "optim/lr")
+
+
+def headline_metric_keys(last: dict, most: int = 10) -> list[str]:
+    """The last metrics worth a line: reward and correct as `runs ls` picks them, then SHOWN_METRICS, then others
+    by name, at most `most`."""
+    from core.registry import correct_key, reward_key
+
+    keys = list(last)
+    chosen = [k for k in (reward_key(keys), correct_key(keys), *SHOWN_METRICS) if k in last]
+    chosen = list(dict.fromkeys(chosen))
+    return (chosen + [k for k in sorted(keys) if k not in chosen])[:most]
+
+
+def wrap_pairs(pairs: list[str], width: int) -> list[str]:
+    """key=value pairs two spaces apart, in lines of at most `width` (a pair is never split)."""
+    lines: list[str] = []
+    for pair in pairs:
+        if lines and len(lines[-1]) + 2 + len(pair) <= width:
+            lines[-1] += "  " + pair
+        else:
+            lines.append(pair)
+    return lines
+
+
 @runs_app.command("ls")
 def list_runs(
     status: Optional[str] = typer.Option(None, "--status", "-s", help="Only runs with this status (comma-separated for several)."),
@@ -271,7 +298,12 @@ def show_run(
         console.print(f"  [dim]{key:<10}[/] {printable(value) if value is not None else '-'}")
     last = (row.get("summary") or {}).get("last", {})
     if last:
-        console.print("  [dim]metrics[/]    " + "  ".join(f"{k}={_fmt(v)}" for k, v in sorted(last.items())[:12]))
+        keys = headline_metric_keys(last)
+        pairs = [f"{k}={_fmt(last[k])}" for k in keys]
+        if len(last) > len(keys):
+            pairs.append(f"(+{len(last) - len(keys)} more: krl runs export {row['name']})")
+        for number, line in enumerate(wrap_pairs(pairs, max(40, console.width) - 15)):
+            console.print(f"  [dim]{'metrics' if number == 0 else '':<10}[/] {line}", markup=True, highlight=False)
     for segment in data["segments"]:
         ended = segment.get("end_status") or ("running" if row["status"] in ("running", "stopping") else "?")
         console.print(f"  [dim]segment {segment.get('index')}[/] from step {segment.get('start_step')}, pid "
@@ -296,7 +328,7 @@ def show_run(
 def stop(
     name: str = typer.Argument(..., help="Run name.", autocompletion=complete_run_name),
     force: bool = typer.Option(False, "--force", help="SIGKILL at once (no final checkpoint)."),
-    grace_s: Optional[float] = typer.Option(None, "--grace", help="Seconds to wait for the checkpoint before SIGKILL [default: $KRL_STOP_GRACE_S or 30]."),
+    grace_s: Optional[float] = typer.Option(None, "--grace", help="Seconds to wait for the checkpoint before SIGKILL (default: $KRL_STOP_GRACE_S or 30)."),
     no_wait: bool = typer.Option(False, "--no-wait", help="Return after signalling; later reads escalate to SIGKILL."),
 ) -> None:
     """Stop a run: SIGTERM → the job checkpoints → stopped. A queued run leaves the queue."""
@@ -317,7 +349,7 @@ def stop(
 def resume(
     name: str = typer.Argument(..., help="Run name.", autocompletion=complete_run_name),
     detach: bool = typer.Option(False, "--detach", "-d", help="Return at once; the run goes on in the background."),
-    gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs for the new segment [default: as before]."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs for the new segment (default: as before)."),
 ) -> None:
     """Resume a stopped, failed or crashed run from its last checkpoint (a new segment of the same run).
     Without --detach, follows its log until it ends (Ctrl-C stops it with a checkpoint); exit 3 if it fails."""
@@ -358,8 +390,8 @@ def fork(
     name: str = typer.Argument(..., help="Run to fork from.", autocompletion=complete_run_name),
     overrides: List[str] = typer.Argument(None, help="Config changes, e.g. optim.lr=1e-5 max_steps=200."),
     new_name: str = typer.Option(..., "--name", "-n", help="Name of the new run."),
-    step: Optional[int] = typer.Option(None, "--step", help="Fork from the last checkpoint at or before this step [default: the last]."),
-    gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs for the new run [default: from the config]."),
+    step: Optional[int] = typer.Option(None, "--step", help="Fork from the last checkpoint at or before this step (default: the last)."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs for the new run (default: from the config)."),
     as_json: bool = typer.Option(False, "--json", help="Print the new run as JSON to stdout."),
 ) -> None:
     """Start a new run from another run's checkpoint with a changed config (runs detached)."""
@@ -501,7 +533,7 @@ def _trajectory_records(reg, run_id: int, with_turns: bool):
 def logs(
     name: str = typer.Argument(..., help="Run name.", autocompletion=complete_run_name),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines until the run ends (Ctrl-C to leave)."),
-    lines: int = typer.Option(0, "--lines", "-n", help="Only the last N lines [default: all]."),
+    lines: int = typer.Option(0, "--lines", "-n", help="Only the last N lines (default: all)."),
 ) -> None:
     """Print a run's log (stdout and stderr of its job). With -f, exit 3 when the run ends failed or crashed."""
     from core import procman

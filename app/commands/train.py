@@ -12,7 +12,7 @@ import typer
 def train(
     config: str = typer.Argument(..., help="A preset (kevin, single-turn, demo) or a YAML file."),
     overrides: List[str] = typer.Argument(None, help="Dotted config overrides, e.g. dataset.batch_size=4 optim.lr=1e-5."),
-    name: Optional[str] = typer.Option(None, "--name", "-n", help="Run name [default: <preset>-<date>-<time>]."),
+    name: Optional[str] = typer.Option(None, "--name", "-n", help="Run name (default: <preset>-<date>-<time>)."),
     detach: bool = typer.Option(False, "--detach", "-d", help="Start in the background (queued until its GPUs are free) and return at once."),
     gpus: str = typer.Option("auto", "--gpus", help="GPUs the run needs: a number (0 runs on CPU), or auto: the "
                              "config's `gpus` where this machine has GPUs, else CPU."),

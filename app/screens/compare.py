@@ -26,6 +26,8 @@ MAX_RUNS = 8
 
 
 class CompareScreen(KrlScreen):
+    # Below 110 columns the metric picker narrows so two plots abreast keep whole titles (issue 26 item 9).
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
     BINDINGS = [
         Binding("escape", "back", "Back", id="compare.back"),
         Binding("slash", "search", "Filter metrics", id="compare.search"),
@@ -93,6 +95,7 @@ class CompareScreen(KrlScreen):
         panel.runs = [RunLine(run["id"], run["name"], self.colour_of(run["id"])) for run in self.runs]
         panel.groups = self.groups
         panel.bands = any(len(ids) > 1 for ids in self.groups.values())
+        panel.set_run_segments({run["id"]: run.get("segments") or [] for run in self.runs})
         self._show_legend()
         panel.remember(f"{self.app.workspace}#compare#{','.join(map(str, self.run_ids))}")
         panel.set_keys(self.keys, default_curve_keys(self.keys, 4))
@@ -154,6 +157,8 @@ class CompareScreen(KrlScreen):
             for run in self.runs:
                 legend.append("━━ ", style=theme_colour(self.app, self.colour_of(run["id"])))
                 legend.append(f"{run['name']} ({run['status']})   ")
+        if self.panel.run_segments:
+            legend.append("┊ dotted: where a run was resumed", style="dim")
         self.query_one("#compare-legend", Static).update(legend)
 
     def action_bands(self) -> None:

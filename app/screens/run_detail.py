@@ -97,6 +97,8 @@ def fill_measured(table: DataTable, columns: tuple[str, ...], rows: list[tuple])
 
 
 class RunDetailScreen(KrlScreen):
+    # Below 110 columns the metric picker narrows so two plots abreast keep whole titles (issue 26 item 9).
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
     BINDINGS = [
         Binding("escape", "back", "Back", id="run.back"),
         Binding("1", "tab('curves')", "Curves", show=False, id="run.tab_curves"),

@@ -119,12 +119,13 @@ def _view(xy: tuple[np.ndarray, np.ndarray], x_range: tuple[float, float] | None
 def render_plot(series: Sequence[Series], width: int, height: int, title: str | Text = "", x_label: str = "",
                 empty_note: str = "no data yet", log_y: bool = False, x_range: tuple[float, float] | None = None,
                 cursor_x: float | None = None, integer_x: bool = False, x_unit: str = "",
-                markers: Sequence[float] = ()) -> Text:
+                markers: Sequence[float | tuple[float, Style]] = ()) -> Text:
     """The whole plot as `height` lines of `width` cells. Later series draw over earlier ones.
     log_y: y on a log10 scale (points <= 0 left out); x_range: only that span of x; cursor_x: a vertical marker.
     integer_x: x is a count (steps), so its ticks are whole numbers. x_unit: a short form of x_label, kept on a
     plot too narrow for the whole label (the rightmost tick labels give way to it). markers: x values marked by a
-    dotted vertical line where no curve is drawn (where a resumed run's new segment began)."""
+    dotted vertical line where no curve is drawn (where a resumed run's new segment began); an (x, style) pair draws
+    its line in that style (the run's colour, where several runs share a plot)."""
     width, height = max(width, 12), max(height, 5)
     out = Text(no_wrap=True, overflow="crop")
     heading = title if isinstance(title, Text) else Text(title[:width].center(width).rstrip(), TITLE_STYLE)
@@ -179,17 +180,27 @@ def render_plot(series: Sequence[Series], width: int, height: int, title: str | 
         styles.append(one.style)
 
     styles.append(AXIS_STYLE)  # the cursor line and segment markers, where no series is drawn
+    axis_index = len(points)
+    marker_styles: dict[Style, int] = {}
     for marker in markers:
-        if x_low < marker <= x_high:
-            dot = int(to_dot_x(np.array([marker]))[0])
+        at, style = marker if isinstance(marker, tuple) else (marker, None)
+        if x_low < at <= x_high:
+            index = axis_index
+            if style is not None:
+                if style not in marker_styles:
+                    styles.append(style)
+                    marker_styles[style] = len(styles) - 1
+                index = marker_styles[style]
+            dot = int(to_dot_x(np.array([at]))[0])
             column = cells[:, dot // 2]
-            column[column == 0] = 0x05 if dot % 2 == 0 else 0x28  # two dots of four: dotted, unlike the cursor
-            owner[:, dot // 2] = np.where(owner[:, dot // 2] < 0, len(points), owner[:, dot // 2])
+            empty = column == 0
+            column[empty] = 0x05 if dot % 2 == 0 else 0x28  # two dots of four: dotted, unlike the cursor
+            owner[:, dot // 2] = np.where(empty, index, owner[:, dot // 2])
     if cursor_x is not None and x_low <= cursor_x <= x_high:
         dot = int(to_dot_x(np.array([cursor_x]))[0])
         column = cells[:, dot // 2]  # a view: writing it writes the canvas
         column[column == 0] = 0x47 if dot % 2 == 0 else 0xB8  # the left or the right dot column of the cell
-        owner[:, dot // 2] = np.where(owner[:, dot // 2] < 0, len(points), owner[:, dot // 2])
+        owner[:, dot // 2] = np.where(owner[:, dot // 2] < 0, axis_index, owner[:, dot // 2])
 
     # Which canvas row each y tick labels.
     tick_rows = {int(to_dot_y(np.array([v]))[0]) // 4: label for v, label in zip(y_ticks, y_labels)}

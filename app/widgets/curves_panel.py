@@ -36,6 +36,12 @@ def points_for_width(grid_width: int) -> int:
     return max(50, 2 * (grid_width // 2 - 8))
 
 
+def segment_starts(segments: Sequence[dict[str, Any]]) -> list[tuple[int, float]]:
+    """(start step, start time) of every segment after a run's first: where it was resumed."""
+    return [(int(s.get("start_step") or 0), float(s.get("started_at") or 0.0)) for s in segments[1:]
+            if isinstance(s, dict)]
+
+
 def plot_id(key: str) -> str:
     return "plot-" + re.sub(r"[^A-Za-z0-9_-]", "_", key)
 
@@ -105,6 +111,7 @@ class CurvesPanel(Horizontal):
         self._last_refresh = 0.0
         self._refresh_pending = False
         self.segment_starts: list[tuple[int, float]] = []  # (start step, start time) of each resumed segment
+        self.run_segments: dict[int, list[tuple[int, float]]] = {}  # the same per run, where several are overlaid
         # Groups of the runs table ({label: run ids}); with bands on, each draws as mean ± std instead of its runs.
         self.groups: dict[str, list[int]] = {}
         self.bands = False
@@ -157,23 +164,47 @@ class CurvesPanel(Horizontal):
 
     def set_segments(self, segments: Sequence[dict[str, Any]]) -> None:
         """A run's segments (its row's `segments`): every one after the first is marked on the plots."""
-        starts = [(int(s.get("start_step") or 0), float(s.get("started_at") or 0.0)) for s in segments[1:]
-                  if isinstance(s, dict)]
+        starts = segment_starts(segments)
         if starts != self.segment_starts:
             self.segment_starts = starts
             if self.query("#plot-grid"):  # not before the children are mounted
                 self._redraw()
 
-    def _markers(self) -> tuple[float, ...]:
-        """Segment starts in the x axis's units: the step, or minutes since the run's first logged point."""
-        if not self.segment_starts or self.runs:
-            return ()
-        if self.x_axis == "step":
-            return tuple(float(step) for step, _ in self.segment_starts)
-        origins = [s.wall_times[0] for per_run in self._series.values() for s in per_run.values() if s.wall_times]
-        if not origins:
-            return ()
-        return tuple((wall - min(origins)) / 60 for _, wall in self.segment_starts)
+    def set_run_segments(self, segments_by_run: dict[int, Sequence[dict[str, Any]]]) -> None:
+        """Several runs' segments ({run id: its row's `segments`}): each resumed run's are marked in its colour."""
+        self.run_segments = {run_id: starts for run_id, segments in segments_by_run.items()
+                             if (starts := segment_starts(segments))}
+        if self.query("#plot-grid"):
+            self._redraw()
+
+    def _origin(self, run_id: Optional[int] = None) -> Optional[float]:
+        """The first logged wall time of one run (or of any run), from the series held: time x is measured from it."""
+        origins = [s.wall_times[0] for per_run in self._series.values() for key, s in per_run.items()
+                   if s.wall_times and (run_id is None or key == run_id)]
+        return min(origins) if origins else None
+
+    def _markers(self) -> tuple[float | tuple[float, str], ...]:
+        """Segment starts in the x axis's units: the step, or minutes since the run's first logged point; where
+        several runs are overlaid, each in its run's colour (its group's, when groups draw as bands)."""
+        if not self.runs:
+            origin = self._origin() if self.x_axis == "time" else 0.0
+            if origin is None:
+                return ()
+            return tuple(float(step) if self.x_axis == "step" else (wall - origin) / 60
+                         for step, wall in self.segment_starts)
+        colours = {line.run_id: line.colour for line in self.runs}
+        if self.bands and self.groups:
+            for ids in self.groups.values():
+                for run_id in ids:
+                    colours[run_id] = colours.get(ids[0], colours.get(run_id, "primary"))
+        out: list[tuple[float, str]] = []
+        for run_id, starts in self.run_segments.items():
+            origin = self._origin(run_id) if self.x_axis == "time" else 0.0
+            if run_id not in colours or origin is None:
+                continue
+            out += [(float(step) if self.x_axis == "step" else (wall - origin) / 60, colours[run_id])
+                    for step, wall in starts]
+        return tuple(out)
 
     def show_series(self, series: dict[str, Any], step_range: Optional[tuple[int, int]] = None) -> None:
         """{key: Series} for a one-run panel, or {key: {run id: Series}} for several runs; `step_range`: the data
@@ -354,9 +385,10 @@ class CurvesPanel(Horizontal):
         return [float(s) for s in series.steps]
 
     def band_curves(self, key: str, per_run: dict[int, Series]) -> list[Curve]:
-        """One curve per group of 2+ runs: the mean, with mean ± std as its band (x by step); lone runs as they
-        are. Colours are those of each group's first run."""
-        from app.widgets.bands import mean_std_band
+        """One curve per group of 2+ runs: the mean, with mean ± std as its band; lone runs as they are. By step,
+        runs share their xs; by time they do not (each run's minutes since its start), so each run is interpolated
+        onto common xs first. Colours are those of each group's first run."""
+        from app.widgets.bands import mean_std_band, mean_std_band_resampled
 
         lines = {line.run_id: line for line in self._lines()}
         out = []
@@ -364,7 +396,8 @@ class CurvesPanel(Horizontal):
             members = [i for i in run_ids if i in per_run and i in lines]
             if not members:
                 continue
-            xs, mean, std, _count = mean_std_band([(self._xs(per_run[i]), per_run[i].values) for i in members])
+            band_of = mean_std_band_resampled if self.x_axis == "time" else mean_std_band
+            xs, mean, std, _count = band_of([(self._xs(per_run[i]), per_run[i].values) for i in members])
             band = ([m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)]) if len(members) > 1 \
                 else None
             out.append(Curve(f"{label} (n={len(members)})", xs, mean, lines[members[0]].colour, run=label, band=band))

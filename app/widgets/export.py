@@ -1,5 +1,5 @@
 """Export what a view shows: each plot as an SVG of its own drawing, the plotted series as one CSV (raw and smoothed
-values, by run and x), each plot as a PNG of its curves (app/widgets/png.py: no labels), and the whole screen as
+values, by run and x), each plot as a PNG of its drawing (app/widgets/png.py, labels included), and the whole screen as
 an SVG through Textual's screenshot."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def write_plot_svgs(folder: Path, stem: str, plots: Iterable[RewardPlot]) -> lis
     """Each plot's current drawing as its own SVG (the braille figure in the theme's colours)."""
     paths = []
     for plot in plots:
-        figure = plot.render()
+        figure = plot.export_figure()
         console = Console(record=True, width=max(20, plot.size.width), file=io.StringIO(), color_system="truecolor")
         console.print(figure)
         path = folder / f"{stem}-{safe_stem(plot.plot_title)}.svg"
@@ -60,14 +60,18 @@ def write_plot_svgs(folder: Path, stem: str, plots: Iterable[RewardPlot]) -> lis
     return paths
 
 
+PNG_SCALE = 2
+
+
 def write_plot_pngs(folder: Path, stem: str, plots: Iterable[RewardPlot], background: tuple[int, int, int],
                     foreground: tuple[int, int, int]) -> list[Path]:
-    """Each plot's current drawing as a PNG (its dots and axes in the theme's colours; tick labels only in the SVG)."""
-    from app.widgets.png import plot_pixels, write_png
+    """Each plot's current drawing as a PNG at twice its pixel size: dots, axes, title, tick labels and legend in the
+    theme's colours."""
+    from app.widgets.png import plot_pixels, upscale, write_png
 
     paths = []
     for plot in plots:
-        width, height, rows = plot_pixels(plot.render(), background, foreground)
+        width, height, rows = upscale(*plot_pixels(plot.export_figure(), background, foreground), PNG_SCALE)
         paths.append(write_png(folder / f"{stem}-{safe_stem(plot.plot_title)}.png", width, height, rows))
     return paths
 

@@ -1,5 +1,6 @@
 """Plots as PNG without an imaging library: each braille dot of a drawn plot becomes a square of pixels in its
-curve's colour, axis lines become lines; written with zlib and struct. Tick labels stay in the SVG export."""
+curve's colour, axis lines become lines, and every other character (title, tick labels, axis label, legend) is drawn
+with a 5 x 7 bitmap font (app/widgets/bitmap_font.py) in its cell; written with zlib and struct."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 
 from rich.style import Style
 from rich.text import Text
+
+from app.widgets.bitmap_font import GLYPH_H, glyph_pixels
 
 DOT_PX = 3  # pixels per braille dot side: a cell (2 x 4 dots) is 6 x 12 pixels
 _BITS = ((0x01, 0, 0), (0x02, 0, 1), (0x04, 0, 2), (0x40, 0, 3), (0x08, 1, 0), (0x10, 1, 1), (0x20, 1, 2),
@@ -34,6 +37,11 @@ def _styles(line: Text) -> list[Style]:
     return styles
 
 
+def _dimmed(colour: RGB, background: RGB) -> RGB:
+    """A dim style's colour: halfway to the background, as a terminal shows it."""
+    return tuple((c + b) // 2 for c, b in zip(colour, background))  # type: ignore[return-value]
+
+
 def plot_pixels(figure: Text, background: RGB, foreground: RGB) -> tuple[int, int, list[bytearray]]:
     """(width, height, RGB rows) of a figure from render_plot."""
     lines = figure.split("\n")
@@ -52,6 +60,15 @@ def plot_pixels(figure: Text, background: RGB, foreground: RGB) -> tuple[int, in
             x, y = column * cell_w, row * cell_h
             colour = _colour(styles[column], foreground)
             code = ord(char) - 0x2800
+            if char.isspace():
+                continue
+            if not (0 <= code < 256) and char not in _VERTICAL | _HORIZONTAL:  # text: title, ticks, labels
+                if styles[column].dim:
+                    colour = _dimmed(colour, background)
+                top = y + (cell_h - GLYPH_H) // 2
+                for dx, dy in glyph_pixels(char):
+                    fill(x + dx, top + dy, 2 if styles[column].bold else 1, 1, colour)
+                continue
             if 0 < code < 256:
                 for bit, dx, dy in _BITS:
                     if code & bit:
@@ -61,6 +78,14 @@ def plot_pixels(figure: Text, background: RGB, foreground: RGB) -> tuple[int, in
             if char in _HORIZONTAL:
                 fill(x if char == "─" else x + cell_w // 2, y + cell_h // 2, cell_w, 1, colour)
     return width, height, rows
+
+
+def upscale(width: int, height: int, rows: list[bytearray], factor: int) -> tuple[int, int, list[bytearray]]:
+    """Each pixel as a factor x factor square: a 5 x 7 font reads at a glance at 2."""
+    if factor <= 1:
+        return width, height, rows
+    wide = [bytearray(b"".join(bytes(row[i:i + 3]) * factor for i in range(0, len(row), 3))) for row in rows]
+    return width * factor, height * factor, [bytearray(row) for row in wide for _ in range(factor)]
 
 
 def write_png(path: Path, width: int, height: int, rows: list[bytearray]) -> Path:

@@ -55,7 +55,8 @@ class PlotView:
     x_range: Optional[tuple[float, float]] = None
     cursor_x: Optional[float] = None
     legend: bool = True  # False where the screen names each run's colour itself (compare): none over the curves
-    markers: tuple[float, ...] = ()  # x where a resumed run's later segments began
+    # x where a resumed run's later segments began; (x, colour variable) in the colour of one of several runs
+    markers: tuple[float | tuple[float, str], ...] = ()
 
 
 def curve_stats(curve: Curve, x_range: Optional[tuple[float, float]] = None) -> Optional[tuple[float, float, float]]:
@@ -106,6 +107,18 @@ class RewardPlot(Widget):
         if self._rendered[0] != key:
             self._rendered = (key, self._build())
         return self._rendered[1]
+
+    def export_figure(self) -> Text:
+        """The drawing as a file gets it: where several runs share the plot, with the legend naming them (on screen
+        the compare view names them above the plots, which a plot's own SVG or PNG does not carry)."""
+        if len(self._curves) < 2 or self.view.legend or not self._version:
+            return self.render()
+        shown = self.view
+        self.view = replace(shown, legend=True)
+        try:
+            return self._build()
+        finally:
+            self.view = shown
 
     def _style(self, variable: str) -> Style:
         value = self.app.theme_variables.get(variable) or self.app.theme_variables.get("primary", "#4ea1ff")
@@ -159,7 +172,8 @@ class RewardPlot(Widget):
         return render_plot(series, self.size.width, self.size.height, self.title_text(self.size.width), view.x_label,
                            log_y=view.log_y, x_range=view.x_range, cursor_x=view.cursor_x,
                            integer_x=view.x_label == "step", x_unit=short_unit(view.x_label),
-                           markers=view.markers)
+                           markers=[m if not isinstance(m, tuple) else (m[0], self._style(m[1]) + Style(dim=True))
+                                    for m in view.markers])
 
 
 def short_unit(x_label: str) -> str:

@@ -1,5 +1,6 @@
 """Fixtures of the app tests: a demo workspace recorded once per session by the real training loop and evaluator
-(`krl demo --headless`), copied and normalised for each test that reads it (tests/app/recorded.py)."""
+(`krl demo --headless`), copied and normalised for each test that reads it (tests/app/recorded.py), and Tinker runs
+the real loop made through failures and a resume (tests/app/loop_workspace.py)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,18 @@ def recorded_demo(recorded_demo_source, workspace):
     reg = Registry.for_workspace(workspace)
     yield reg, reg.get_run(RECORDED_RUN)
     reg.close()
+
+
+@pytest.fixture(scope="session")
+def loop_runs(tmp_path_factory):
+    """(workspace, {name: run id}) of runs the real training loop made against the Tinker SDK autospecs
+    (tests/app/loop_workspace.py), once per session; tests only read it."""
+    pytest.importorskip("tinker")
+    from tests.app.loop_workspace import build_loop_workspace
+
+    workspace = tmp_path_factory.mktemp("loop-runs") / "ws"
+    workspace.mkdir()
+    return workspace, build_loop_workspace(workspace)
 
 
 @pytest.fixture

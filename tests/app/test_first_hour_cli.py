@@ -70,3 +70,23 @@ def test_item17_empty_listings_say_why(recorded_demo, krl, workspace, tmp_path):
     empty.mkdir()
     done = krl("-w", str(empty), "runs", "ls")
     assert done.code == 0 and "no runs yet" in done.stderr and "krl train demo" in done.stderr
+
+
+def test_item17_no_evaluations_yet_says_how_to_make_one(recorded_demo, krl):
+    from tests.app.recorded import RECORDED_RUN
+
+    done = krl("evals", "ls", env={"COLUMNS": "80"})
+    assert done.code == 0 and f"krl eval --run {RECORDED_RUN}" in " ".join(done.stderr.split()), done.stderr
+    assert "┃" not in done.stderr  # not a bare table header
+    assert krl("evals", "ls", "--json").stdout.strip() == "[]"
+
+
+def test_runs_show_leads_with_the_headline_metrics_and_wraps_whole_pairs_at_80(recorded_demo, krl):
+    reg, run = recorded_demo
+    shown = krl("runs", "show", run["name"], env={"COLUMNS": "80"}).stderr.splitlines()
+    start = next(i for i, line in enumerate(shown) if line.strip().startswith("metrics"))
+    block = [shown[start]] + [line for line in shown[start + 1:] if line.startswith(" " * 13)]
+    assert all(len(line) <= 80 for line in block), block
+    pairs = " ".join(line.replace("metrics", "", 1) for line in block).split()
+    assert pairs[0].startswith("env/all/reward/total=") and pairs[1].startswith("env/all/correct_rate="), pairs
+    assert f"more: krl runs export {run['name']})" in " ".join(block), block  # the rest: where to find it

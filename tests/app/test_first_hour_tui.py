@@ -280,3 +280,61 @@ async def test_item20_help_lists_no_cluster_tab_for_a_local_run(recorded_demo, w
         assert isinstance(app.screen, HelpScreen)
         text = str(app.screen.query_one(Static).render())
     assert "Run detail keys" in text and "Cluster" not in text, text
+
+
+def _png_rows(path):
+    """(width, rows of RGB triples) of an 8-bit RGB PNG written by app/widgets/png.py (one IDAT, filter 0)."""
+    import struct
+    import zlib
+
+    data = path.read_bytes()
+    width, height = struct.unpack(">II", data[16:24])
+    start = data.index(b"IDAT") + 4
+    length = struct.unpack(">I", data[start - 8:start - 4])[0]
+    raw = zlib.decompress(data[start:start + length])
+    stride = 3 * width + 1
+    return width, [[tuple(raw[r * stride + 1 + 3 * i:r * stride + 4 + 3 * i]) for i in range(width)]
+                   for r in range(height)]
+
+
+async def test_exported_pngs_carry_the_title_and_tick_labels(recorded_demo, workspace):
+    # Each character of the plot's text (title, y and x tick labels) is drawn in its cell with the 5 x 7 font.
+    from app.widgets.bitmap_font import GLYPH_H, glyph_pixels
+    from app.widgets.export import PNG_SCALE
+
+    app = make_app(workspace, open_run=RECORDED_RUN)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("e")
+        await settle(pilot)
+        written = app.screen.last_export
+        plot = next(p for p in app.screen.query("RewardPlot") if p.plot_title == "env/all/reward/total")
+        figure = plot.render().plain.split("\n")
+    png = next(path for path in written if path.name.endswith("env_all_reward_total.png"))
+    width, rows = _png_rows(png)
+    background = rows[-1][-1]
+    cell_w, cell_h = 6 * PNG_SCALE, 12 * PNG_SCALE
+    assert width == max(len(line) for line in figure) * cell_w
+    tick_row = next(i for i, line in enumerate(figure) if "└" in line) + 1
+    checked = {}
+    for row in (0, tick_row):  # the title line, and the x tick labels under the axis
+        for column, char in enumerate(figure[row]):
+            if not (char.isascii() and char.isalnum()):
+                continue
+            top = row * cell_h + (cell_h - GLYPH_H * PNG_SCALE) // 2
+            lit = [(column * cell_w + dx * PNG_SCALE, top + dy * PNG_SCALE) for dx, dy in glyph_pixels(char)]
+            assert all(rows[y][x] != background for x, y in lit), (row, column, char)
+            checked[row] = checked.get(row, "") + char
+    assert "reward" in checked[0] and any(c.isdigit() for c in checked[tick_row]), checked
+
+
+async def test_item9_at_80_columns_the_headline_plots_keep_whole_titles(recorded_demo, workspace):
+    # The metric picker narrows below 110 columns, so two plots abreast still name their metric in full.
+    from app.widgets.reward_plot import RewardPlot
+
+    app = make_app(workspace, open_run=RECORDED_RUN)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        titles = {p.plot_title: p.title_text(p.size.width).plain for p in app.screen.query(RewardPlot) if p.curves}
+    for key in ("env/all/reward/total", "env/all/correct_rate"):
+        assert titles[key].startswith(key), titles

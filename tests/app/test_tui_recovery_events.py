@@ -1,13 +1,15 @@
 """The run detail's Checkpoints tab lists what the training loop recorded about failures: retries, checkpoints
-kept or restored, resumes (core/step_recovery.py writes them)."""
+kept or restored, resumes. The run is the real loop's (tests/app/loop_workspace.py): core/step_recovery.py wrote its
+events while the Tinker SDK autospecs failed its update twice, and procman resumed it."""
 
 from __future__ import annotations
 
 import pytest
-from textual.widgets import DataTable
 
-from core.registry import Registry
-from tests.app.fixtures import make_app, settle
+pytest.importorskip("tinker")  # the run is made against its SDK's autospecs
+
+from app.screens.run_detail import RECOVERY_EVENT_KINDS  # noqa: E402
+from tests.app.fixtures import make_app, settle  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -15,14 +17,19 @@ def _config_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("KRL_CONFIG_DIR", str(tmp_path / "config"))
 
 
-async def test_checkpoints_tab_shows_retry_and_checkpoint_events(workspace):
-    with Registry.for_workspace(workspace) as reg:
-        run = reg.create_run("flaky", config={"max_steps": 4}, backend="tinker", status="failed")
-        reg.add_checkpoint(run["id"], 1, "step-000001", "tinker://r/weights/step-000001",
-                           "tinker://r/sampler_weights/step-000001")
-        reg.add_event(run["id"], "retry", "step 2: try 1/2 failed (KrlError: Tinker failed); retrying in 10 s")
-        reg.add_event(run["id"], "checkpoint", "gave up; resume point: final checkpoint at step 1")
-        reg.add_event(run["id"], "warning", "not a recovery event")
+def _registry(workspace):
+    from core.registry import Registry
+
+    return Registry.for_workspace(workspace, create=False)
+
+
+async def test_the_checkpoints_tab_lists_what_step_recovery_recorded(loop_runs):
+    from textual.widgets import DataTable
+
+    workspace, ids = loop_runs
+    with _registry(workspace) as reg:
+        recorded = [e for e in reg.events(ids["flaky"], limit=100_000) if e["kind"] in RECOVERY_EVENT_KINDS]
+        checkpoints = reg.checkpoints(ids["flaky"])
     app = make_app(workspace, open_run="flaky")
     async with app.run_test(size=(140, 40)) as pilot:
         await settle(pilot)
@@ -30,7 +37,13 @@ async def test_checkpoints_tab_shows_retry_and_checkpoint_events(workspace):
         await settle(pilot)
         table = app.screen.query_one("#events-table", DataTable)
         rows = [table.get_row_at(i) for i in range(table.row_count)]
-        kinds = [row[1] for row in rows]
-        assert kinds[0] == "checkpoint" and "retry" in kinds and "warning" not in kinds  # newest first
-        assert any("resume point" in row[2] for row in rows)
-        assert app.screen.query_one("#checkpoints-table", DataTable).row_count == 1
+        checkpoint_rows = app.screen.query_one("#checkpoints-table", DataTable).row_count
+    kinds = [str(row[1]) for row in rows]
+    messages = [str(row[2]) for row in rows]
+    assert set(kinds) <= set(RECOVERY_EVENT_KINDS) and "warning" not in kinds
+    assert len(rows) == len(recorded) and kinds == [e["kind"] for e in reversed(recorded)]  # newest first
+    for wanted in ("try 1/2 failed", "weights restored from step-000001-rolling", "gave up",
+                   "resuming from checkpoint step-000001"):
+        assert any(wanted in m for m in messages), (wanted, messages)
+    assert messages[0].startswith("finished") and messages[-1].startswith("created")
+    assert checkpoint_rows == len(checkpoints) > 1

@@ -854,3 +854,10 @@ def test_migration_fills_the_headline_columns_of_existing_runs(tmp_path, monkeyp
         row = reg.get_run("before-v4")
         assert (row["reward_key"], row["reward_value"], row["correct_key"], row["correct_value"]) == \
             ("reward/mean", 0.75, "rate/correct", 0.5)
+
+
+def test_the_page_check_stops_at_its_budget_and_leaves_the_connection_as_it_was(registry):
+    registry.create_run("checked", config={})
+    assert registry.integrity_problems(budget_s=0.0) is None  # not known: stopped at once
+    assert registry.integrity_problems(budget_s=60.0) == [] == registry.integrity_problems()
+    assert registry.get_run("checked")["name"] == "checked"  # no progress handler left to interrupt later queries
