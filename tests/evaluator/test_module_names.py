@@ -7,7 +7,7 @@ import pathlib
 import re
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SOURCES = ("app", "core", "evaluator", "rag", "tests")
+SOURCES = ("app", "core", "evaluator", "rag", "tests", "docs")
 DOCS = ("README.md", "ARCHITECTURE.md", "Makefile", "pyproject.toml")
 # Recorded output of past runs (tracebacks, reprs), kept as it was measured; and the layer test, whose made-up
 # projects name modules that exist only in its temporary folders.
@@ -87,7 +87,7 @@ def test_every_evaluator_module_name_written_as_text_exists():
 
 def test_every_evaluator_path_in_code_and_docs_exists():
     paths = referenced_paths()
-    assert "evaluator/isolation/sandbox.py" in paths  # the scan sees README's paths
+    assert "evaluator/isolation/sandbox.py" in paths  # the scan sees the docs' paths
     missing = {path: sorted(where) for path, where in paths.items() if not (ROOT / path).exists()}
     assert not missing, "paths of files that do not exist:\n" + "\n".join(
         f"  {path} (in {', '.join(where)})" for path, where in sorted(missing.items()))
