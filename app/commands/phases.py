@@ -15,7 +15,9 @@ STAGES = {
     "timing": "timing",
 }
 ORDER = ("evaluator start-up", "waiting for the GPU", "build", "loading", "checking", "timing", "other")
-NOT_TIMES = {"timing_retries", "seconds"}  # counts and copies, not durations
+# Counts, ratios, copies and the timing's per-call yardsticks: not durations of a stage.
+NOT_TIMES = {"timing_retries", "timing_extra_rounds", "timing_spread", "round_trip", "seconds"}
+NOT_TIMES_PREFIX = "kernelbench_"
 WHOLE = ("end_to_end", "total")  # the whole wall time, in the order trusted
 
 
@@ -23,7 +25,8 @@ def plain_stages(phase_times_s: Mapping[str, float]) -> tuple[float, dict[str, f
     """(whole seconds, {stage: seconds}) with unknown phases summed under 'other'; stages under 5 ms left out."""
     stages: dict[str, float] = {}
     for name, seconds in phase_times_s.items():
-        if name in NOT_TIMES or name in WHOLE or not isinstance(seconds, (int, float)):
+        if name in NOT_TIMES or name.startswith(NOT_TIMES_PREFIX) or name in WHOLE or \
+                not isinstance(seconds, (int, float)):
             continue
         stage = STAGES.get(name, "other")
         stages[stage] = stages.get(stage, 0.0) + float(seconds)

@@ -26,8 +26,8 @@ def drive_task(slot: Any, runner: Any, driver: Any, task: Any, prebuilt: Optiona
     started = False
     t0 = time.monotonic()
     try:
-        if task.device.startswith("cuda"):  # what an honest order's fixed cost is, before any candidate code runs
-            driver.clean_round_trip(ROUND_TRIP_PINGS, start_deadline)
+        driver.clean_round_trip(ROUND_TRIP_PINGS, start_deadline)  # an honest order's fixed cost, before any
+        # candidate code runs in this runner (a GPU timing takes it off each candidate order)
         driver.order({"type": "task", "request": request.to_dict(), "prebuilt": prebuilt}, "started",
                      deadline=start_deadline)
         started = True

@@ -28,8 +28,8 @@ BATCH_TARGET_S = {"cuda": 0.005, "cpu": 0.010}
 # memory-bound problem spent more on its projection than on its calls, and swung with the allocator (2 GiB: ~11 ms
 # per hand-over on an H100 and 6 extra rounds per evaluation for unsteadiness).
 STAGING_BUDGET_BYTES = {"cuda": 512 << 20, "cpu": 64 << 20}
-# CPU: each call's value set is made on both sides (~25 us a set here),
-# which at 4096 calls cost ~0.8 s per evaluation of a 256-element problem; 2048 keeps a batch >= ~5 ms there.
+# CPU: each call's value set is made on both sides (~25 us a set here), which at 4096 calls cost ~0.8 s per evaluation
+# of a 256-element problem; 2048 keeps a batch >= ~5 ms there.
 MAX_CALLS = {"cuda": 1024, "cpu": 2048}
 # GPU: each candidate order's charge less the runner's clean round trip (slot/task_driver.clean_round_trip, measured
 # before its candidate ran), at most this much: the judge's own batches have no pipe in them, and on an H100 the
@@ -198,28 +198,25 @@ class TimingPhase:
             if waited is None:
                 raise TaskEnded(Verdict.TIMEOUT, "The evaluation did not get the GPU for timing within its limit.")
             self.schedule.phases["device_wait"] = round(waited, 6)
+        import contextlib
+
         import torch
 
         from evaluator.isolation.timing_priority import TimingPriority
 
-        boost = TimingPriority(self.runner_pid()) if self.lock is not None else None
-        if boost is not None:
-            boost.__enter__()
         threads = torch.get_num_threads()
         if self.kind == "cpu":  # the judge's own work on one thread: on a loaded host a pool per small op stalls
             torch.set_num_threads(1)  # (0.5-1.9 s to make 32 MiB of value sets with two threads, 30 ms with one)
-        try:
-            reference_ms, candidate_ms = self.rounds()
-            for hook in EXTRA_TIMINGS.values():
-                hook(self, result)
+        try:  # the timed pair ahead of the rest of the pool for CPU while it holds the GPU
+            with TimingPriority(self.runner_pid()) if self.lock is not None else contextlib.nullcontext():
+                reference_ms, candidate_ms = self.rounds()
+                for hook in EXTRA_TIMINGS.values():
+                    hook(self, result)
         finally:
             torch.set_num_threads(threads)
-            if boost is not None:
-                boost.__exit__(None, None, None)
             if self.lock is not None:
                 self.lock.release()
-        if self.charge is None:
-            self.schedule.phases["round_trip"] = round(float(getattr(self.driver, "round_trip", 0.0) or 0.0), 6)
+        self.schedule.phases["round_trip"] = round(float(getattr(self.driver, "round_trip", 0.0) or 0.0), 6)
         self.schedule.phases["timing_spread"] = round(max(spread(candidate_ms), spread(reference_ms)), 4)
         result.kernel_runtime = timing.summarize(candidate_ms)
         result.reference_runtime = timing.summarize(reference_ms)
@@ -228,6 +225,16 @@ class TimingPhase:
         candidate = statistics.median(candidate_ms)
         result.speedup = statistics.median(reference_ms) / candidate if candidate > 0 else None
         self.speed_of_light(result, candidate)
+
+    def projected_whole(self) -> bool:
+        """Whether the projection sees every element of the outputs (floating-point tensors only): only then may a
+        batch go without picked outputs. An index or mask output (argmax, a comparison) is checked by picks alone."""
+        import torch
+
+        from evaluator.judging import judge
+
+        parts = judge.flatten_output(self.task.reference_outputs.get("timing-0"))
+        return bool(parts) and all(isinstance(p, torch.Tensor) and p.is_floating_point() for p in parts)
 
     def runner_pid(self) -> int:
         """The timed runner's pid as this process sees it (0 where unknown: then only the judge is boosted)."""
@@ -260,7 +267,7 @@ class TimingPhase:
         first = calls != self.staged_for
         salt = self.stage(calls)
         picked = sorted(self.rng.sample(range(calls), min(PICKED_PER_BATCH, calls))) \
-            if first or self.rng.random() < PICK_SHARE else []
+            if first or not self.projected_whole() or self.rng.random() < PICK_SHARE else []
         seed = self.rng.getrandbits(30)
         hands = {}
         for side in (("candidate", "reference") if candidate_first else ("reference", "candidate")):

@@ -124,3 +124,9 @@ def test_a_scalar_output_is_timed_like_any_other(results):
     result = results["scalar"]
     assert result.verdict == Verdict.CORRECT, result.error_message
     assert result.speedup is not None and 0.3 < result.speedup < 3
+
+
+def test_the_runner_answers_pings_before_its_task(results):
+    # the clean round trip a GPU timing takes off each candidate order: measured on every task, before its candidate ran
+    for result in results.values():
+        assert 0 < result.phase_times_s["round_trip"] < 0.5, result.phase_times_s

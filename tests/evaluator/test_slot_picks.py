@@ -1,0 +1,71 @@
+"""Which timed batches show picked outputs: the projection checks every call of every batch, but it sees only
+floating-point outputs, so an index or mask output (argmax, a comparison) has its picked calls checked on every batch,
+while a floating-point one may skip them on most. Read from the judge's own record of its orders (KRL_EVAL_TRACE)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evaluator.contract.types import EvalRequest, Verdict
+from tests.evaluator.pool_support import make_evaluator
+
+PROBLEM = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return {body}
+
+
+def get_inputs():
+    return [torch.randn(16, 256)]
+
+
+def get_init_inputs():
+    return []
+'''
+PROBLEMS = {"argmax": "torch.argmax(x, dim=1)", "softmax": "torch.softmax(x, dim=1)"}
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory, monkeypatch_module):
+    trace = tmp_path_factory.mktemp("trace") / "orders.jsonl"
+    monkeypatch_module.setenv("KRL_EVAL_TRACE", str(trace))  # read by the judge hosts the evaluator starts
+    evaluator = make_evaluator(str(tmp_path_factory.mktemp("picks")))
+    try:
+        results = {}
+        for name, body in PROBLEMS.items():
+            reference = PROBLEM.format(body=body)
+            results[name] = evaluator.evaluate(EvalRequest(
+                reference_source=reference, candidate_source=reference.replace("class Model(", "class ModelNew("),
+                backend="torch", problem_id=f"picks/{name}", request_id=name, timing_trials=3,
+                kernelbench_timing=False))
+    finally:
+        evaluator.close()
+    orders = {line["request_id"]: [kind for kind, *_ in line["orders"]]
+              for line in map(json.loads, trace.read_text().splitlines())}
+    return results, orders
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+def test_an_index_output_shows_picked_calls_after_every_batch(traced):
+    results, orders = traced
+    assert results["argmax"].verdict == Verdict.CORRECT, results["argmax"].error_message
+    runs, hands = orders["argmax"].count("run"), orders["argmax"].count("hand")
+    assert runs >= 4 and hands == 2 * runs  # every batch: the projection, then the picked outputs
+
+
+def test_a_floating_point_output_is_projected_after_every_batch(traced):
+    results, orders = traced
+    assert results["softmax"].verdict == Verdict.CORRECT, results["softmax"].error_message
+    runs, hands = orders["softmax"].count("run"), orders["softmax"].count("hand")
+    assert runs >= 4 and runs + 1 <= hands <= 2 * runs  # the projection always; picks on the first batches at least

@@ -1,0 +1,44 @@
+"""The timed pair's CPU priority: while a task holds its GPU, the judge's threads and the runner's run at nice -10,
+and both are put back after (real processes; lowering a nice value needs root, as the evaluator's host has)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from evaluator.isolation.timing_priority import BOOSTED_NICE, TimingPriority
+
+
+def _nice(pid: int) -> int:
+    return os.getpriority(os.PRIO_PROCESS, pid)
+
+
+@pytest.fixture
+def runner():
+    child = subprocess.Popen([sys.executable, "-c", "import threading, time; "
+                              "threading.Thread(target=time.sleep, args=(30,)).start(); time.sleep(30)"])
+    yield child
+    child.kill()
+    child.wait()
+
+
+def test_the_judge_and_the_runner_are_boosted_while_timing_and_put_back_after(runner):
+    if os.geteuid() != 0:
+        pytest.skip("lowering a nice value needs root")
+    own_before = _nice(0)
+    with TimingPriority(runner.pid):
+        assert _nice(0) == BOOSTED_NICE
+        threads = os.listdir(f"/proc/{runner.pid}/task")
+        assert all(_nice(int(tid)) == BOOSTED_NICE for tid in threads)
+    assert _nice(0) == own_before
+    assert all(_nice(int(tid)) == 0 for tid in os.listdir(f"/proc/{runner.pid}/task"))
+
+
+def test_a_runner_already_gone_only_boosts_the_judge():
+    own_before = _nice(0)
+    with TimingPriority(2**22 + 12345):  # no such process
+        pass
+    assert _nice(0) == own_before
