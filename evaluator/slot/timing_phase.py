@@ -23,11 +23,11 @@ SLOT_SPEEDUP_CONVENTION = ("judge_batches: reference timed in the judge, candida
 # GPU: a pipe round trip (~0.1 ms) hardly counts. CPU: charged CPU time, where the runner's fixed cost per order
 # (0.15-0.5 ms on a loaded 2-core host) is charged to the candidate alone: 10 ms keeps that bias under ~5%.
 BATCH_TARGET_S = {"cuda": 0.005, "cpu": 0.010}
-# Per side (runner, judge) and slot: distinct value sets and their outputs never more than this. GPU: every output is
-# projected after the batch (several passes over all of them, on both sides' charge), so a larger batch of a
-# memory-bound problem spent more on its projection than on its calls, and swung with the allocator (2 GiB: ~11 ms
-# per hand-over on an H100 and 6 extra rounds per evaluation for unsteadiness).
-STAGING_BUDGET_BYTES = {"cuda": 512 << 20, "cpu": 64 << 20}
+# Per side (runner, judge) and slot: distinct value sets and their outputs never more than this. A batch of a large
+# memory-bound problem is capped by it (each call needs values and an output of its own, and every output is
+# projected after the batch), so a smaller budget shortens its batches until the round trip's jitter dominates:
+# 512 MiB gave a 4M-element op 16-call batches of ~0.3 ms on an H100.
+STAGING_BUDGET_BYTES = {"cuda": 2 << 30, "cpu": 64 << 20}
 # CPU: each call's value set is made on both sides (~25 us a set here), which at 4096 calls cost ~0.8 s per evaluation
 # of a 256-element problem; 2048 keeps a batch >= ~5 ms there.
 MAX_CALLS = {"cuda": 1024, "cpu": 2048}
@@ -287,10 +287,12 @@ class TimingPhase:
 
     def rounds(self) -> tuple[list[float], list[float]]:
         calls = self.sized(min(self.staged, 3))
-        if self.kind == "cpu" and calls > 3:
-            # The first calls are cold (15 us against 3 us per tiny call here): a batch sized on them came out at
-            # ~1 ms, where the runner's fixed cost per order (~0.1-0.2 ms) read identical code as 0.75x. Sized again
-            # on a batch of the estimated length.
+        if calls > 3:
+            # The first calls are cold and carry the batch's fixed costs (its sets made, first allocations): sized on
+            # them alone, a CPU batch came out at ~1 ms (15 us against 3 us per tiny call), where the runner's fixed
+            # cost per order read identical code as 0.75x; on an H100 a 6 us ReLU got 3-call batches, ~0.7 ms charged
+            # per call on both sides and speedups of identical torch ops from 0.44 to 1.05. Sized again on a batch of
+            # the estimated length.
             calls = self.sized(calls)
         self.calls = calls
         reference_ms: list[float] = []
