@@ -232,6 +232,11 @@ LOG_LINES = [f"step {i}: reward 0.{i:02d} correct {i % 4}/4 eval 3.{i}s" for i i
     ["WARNING candidate timed out (builtin/matmul turn 2)", "checkpoint step-000029 saved"]
 
 
+def open_registry(workspace) -> Registry:
+    """The registry of a workspace a test made (never created here)."""
+    return Registry.for_workspace(workspace, create=False)
+
+
 def make_app(workspace, **kwargs):
     """A KrlApp with frozen time, no live refresh and no reconcile unless asked (snapshots stay fixed)."""
     from app.tui import KrlApp

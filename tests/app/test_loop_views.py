@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("tinker")  # the runs are made against its SDK's autospecs
 
-from tests.app.fixtures import make_app, settle  # noqa: E402
+from tests.app.fixtures import make_app, open_registry, settle  # noqa: E402
 
 DOTTED = {chr(0x2805), chr(0x2828)}  # the two braille cells a segment marker draws with
 
@@ -21,19 +21,13 @@ def _config_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("KRL_CONFIG_DIR", str(tmp_path / "config"))
 
 
-def _registry(workspace):
-    from core.registry import Registry
-
-    return Registry.for_workspace(workspace, create=False)
-
-
 async def test_compare_marks_where_a_resumed_run_began_again(loop_runs):
     from textual.widgets import Static
 
     from app.widgets.curves_panel import CurvesPanel
 
     workspace, ids = loop_runs
-    with _registry(workspace) as reg:
+    with open_registry(workspace) as reg:
         flaky = reg.get_run(ids["flaky"])
     resumed = flaky["segments"][1]
     assert resumed["start_step"] == 2
@@ -52,7 +46,7 @@ async def test_compare_marks_where_a_resumed_run_began_again(loop_runs):
         await pilot.press("x")
         await settle(pilot)
         (at, marked_colour), = plot.view.markers
-    with _registry(workspace) as reg:  # time is minutes since the run's first point on the plots shown
+    with open_registry(workspace) as reg:  # time is minutes since the run's first point on the plots shown
         first_wall = min(reg.metric_series(ids["flaky"], key)["wall_time"][0] for key in plotted
                          if reg.metric_series(ids["flaky"], key)["wall_time"])
     assert marked_colour == colour
@@ -71,7 +65,7 @@ async def test_group_bands_on_the_time_axis_read_every_run_at_each_x(loop_runs):
     workspace, ids = loop_runs
     group = [ids["steady-a"], ids["steady-b"]]
     key = "time/total"  # wall-clock figures: the two runs' values differ at every step
-    with _registry(workspace) as reg:
+    with open_registry(workspace) as reg:
         series = [reg.metric_series(run_id, key) for run_id in group]
     # The user's remembered choices for this compare: this metric, on the time axis.
     save_setting(SETTINGS_KEY, {f"{workspace}#compare#{','.join(map(str, sorted(group)))}":

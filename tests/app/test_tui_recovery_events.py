@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("tinker")  # the run is made against its SDK's autospecs
 
 from app.screens.run_detail import RECOVERY_EVENT_KINDS  # noqa: E402
-from tests.app.fixtures import make_app, settle  # noqa: E402
+from tests.app.fixtures import make_app, open_registry, settle  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -17,17 +17,11 @@ def _config_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("KRL_CONFIG_DIR", str(tmp_path / "config"))
 
 
-def _registry(workspace):
-    from core.registry import Registry
-
-    return Registry.for_workspace(workspace, create=False)
-
-
 async def test_the_checkpoints_tab_lists_what_step_recovery_recorded(loop_runs):
     from textual.widgets import DataTable
 
     workspace, ids = loop_runs
-    with _registry(workspace) as reg:
+    with open_registry(workspace) as reg:
         recorded = [e for e in reg.events(ids["flaky"], limit=100_000) if e["kind"] in RECOVERY_EVENT_KINDS]
         checkpoints = reg.checkpoints(ids["flaky"])
     app = make_app(workspace, open_run="flaky")
