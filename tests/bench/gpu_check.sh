@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The GPU checks a session should run first on a lent GPU machine, each part with a limit that fits one 10-minute
+# call: `gpu_check.sh slot tests` (~8 min: the slot's throughput, then the GPU tests) and `gpu_check.sh kb` (~5 min:
+# the agreement with KernelBench's own evaluator; KERNELBENCH_ROOT at a KernelBench checkout). Run from the repository
+# root with $OUT set (the device tool sets it); bubblewrap's .deb files in .gpu/deb if the machine lacks it. Results
+# land in $OUT; a summary is printed at the end.
+set -u
+PARTS=" ${*:-slot tests} "
+OUT=${OUT:-/tmp/gpu_check}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} MAX_JOBS=16
+if ! command -v bwrap >/dev/null && ls .gpu/deb/*.deb >/dev/null 2>&1; then
+    mkdir -p /tmp/deb && for f in .gpu/deb/*.deb; do dpkg -x "$f" /tmp/deb; done
+    export PATH=/tmp/deb/usr/bin:$PATH LD_LIBRARY_PATH=/tmp/deb/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+fi
+nvidia-smi -L > "$OUT/device.txt" 2>&1
+if [[ $PARTS == *" slot "* ]]; then  # one slot, then eight (the default on 16 cores), Triton; then CUDA at eight
+    timeout 90 python3 tests/bench/bench_slot.py --n 12 --slots 1 --kinds triton > "$OUT/slot.txt" 2>&1
+    timeout 90 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds triton >> "$OUT/slot.txt" 2>&1
+    timeout 75 python3 tests/bench/bench_slot.py --n 16 --slots 8 --kinds cuda >> "$OUT/slot.txt" 2>&1
+fi
+if [[ $PARTS == *" kb "* && -n "${KERNELBENCH_ROOT:-}" ]]; then
+    timeout 280 python3 tests/bench/bench_kernelbench_agreement.py --only 0,3,8,10-25,27,30-36 --out "$OUT/kb.json" \
+        --budget-s 260 > "$OUT/kb.txt" 2>&1
+fi
+if [[ $PARTS == *" tests "* ]]; then
+    timeout -s INT 300 python3 -m pytest -v -p no:cacheprovider -m gpu --timeout=280 -rfE --tb=short \
+        tests/evaluator/test_fidelity_gpu.py tests/evaluator/test_slot_sol_floor.py \
+        tests/evaluator/test_attack_corpus.py > "$OUT/gpu_tests.txt" 2>&1
+fi
+cat "$OUT/device.txt"
+[ -f "$OUT/slot.txt" ] && cut -c1-1500 "$OUT/slot.txt"
+[ -f "$OUT/kb.txt" ] && grep -E "^both correct" "$OUT/kb.txt"
+[ -f "$OUT/gpu_tests.txt" ] && grep -E "passed|failed|FAILED|ERROR" "$OUT/gpu_tests.txt" | tail -15
+exit 0
