@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -75,7 +74,7 @@ class Result:
 def krl(workspace, monkeypatch, capsys):
     """`krl ARGS…` in this process through app.cli.main, as the console script runs it (COLUMNS=200 unless set);
     returns a Result with the exit code, stdout and stderr."""
-    from app.cli import main
+    from tests.app.fixtures import run_krl
 
     monkeypatch.setenv("KRL_GPUS", "0")
     monkeypatch.setenv("COLUMNS", "200")
@@ -83,17 +82,6 @@ def krl(workspace, monkeypatch, capsys):
     monkeypatch.chdir(REPO)
 
     def run(*args, env=None):
-        capsys.readouterr()
-        with monkeypatch.context() as patch:
-            for key, value in (env or {}).items():
-                patch.setenv(key, value)
-            patch.setattr(sys, "argv", ["krl", *args])
-            try:
-                main()
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        out, err = capsys.readouterr()
-        return Result(code, out, err)
+        return Result(*run_krl(capsys, monkeypatch, args, env=env))
 
     return run

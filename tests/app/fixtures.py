@@ -232,6 +232,29 @@ LOG_LINES = [f"step {i}: reward 0.{i:02d} correct {i % 4}/4 eval 3.{i}s" for i i
     ["WARNING candidate timed out (builtin/matmul turn 2)", "checkpoint step-000029 saved"]
 
 
+def run_krl(capsys, monkeypatch, args, env=None, folder=None) -> tuple[int, str, str]:
+    """`krl ARGS…` in this process through app.cli.main, as the console script runs it: (exit code, stdout, stderr),
+    with `env` set and `folder` as the working directory for the call only."""
+    import sys
+
+    from app.cli import main
+
+    capsys.readouterr()
+    with monkeypatch.context() as patch:
+        for key, value in (env or {}).items():
+            patch.setenv(key, value)
+        if folder is not None:
+            patch.chdir(folder)
+        patch.setattr(sys, "argv", ["krl", *args])
+        try:
+            main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 def open_registry(workspace) -> Registry:
     """The registry of a workspace a test made (never created here)."""
     return Registry.for_workspace(workspace, create=False)

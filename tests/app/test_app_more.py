@@ -3,7 +3,6 @@ the leftovers of item 20 and the missing plot features. `krl` runs in this proce
 
 from __future__ import annotations
 
-import sys
 
 import pytest
 
@@ -11,23 +10,14 @@ import pytest
 @pytest.fixture
 def krl_in(monkeypatch, capsys):
     """`krl ARGS…` run through app.cli.main from a given folder, with no workspace named."""
-    from app.cli import main
+    from tests.app.fixtures import run_krl
 
     monkeypatch.setenv("KRL_GPUS", "0")
     monkeypatch.setenv("COLUMNS", "200")
     monkeypatch.delenv("KRL_WORKSPACE", raising=False)
 
     def run(folder, *args):
-        capsys.readouterr()
-        with monkeypatch.context() as patch:
-            patch.chdir(folder)
-            patch.setattr(sys, "argv", ["krl", *args])
-            try:
-                main()
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        out, err = capsys.readouterr()
+        code, out, err = run_krl(capsys, monkeypatch, args, folder=folder)
         return code, out + err
 
     return run

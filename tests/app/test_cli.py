@@ -54,7 +54,7 @@ class Result:
 @pytest.fixture
 def krl(workspace, monkeypatch, capsys):
     """`krl ARGS…` in this process through app.cli.main (exit codes as the console script sets them)."""
-    from app.cli import main
+    from tests.app.fixtures import run_krl
 
     monkeypatch.setenv("KRL_GPUS", "0")
     monkeypatch.setenv("KRL_JOB_MODULE", STANDIN)
@@ -64,17 +64,7 @@ def krl(workspace, monkeypatch, capsys):
     monkeypatch.chdir(REPO)
 
     def run(*args, check_rc=None, extra_env=None, timeout=None):  # timeout: same signature as `cli`
-        capsys.readouterr()
-        with monkeypatch.context() as patch:
-            for key, value in (extra_env or {}).items():
-                patch.setenv(key, value)
-            patch.setattr(sys, "argv", ["krl", *args])
-            try:
-                main()
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        out, err = capsys.readouterr()
+        code, out, err = run_krl(capsys, monkeypatch, args, env=extra_env)
         if check_rc is not None:
             assert code == check_rc, (code, out, err)
         return Result(code, out, err)

@@ -3,26 +3,18 @@ ModelNew, CUDA without a GPU; none of these starts the evaluator. `krl` runs in 
 
 from __future__ import annotations
 
-import sys
 
 import pytest
 
 
 @pytest.fixture
 def krl(workspace, monkeypatch, capsys):
-    from app.cli import main
+    from tests.app.fixtures import run_krl
 
     monkeypatch.setenv("KRL_GPUS", "0")  # a CPU machine
 
     def run(*args):
-        capsys.readouterr()
-        monkeypatch.setattr(sys, "argv", ["krl", *args])
-        try:
-            main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        out, err = capsys.readouterr()
+        code, out, err = run_krl(capsys, monkeypatch, args)
         return code, out + err
 
     return run

@@ -14,16 +14,9 @@ pytest.importorskip("faiss")
 
 
 def _krl(monkeypatch, capsys, *args):
-    from app.cli import main
+    from tests.app.fixtures import run_krl
 
-    capsys.readouterr()
-    monkeypatch.setattr(sys, "argv", ["krl", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    out, err = capsys.readouterr()
+    code, out, err = run_krl(capsys, monkeypatch, args)
     return code, out + err
 
 
