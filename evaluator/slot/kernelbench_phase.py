@@ -145,37 +145,15 @@ def _cpu_rounds(phase: Any, calls: int, rounds: int) -> tuple[float, float]:
             # Each side is also charged its projection of every output, as in the judge's rounds: work a runner
             # defers from its eager calls must be done by then.
             if side == "reference":
-                seconds = reference_eager(phase, calls, salt)
+                # On a CPU an eager call is a batch call (no flush, no synchronisation): the judge's own batch,
+                # with its memory reservation and one intra-op thread, as the runner's order has them.
+                seconds = phase.reference_batch(calls, salt)
                 reference_ms.append((seconds + phase.reference_hand(picked, seed)) / calls * 1e3)
             else:
                 seconds = _eager_order(phase, calls, salt)
                 candidate_ms.append((seconds + phase.candidate_hand(calls, picked, seed)) / calls * 1e3)
         phase.check(picked)
     return statistics.fmean(reference_ms), statistics.fmean(candidate_ms)
-
-
-def reference_eager(phase: Any, calls: int, salt: int) -> float:
-    """CPU mode: seconds of this thread's CPU time for the reference's `calls` eager calls on this round's sets (made
-    inside, as the runner makes its own), torch on one thread as the runner's is (timing_phase's reference_batch)."""
-    import torch
-
-    from evaluator.judging import sol, timing
-
-    model, outputs = phase.task.model, []
-    phase.outputs = outputs
-    timing.keep_freed_memory()
-    timing.reserve_touched_memory(4 * calls * sol.tensor_bytes(phase.task.reference_outputs["timing-0"]))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the candidate's runner works on one thread; its CPU time is what it is charged
-    try:
-        with torch.no_grad():
-            start = time.thread_time_ns()
-            sets = phase.judge_sets = phase.made_sets(salt, calls)
-            for index in range(calls):
-                outputs.append(model(*sets[index % len(sets)]))
-            return (time.thread_time_ns() - start) / 1e9
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _judge_flush(phase: Any) -> Any:
