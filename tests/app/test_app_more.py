@@ -194,6 +194,39 @@ def test_item18_check_prints_plain_stages_not_phase_names():
             assert not re.search(rf"\b{name}\b", line), (name, line)
 
 
+def test_item18_check_prints_plain_stages_for_results_the_real_evaluator_made(recorded_demo_source):
+    # Every phase name the real evaluator wrote into the recorded demo's results (raw, not normalised) stays out of
+    # `krl check`'s line, and the stages never add up to more than the whole.
+    import io
+    import json
+    import re
+    import sqlite3
+
+    from rich.console import Console
+
+    from app.commands.check import print_result
+    from app.commands.phases import plain_stages
+    from evaluator.api import EvalResult
+
+    conn = sqlite3.connect(f"file:{recorded_demo_source / 'registry.db'}?mode=ro", uri=True)
+    try:
+        rows = [json.loads(text) for (text,) in conn.execute("SELECT eval_result FROM turns WHERE eval_result IS "
+                                                               "NOT NULL AND verdict = 'correct' LIMIT 20")]
+    finally:
+        conn.close()
+    assert rows
+    for row in rows:
+        result = EvalResult.from_dict(row)
+        whole, stages = plain_stages(result.phase_times_s)
+        assert sum(stages.values()) <= whole + 1e-6, (whole, stages, result.phase_times_s)
+        console = Console(file=io.StringIO(), width=200, color_system=None)
+        print_result(console, result)
+        line = next(line for line in console.file.getvalue().splitlines() if line.startswith("took"))
+        for name in result.phase_times_s:
+            if name != "timing":
+                assert not re.search(rf"\b{name}\b", line), (name, line)
+
+
 def test_item26_readme_first_hour_and_serve_line():
     import re
     import tomllib
