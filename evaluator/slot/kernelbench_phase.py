@@ -80,7 +80,7 @@ def _gpu_rounds(phase: Any, calls: int, rounds: int) -> tuple[float, float]:
     # call, which read a 6 us kernel at 2-3x KernelBench's time. The sets' making is still the judge's figure.
     # Bounded by the judge's own loop: a host loaded while the runner was timed (by other slots' candidates, say) must
     # not take more off this candidate than 1.25x what the judge's loop costs now.
-    clean = float(getattr(phase.driver, "empty_eager_per_call", 0.0) or 0.0)
+    clean = phase.driver.empty_eager_per_call
     if 0.0 < clean < float("inf"):
         sets = min(r["sets"] for r in seen)
         overhead = sets + min(clean, RUNNER_LOOP_BOUND * max(0.0, overhead - sets))

@@ -141,7 +141,7 @@ class TimingPhase:
         never below half the raw figure. CPU mode charges CPU time, which has no pipe in it."""
         if self.charge is not None:
             return seconds
-        round_trip = min(float(getattr(self.driver, "round_trip", 0.0) or 0.0), ROUND_TRIP_CAP_S)
+        round_trip = min(self.driver.round_trip, ROUND_TRIP_CAP_S)
         return max(seconds - round_trip, seconds / 2)
 
     def candidate_batch(self, calls: int, salt: int, picked: list[int], seed: int) -> tuple[float, float]:
@@ -216,7 +216,7 @@ class TimingPhase:
             torch.set_num_threads(threads)
             if self.lock is not None:
                 self.lock.release()
-        self.schedule.phases["round_trip"] = round(float(getattr(self.driver, "round_trip", 0.0) or 0.0), 6)
+        self.schedule.phases["round_trip"] = round(self.driver.round_trip, 6)
         self.schedule.phases["timing_spread"] = round(max(spread(candidate_ms), spread(reference_ms)), 4)
         result.kernel_runtime = timing.summarize(candidate_ms)
         result.reference_runtime = timing.summarize(reference_ms)
@@ -238,8 +238,7 @@ class TimingPhase:
 
     def runner_pid(self) -> int:
         """The timed runner's pid as this process sees it (0 where unknown: then only the judge is boosted)."""
-        runner = getattr(self.driver, "runner", None)
-        return int(getattr(runner, "host_pid", 0) or 0)
+        return self.driver.runner.host_pid
 
     def speed_of_light(self, result: Any, measured_ms: float) -> None:
         """The speed-of-light time and fraction on this GPU, reported from the judge's own reference (evaluator/judging/sol.py).
