@@ -1,5 +1,5 @@
-"""A process that holds this GPU's device lock on command, for tests/evaluator/test_device_lock.py: one JSON command a
-line on stdin (["shared", wait_s], ["exclusive", wait_s, drain_s], ["release_shared"], ["release"]), one answer a line."""
+"""A process that holds a device lock on command, for tests/evaluator/test_device_lock.py: one JSON command a line
+on stdin (["shared", wait_s], ["exclusive", wait_s, drain_s], ["release_shared"], ["release"]), one answer a line."""
 
 from __future__ import annotations
 
