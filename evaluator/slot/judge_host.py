@@ -38,7 +38,7 @@ SPARE_RUNNERS_ENV = "KRL_WORKER_SPARE_RUNNERS"
 MAX_RUNNER_MESSAGE_BYTES = 8 * 2**20
 # "0": the GPU steps outside timing run without the device lock held shared (only timings exclude each other, as
 # before it had a shared side): the baseline for measuring what the shared side costs and buys.
-DEVICE_SHARED_ENV = "KRL_DEVICE_SHARED_STEPS"
+DEVICE_SHARED_ENV = "KRL_WORKER_DEVICE_SHARED_STEPS"
 
 
 class InfrastructureFailure(Exception):
