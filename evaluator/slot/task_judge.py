@@ -19,6 +19,10 @@ from evaluator.slot.outcome import TaskEnded
 from evaluator.slot.task_driver import Deadline
 
 MAX_TIMING_SETS = 64
+# The GPU steps outside timing that hold the device lock shared (docs/slot.md), named so a measurement can leave some
+# out (KRL_WORKER_DEVICE_SHARED_STEPS, read by slot/judge_host.py): the first trial, say, carries a Triton candidate's
+# JIT (~0.9 s on an H100, mostly CPU), which a timing waiting for the device sits through.
+SHARED_STEPS = frozenset({"first_trial", "trials", "checks", "timing_inputs", "recheck", "eager_loop"})
 _SET_NAME = re.compile(r"^(trial-\d{1,4}|timing-\d{1,2}|recheck|poison)$")
 _SECRET_SEED_OFFSET = secrets.randbelow(2**40) + 2**32  # per judge process; never sent to a runner
 
@@ -210,12 +214,22 @@ def shared_device(lock: Any, deadline: float, phases: dict[str, float]):
         phases["device_shared_hold"] = round(phases.get("device_shared_hold", 0.0) + time.monotonic() - began, 6)
 
 
+def shared_steps_from(setting: str) -> frozenset[str]:
+    """The steps a setting names: "1" (or empty) every step, "0" none, else a comma-separated list of SHARED_STEPS."""
+    setting = setting.strip()
+    if setting in ("", "1"):
+        return SHARED_STEPS
+    return frozenset(step.strip() for step in setting.split(",")) & SHARED_STEPS
+
+
 class Schedule:
     """The orders of one task, in the judge's order: load, trials, kernel checks, timing, recheck, finish."""
 
-    def __init__(self, task: TaskJudge, driver: Any, timing_factory: Callable[..., Any], device_lock: Any = None):
+    def __init__(self, task: TaskJudge, driver: Any, timing_factory: Callable[..., Any], device_lock: Any = None,
+                 shared_steps: frozenset[str] = SHARED_STEPS):
         self.task, self.driver, self.timing_factory = task, driver, timing_factory
         self.device_lock = device_lock  # this GPU's lock, held shared around each GPU step outside timing (None: CPU)
+        self.shared_steps = shared_steps
         self.earlier: list = []  # the candidate's outputs so far, to recognise one replayed for other inputs
         request = task.request
         self.result = EvalResult(request_id=request.request_id, problem_id=request.problem_id,
@@ -223,9 +237,10 @@ class Schedule:
                                  correctness_trials_total=request.correctness_trials)
         self.phases: dict[str, float] = {}
 
-    def on_device(self):
-        """Context of one GPU step outside timing: the device shared for it (see shared_device)."""
-        return shared_device(self.device_lock, self.driver.deadline, self.phases)
+    def on_device(self, step: str):
+        """Context of one GPU step outside timing (a SHARED_STEPS name): the device shared for it (shared_device)."""
+        lock = self.device_lock if step in self.shared_steps else None
+        return shared_device(lock, self.driver.deadline, self.phases)
 
     def lap(self, name: str, since: float) -> float:
         now = time.monotonic()
@@ -242,7 +257,7 @@ class Schedule:
         self.trials()
         t = self.lap("correctness", t)
         if request.backend in ("triton", "cuda"):
-            with self.on_device():  # the runner profiles and poisons its kernels
+            with self.on_device("checks"):  # the runner profiles and poisons its kernels
                 task.make("poison")
                 driver.order({"type": "checks", "name": "poison"}, "checked")
             t = self.lap("kernel_checks", t)
@@ -262,7 +277,8 @@ class Schedule:
         passed, failure, worst = 0, None, (0.0, 0.0)
         for trial in range(request.correctness_trials):
             name = f"trial-{trial}"
-            with self.on_device():  # the judge's inputs and reference output, the runner's call, the comparison
+            # The judge's inputs and reference output, the runner's call, the comparison.
+            with self.on_device("trials" if trial else "first_trial"):
                 self.task.make(name)
                 self.driver.order({"type": "trial", "name": name}, "output", name)
                 comparison, output = self.task.compare(name, self.task.reference_outputs[name])
@@ -303,7 +319,7 @@ class Schedule:
         raise TaskEnded(verdict, f"Wrong {where}: {comparison.message}")
 
     def recheck(self) -> None:
-        with self.on_device():
+        with self.on_device("recheck"):
             self.task.make("recheck")
             self.driver.order({"type": "recheck", "name": "recheck"}, "output", "recheck")
             comparison, output = self.task.compare("recheck", self.task.reference_outputs["recheck"],

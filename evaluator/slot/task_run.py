@@ -9,7 +9,7 @@ from evaluator.contract.types import Verdict
 from evaluator.slot.outcome import RunnerGone, SlotFailure, TaskEnded, verdict_result
 from evaluator.slot.sol_floor import check as check_speed_of_light
 from evaluator.slot.task_driver import Deadline, write_trace
-from evaluator.slot.task_judge import Schedule
+from evaluator.slot.task_judge import SHARED_STEPS, Schedule
 
 EXIT_STATUS_WAIT_S = 2.0
 ROUND_TRIP_PINGS = 5
@@ -20,13 +20,14 @@ EMPTY_EAGER_CALLS, EMPTY_EAGER_PINGS = 25, 3
 
 def drive_task(slot: Any, runner: Any, driver: Any, task: Any, prebuilt: Optional[dict], on_started: Callable[[], None],
                timing_factory: Callable[..., Any], start_deadline: float, device_name: str = "",
-               err_path: str = "", device_lock: Any = None) -> dict[str, Any]:
-    """`device_lock`: this GPU's lock (isolation/device_lock.py), held shared around the task's GPU steps outside its
-    timing (the timing holds it exclusive); None in CPU mode."""
+               err_path: str = "", device_lock: Any = None,
+               shared_steps: frozenset[str] = SHARED_STEPS) -> dict[str, Any]:
+    """`device_lock`: this GPU's lock (isolation/device_lock.py), held shared around the task's `shared_steps` (GPU
+    steps outside its timing; the timing holds it exclusive); None in CPU mode."""
     import time
 
     request = task.request
-    schedule = Schedule(task, driver, timing_factory, device_lock)
+    schedule = Schedule(task, driver, timing_factory, device_lock, shared_steps)
     result = schedule.result
     started = False
     t0 = time.monotonic()
@@ -34,7 +35,8 @@ def drive_task(slot: Any, runner: Any, driver: Any, task: Any, prebuilt: Optiona
         driver.clean_round_trip(ROUND_TRIP_PINGS, start_deadline)  # an honest order's fixed cost, before any
         # candidate code runs in this runner (a GPU timing takes it off each candidate order)
         if getattr(request, "kernelbench_timing", False) and request.timing_trials and request.measure_timing:
-            empty_eager(driver, device_lock, start_deadline, schedule.phases)
+            empty_eager(driver, device_lock if "eager_loop" in shared_steps else None, start_deadline,
+                        schedule.phases)
         driver.order({"type": "task", "request": request.to_dict(), "prebuilt": prebuilt}, "started",
                      deadline=start_deadline)
         started = True

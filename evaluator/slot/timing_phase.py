@@ -13,7 +13,6 @@ from typing import Any, Callable
 
 from evaluator.contract.types import Verdict
 from evaluator.slot.outcome import ProtocolBreach, TaskEnded
-from evaluator.slot.task_judge import shared_device
 
 CLOCK_JUDGE_WALL = "judge_wall"  # the judge's clock around a synchronised batch (GPU)
 CLOCK_TASK_CPU = "task_cpu"  # CPU time of the task's processes, from the kernel (CPU mode)
@@ -191,8 +190,7 @@ class TimingPhase:
 
         names = [f"timing-{j}" for j in range(BASE_SETS)]
         deadline = self.driver.deadline
-        # The judge's inputs: GPU work, not yet exclusive (shared where the schedule shares the device's other steps).
-        with shared_device(self.schedule.device_lock, deadline, self.schedule.phases):
+        with self.schedule.on_device("timing_inputs"):  # the judge's inputs: GPU work, not yet exclusive
             self.bases = [self.task.make(name) for name in names]
         set_bytes = sol.tensor_bytes(self.bases[0]) + sol.tensor_bytes(self.task.reference_outputs[names[0]])
         self.staged = max(1, min(MAX_CALLS[self.kind], STAGING_BUDGET_BYTES[self.kind] // max(1, set_bytes)))

@@ -17,7 +17,7 @@ import pytest
 
 from evaluator.isolation.device_lock import LOCK_DIR_ENV, DeviceLock
 from evaluator.slot.task_driver import Deadline
-from evaluator.slot.task_judge import shared_device
+from evaluator.slot.task_judge import SHARED_STEPS, shared_device, shared_steps_from
 from evaluator.slot.task_run import empty_eager
 
 ROOT = str(Path(__file__).resolve().parents[2])
@@ -170,3 +170,9 @@ def test_the_judges_hooks_do_nothing_without_a_lock_and_end_a_task_that_cannot_g
         assert phases["device_shared_wait"] >= 0 and phases["device_shared_hold"] >= 0
     finally:
         lock.close()
+
+
+def test_a_measurement_can_pick_the_shared_steps():
+    assert shared_steps_from("") == shared_steps_from("1") == SHARED_STEPS
+    assert shared_steps_from("0") == frozenset()
+    assert shared_steps_from("trials, recheck,no_such_step") == {"trials", "recheck"}
