@@ -53,6 +53,7 @@ class DeviceLock:
             self.exclusive_depth += 1
             return 0.0
         started = time.monotonic()
+        self.overran = self.device_held = False
         if self.shared_depth:
             self._unlock(self.path)  # this process's own share would hold up its own drain
         while not self._try(self.gate_path, fcntl.LOCK_EX):
