@@ -1,6 +1,5 @@
-"""One GPU's lock, shared or exclusive, with writer preference: a task's timing holds it exclusive; every other GPU
-step of a slot (a runner's order outside timing, the judge's own input making and comparisons) holds it shared, only
-around that step. Two flocks keyed on the GPU's UUID, held by the trusted judges only, never by a runner."""
+"""One GPU's lock (two flocks on its UUID, held by trusted judges only): exclusive while a task times, shared around
+each other GPU step of a slot (a runner's order outside timing, the judge's inputs and comparisons); writer preference."""
 
 from __future__ import annotations
 

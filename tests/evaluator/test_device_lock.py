@@ -1,6 +1,5 @@
-"""The GPU's device lock between real processes: shared holders together, a timing alone, a waiting timing holding off
-new shared holders (writer preference), a bounded wait for shared holders that do not leave, one process nesting both
-kinds without waiting on itself; and the judge's hooks, which do nothing without a lock (CPU mode)."""
+"""The GPU's device lock between real processes: shared steps together, a timing alone, writer preference, a bounded
+drain, one process nesting both kinds without waiting on itself; and the judge's hooks, inert without a lock (CPU)."""
 
 from __future__ import annotations
 
