@@ -1,5 +1,5 @@
 """One GPU's lock (two flocks on its UUID, held by trusted judges only): exclusive while a task times, shared around
-each other GPU step of a slot (a runner's order outside timing, the judge's inputs and comparisons); writer preference."""
+each other GPU step of a slot (a runner's order outside timing, the judge's inputs, comparisons); writer preference."""
 
 from __future__ import annotations
 
