@@ -2,9 +2,9 @@
 # The GPU checks a session should run first on a lent GPU machine, each part with a limit that fits one 10-minute
 # call: `gpu_check.sh slot tests` (~8 min: the slot's throughput, then the GPU tests) and `gpu_check.sh kb` (~5 min:
 # the agreement with KernelBench's own evaluator; KERNELBENCH_ROOT at a KernelBench checkout); `gpu_check.sh share`
-# (~7 min: the device lock's shared steps off and on at 8 slots, then honest speedups beside hogs). Run from the repository
-# root with $OUT set (the device tool sets it); bubblewrap's .deb files in .gpu/deb if the machine lacks it. Results
-# land in $OUT; a summary is printed at the end.
+# (~7 min: the device lock's shared steps off and on at 8 slots, then honest speedups beside hogs). Run from the
+# repository root with $OUT set (the device tool sets it); bubblewrap's .deb files in .gpu/deb if the machine lacks it.
+# Results land in $OUT; a summary is printed at the end.
 set -u
 PARTS=" ${*:-slot tests} "
 OUT=${OUT:-/tmp/gpu_check}; mkdir -p "$OUT"
