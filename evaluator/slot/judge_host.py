@@ -21,6 +21,7 @@ from evaluator.isolation.teardown import remove_path
 from evaluator.judging.reference_cache import ReferenceCache
 from evaluator.slot.task_driver import TaskDriver
 from evaluator.slot.task_judge import TaskJudge, input_seed  # noqa: F401 - input_seed: public here too
+from evaluator.slot.task_judge import shared_steps_from
 from evaluator.slot.task_run import drive_task
 
 # Candidate outputs travel to the judge as files: the runner's hand-over lifts its soft file-size cap (the output-flood
@@ -36,6 +37,10 @@ MEMORY_CHECK_S = 0.25
 # than a typical evaluation, so one spare left each next task waiting for it; CPU runners are ready in well under 1 s.
 SPARE_RUNNERS_ENV = "KRL_WORKER_SPARE_RUNNERS"
 MAX_RUNNER_MESSAGE_BYTES = 8 * 2**20
+# Which GPU steps outside timing hold the device lock shared (slot/task_judge.shared_steps_from): unset or "1" all of
+# them, "0" none (only timings exclude each other: the baseline for measuring what the shared side costs and buys),
+# or a comma-separated list of task_judge.SHARED_STEPS names.
+DEVICE_SHARED_ENV = "KRL_WORKER_DEVICE_SHARED_STEPS"
 
 
 class InfrastructureFailure(Exception):
@@ -453,7 +458,7 @@ class JudgeHost:
         self.task_isolation: Any = None  # the running task's cgroup and runner view (evaluator/slot/task_isolation.py)
         self.reference_cache = ReferenceCache()
         self.device_name = ""
-        self.device_lock: Any = None  # this GPU's timing lock (evaluator/isolation/device_lock.py), once started
+        self.device_lock: Any = None  # this GPU's lock (evaluator/isolation/device_lock.py), once started
 
     def start(self) -> str:
         import torch
@@ -566,7 +571,8 @@ class JudgeHost:
         try:
             outcome = drive_task(self.slot, runner, driver, task, message.get("prebuilt"), on_started,
                                  self._timing_for(runner), min(deadline, started_at + TASK_START_TIMEOUT_S),
-                                 self.device_name, self.err_path)
+                                 self.device_name, self.err_path,
+                                 self.device_lock, shared_steps_from(os.environ.get(DEVICE_SHARED_ENV, "")))
         finally:
             driver.close()
         # What the candidate left running dies before the reply (the runner's pid filter stops it signalling them).
@@ -593,7 +599,7 @@ class JudgeHost:
 
     def _timing_for(self, runner: "_Runner"):
         """How the task's timing phase charges the candidate: the task's CPU accounting in CPU mode, the judge's clock
-        around a batch (holding this GPU's timing lock) on a GPU."""
+        around a batch (holding this GPU's lock exclusive) on a GPU."""
         from evaluator.slot.cpu_charge import CpuCharge
         from evaluator.slot.timing_phase import TimingPhase
 

@@ -3,6 +3,7 @@ to the runner, compares every output and decides the verdict. Nothing the runner
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -15,8 +16,13 @@ from evaluator.contract.types import EvalRequest, EvalResult, Verdict
 from evaluator.judging.reference_cache import ReferenceCache, nbytes, problem_key
 from evaluator.slot.evidence import kernel_fraction
 from evaluator.slot.outcome import TaskEnded
+from evaluator.slot.task_driver import Deadline
 
 MAX_TIMING_SETS = 64
+# The GPU steps outside timing that hold the device lock shared (docs/slot.md), named so a measurement can leave some
+# out (KRL_WORKER_DEVICE_SHARED_STEPS, read by slot/judge_host.py): the first trial, say, carries a Triton candidate's
+# JIT (~0.9 s on an H100, mostly CPU), which a timing waiting for the device sits through.
+SHARED_STEPS = frozenset({"first_trial", "trials", "checks", "timing_inputs", "recheck", "eager_loop"})
 _SET_NAME = re.compile(r"^(trial-\d{1,4}|timing-\d{1,2}|recheck|poison)$")
 _SECRET_SEED_OFFSET = secrets.randbelow(2**40) + 2**32  # per judge process; never sent to a runner
 
@@ -187,17 +193,54 @@ class TaskJudge:
         return place(output)
 
 
+@contextlib.contextmanager
+def shared_device(lock: Any, deadline: float, phases: dict[str, float]):
+    """A step that uses the GPU outside a timing (the judge's inputs and comparisons, an order that makes the runner
+    use it), run with this GPU's lock (isolation/device_lock.py) held shared, so no timing measures beside it. The
+    wait and the hold add to `phases` (device_shared_wait, device_shared_hold); not had by `deadline`: Deadline, which
+    ends a started task as timeout. No lock (CPU mode): nothing."""
+    if lock is None:
+        yield
+        return
+    waited = lock.acquire_shared(deadline)
+    if waited is None:
+        raise Deadline()
+    began = time.monotonic()
+    try:
+        yield
+    finally:
+        lock.release_shared()
+        phases["device_shared_wait"] = round(phases.get("device_shared_wait", 0.0) + waited, 6)
+        phases["device_shared_hold"] = round(phases.get("device_shared_hold", 0.0) + time.monotonic() - began, 6)
+
+
+def shared_steps_from(setting: str) -> frozenset[str]:
+    """The steps a setting names: "1" (or empty) every step, "0" none, else a comma-separated list of SHARED_STEPS."""
+    setting = setting.strip()
+    if setting in ("", "1"):
+        return SHARED_STEPS
+    return frozenset(step.strip() for step in setting.split(",")) & SHARED_STEPS
+
+
 class Schedule:
     """The orders of one task, in the judge's order: load, trials, kernel checks, timing, recheck, finish."""
 
-    def __init__(self, task: TaskJudge, driver: Any, timing_factory: Callable[..., Any]):
+    def __init__(self, task: TaskJudge, driver: Any, timing_factory: Callable[..., Any], device_lock: Any = None,
+                 shared_steps: frozenset[str] = SHARED_STEPS):
         self.task, self.driver, self.timing_factory = task, driver, timing_factory
+        self.device_lock = device_lock  # this GPU's lock, held shared around each GPU step outside timing (None: CPU)
+        self.shared_steps = shared_steps
         self.earlier: list = []  # the candidate's outputs so far, to recognise one replayed for other inputs
         request = task.request
         self.result = EvalResult(request_id=request.request_id, problem_id=request.problem_id,
                                  verdict=Verdict.RUNTIME_ERROR, node=socket.gethostname(),
                                  correctness_trials_total=request.correctness_trials)
         self.phases: dict[str, float] = {}
+
+    def on_device(self, step: str):
+        """Context of one GPU step outside timing (a SHARED_STEPS name): the device shared for it (shared_device)."""
+        lock = self.device_lock if step in self.shared_steps else None
+        return shared_device(lock, self.driver.deadline, self.phases)
 
     def lap(self, name: str, since: float) -> float:
         now = time.monotonic()
@@ -214,8 +257,9 @@ class Schedule:
         self.trials()
         t = self.lap("correctness", t)
         if request.backend in ("triton", "cuda"):
-            task.make("poison")
-            driver.order({"type": "checks", "name": "poison"}, "checked")
+            with self.on_device("checks"):  # the runner profiles and poisons its kernels
+                task.make("poison")
+                driver.order({"type": "checks", "name": "poison"}, "checked")
             t = self.lap("kernel_checks", t)
         if request.measure_timing:
             self.timing_factory(task, driver, self).run(result)
@@ -233,9 +277,11 @@ class Schedule:
         passed, failure, worst = 0, None, (0.0, 0.0)
         for trial in range(request.correctness_trials):
             name = f"trial-{trial}"
-            self.task.make(name)
-            self.driver.order({"type": "trial", "name": name}, "output", name)
-            comparison, output = self.task.compare(name, self.task.reference_outputs[name])
+            # The judge's inputs and reference output, the runner's call, the comparison.
+            with self.on_device("trials" if trial else "first_trial"):
+                self.task.make(name)
+                self.driver.order({"type": "trial", "name": name}, "output", name)
+                comparison, output = self.task.compare(name, self.task.reference_outputs[name])
             if not comparison.ok:
                 self.replayed(output)
             if comparison.verdict == Verdict.SHAPE_MISMATCH:
@@ -273,9 +319,10 @@ class Schedule:
         raise TaskEnded(verdict, f"Wrong {where}: {comparison.message}")
 
     def recheck(self) -> None:
-        self.task.make("recheck")
-        self.driver.order({"type": "recheck", "name": "recheck"}, "output", "recheck")
-        comparison, output = self.task.compare("recheck", self.task.reference_outputs["recheck"],
-                                               lambda: self.task.values["recheck"])
+        with self.on_device("recheck"):
+            self.task.make("recheck")
+            self.driver.order({"type": "recheck", "name": "recheck"}, "output", "recheck")
+            comparison, output = self.task.compare("recheck", self.task.reference_outputs["recheck"],
+                                                   lambda: self.task.values["recheck"])
         if not comparison.ok:
             self.wrong(comparison, output, "after repeated calls, on fresh inputs")

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The GPU checks a session should run first on a lent GPU machine, each part with a limit that fits one 10-minute
 # call: `gpu_check.sh slot tests` (~8 min: the slot's throughput, then the GPU tests) and `gpu_check.sh kb` (~5 min:
-# the agreement with KernelBench's own evaluator; KERNELBENCH_ROOT at a KernelBench checkout). Run from the repository
-# root with $OUT set (the device tool sets it); bubblewrap's .deb files in .gpu/deb if the machine lacks it. Results
-# land in $OUT; a summary is printed at the end.
+# the agreement with KernelBench's own evaluator; KERNELBENCH_ROOT at a KernelBench checkout); `gpu_check.sh share`
+# (~7 min: the device lock's shared steps off and on at 8 slots, then honest speedups beside hogs). Run from the
+# repository root with $OUT set (the device tool sets it); bubblewrap's .deb files in .gpu/deb if the machine lacks it.
+# Results land in $OUT; a summary is printed at the end.
 set -u
 PARTS=" ${*:-slot tests} "
 OUT=${OUT:-/tmp/gpu_check}; mkdir -p "$OUT"
@@ -18,6 +19,12 @@ if [[ $PARTS == *" slot "* ]]; then  # one slot, then eight (the default on 16 c
     timeout 90 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds triton >> "$OUT/slot.txt" 2>&1
     timeout 75 python3 tests/bench/bench_slot.py --n 16 --slots 8 --kinds cuda >> "$OUT/slot.txt" 2>&1
 fi
+if [[ $PARTS == *" share "* ]]; then  # the device lock's shared steps (docs/slot.md): off, on; then beside hogs
+    KRL_WORKER_DEVICE_SHARED_STEPS=0 timeout 90 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds triton \
+        > "$OUT/share.txt" 2>&1
+    timeout 90 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds triton >> "$OUT/share.txt" 2>&1
+    timeout 280 python3 tests/bench/bench_device_share.py --n 16 --slots 8 >> "$OUT/share.txt" 2>&1
+fi
 if [[ $PARTS == *" kb "* && -n "${KERNELBENCH_ROOT:-}" ]]; then
     timeout 280 python3 tests/bench/bench_kernelbench_agreement.py --only 0,3,8,10-25,27,30-36 --out "$OUT/kb.json" \
         --budget-s 260 > "$OUT/kb.txt" 2>&1
@@ -29,6 +36,7 @@ if [[ $PARTS == *" tests "* ]]; then
 fi
 cat "$OUT/device.txt"
 [ -f "$OUT/slot.txt" ] && cut -c1-1500 "$OUT/slot.txt"
+[ -f "$OUT/share.txt" ] && cut -c1-1500 "$OUT/share.txt"
 [ -f "$OUT/kb.txt" ] && grep -E "^both correct" "$OUT/kb.txt"
 [ -f "$OUT/gpu_tests.txt" ] && grep -E "passed|failed|FAILED|ERROR" "$OUT/gpu_tests.txt" | tail -15
 exit 0
