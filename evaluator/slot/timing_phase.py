@@ -28,6 +28,7 @@ BATCH_TARGET_S = {"cuda": 0.005, "cpu": 0.010}
 # projected after the batch), so a smaller budget shortens its batches until the round trip's jitter dominates:
 # 512 MiB gave a 4M-element op 16-call batches of ~0.3 ms on an H100.
 STAGING_BUDGET_BYTES = {"cuda": 2 << 30, "cpu": 64 << 20}
+STAGING_FREE_SHARE = 6  # GPU: each side's staging at most this fraction of the device's free memory at timing time
 # CPU: each call's value set is made on both sides (~25 us a set here), which at 4096 calls cost ~0.8 s per evaluation
 # of a 256-element problem; 2048 keeps a batch >= ~5 ms there.
 MAX_CALLS = {"cuda": 1024, "cpu": 2048}
@@ -193,7 +194,6 @@ class TimingPhase:
         with self.schedule.on_device("timing_inputs"):  # the judge's inputs: GPU work, not yet exclusive
             self.bases = [self.task.make(name) for name in names]
         set_bytes = sol.tensor_bytes(self.bases[0]) + sol.tensor_bytes(self.task.reference_outputs[names[0]])
-        self.staged = max(1, min(MAX_CALLS[self.kind], STAGING_BUDGET_BYTES[self.kind] // max(1, set_bytes)))
         if self.lock is not None:
             waited = self.lock.acquire(deadline)
             if waited is None:
@@ -202,6 +202,7 @@ class TimingPhase:
             # 1: shared holders (another slot's order, a hostile spin) still on the device when the drain's bound
             # passed, so this timing ran beside them (isolation/device_lock.SHARED_DRAIN_MAX_S); counted by the bench.
             self.schedule.phases["device_shared_overrun"] = int(self.lock.overran)
+        self.staged = max(1, min(MAX_CALLS[self.kind], self.staging_budget() // max(1, set_bytes)))
         import contextlib
 
         import torch
@@ -218,6 +219,10 @@ class TimingPhase:
                     hook(self, result)
         finally:
             torch.set_num_threads(threads)
+            if self.kind == "cuda":  # the judge's staging back to the device before the next slot's timing: eight
+                # judges each keeping 2+ GiB cached left an honest candidate out of memory at 8 slots on an H100
+                self.judge_sets, self.outputs = [], []
+                torch.cuda.empty_cache()
             if self.lock is not None:
                 self.lock.release()
         self.schedule.phases["round_trip"] = round(self.driver.round_trip, 6)
@@ -229,6 +234,18 @@ class TimingPhase:
         candidate = statistics.median(candidate_ms)
         result.speedup = statistics.median(reference_ms) / candidate if candidate > 0 else None
         self.speed_of_light(result, candidate)
+
+    def staging_budget(self) -> int:
+        """Bytes of value sets and outputs each side may stage: STAGING_BUDGET_BYTES, and on a GPU at most a share of
+        what the device has free now (the runner's sets and outputs, the judge's, the reference's outputs and the
+        batch's temporaries all come out of it, beside the other slots' processes)."""
+        budget = STAGING_BUDGET_BYTES[self.kind]
+        if self.kind == "cuda":
+            import torch
+
+            free, _total = torch.cuda.mem_get_info()
+            budget = min(budget, free // STAGING_FREE_SHARE)
+        return budget
 
     def projected_whole(self) -> bool:
         """Whether the projection sees every element of the outputs (floating-point tensors only): only then may a
