@@ -31,7 +31,7 @@ def write_trace(driver: "TaskDriver", request_id: str, phases: dict) -> None:
     import json
 
     start = driver.trace[0][1] if driver.trace else 0.0
-    line = json.dumps({"request_id": request_id, "phases": phases,
+    line = json.dumps({"request_id": request_id, "phases": phases, "rounds": driver.rounds,
                        "orders": [(kind, round(at - start, 6), took) for kind, at, took in driver.trace]})
     with open(path, "a") as handle:
         handle.write(line + "\n")
@@ -63,6 +63,7 @@ class TaskDriver:
         # KRL_EVAL_TRACE=file: every order's type, when the judge began sending it and when its answer came, for
         # tests/bench/bench_slot.py's breakdown of where a task's time goes (judge-side clocks only).
         self.trace: Optional[list] = [] if os.environ.get(TRACE_ENV) else None
+        self.rounds: list = []  # with a trace: the timing's rounds (timing_phase.one_round)
         self.round_trip = 0.0  # clean_round_trip's figure, once measured
         self.empty_eager_per_call = 0.0  # clean_empty_eager's figure, once measured
 

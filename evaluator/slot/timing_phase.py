@@ -297,6 +297,9 @@ class TimingPhase:
             else:
                 _, hands[side] = self.candidate_batch(calls, salt, picked, seed)
         self.check(picked)
+        if self.driver.trace is not None:  # per round for the benchmark's trace: batch and hand-over of each side, ms
+            self.driver.rounds.append([calls] + [round(v * 1e3, 4) for v in (
+                self.batch_only["reference"], hands["reference"], self.batch_only["candidate"], hands["candidate"])])
         reference, candidate = self.charged(hands["reference"], hands["candidate"])
         return reference / calls, candidate / calls
 

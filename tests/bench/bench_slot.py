@@ -166,6 +166,9 @@ def trace_summary(path: str) -> dict:
     summary = {kind: {"per_task": round(len(v) / n, 1), "s_per_task": round(sum(v) / n, 4),
                       "max_s": round(max(v), 4)} for kind, v in sorted(kinds.items())}
     summary["judge_between_orders_s"] = round(statistics.mean(gaps), 4) if gaps else None
+    # The timing's rounds of the first tasks: [calls, reference batch, reference hand-over, candidate batch,
+    # candidate hand-over] in ms, sizing rounds first (what makes a timing unsteady, and which side).
+    summary["rounds_sample"] = [task.get("rounds", []) for task in tasks[:2]]
     os.remove(path)
     return summary
 
