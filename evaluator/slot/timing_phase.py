@@ -309,8 +309,13 @@ class TimingPhase:
         return self.batch_only["reference"] + reference_hand, self.batch_only["candidate"] + candidate_hand
 
     def rounds(self) -> tuple[list[float], list[float]]:
-        calls = self.sized(min(self.staged, 3))
-        if calls > 3:
+        warm = min(self.staged, 3)
+        # The very first round of a task is colder still (each side's first launches at this size, the runner's first
+        # staging): sized on it, 8 slots on an H100 gave a ~6 us kernel 1-call batches (24 ms for 3 calls), timed
+        # at ~0.5 ms a call of fixed costs on both sides and unsteady to the end. Run once, unused.
+        self.one_round(warm, False)
+        calls = self.sized(warm)
+        if calls > warm:
             # The first calls are cold and carry the batch's fixed costs (its sets made, first allocations): sized on
             # them alone, a CPU batch came out at ~1 ms (15 us against 3 us per tiny call), where the runner's fixed
             # cost per order read identical code as 0.75x; on an H100 a 6 us ReLU got 3-call batches, ~0.7 ms charged
