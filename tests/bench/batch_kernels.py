@@ -54,8 +54,10 @@ def kernelbench_cuda(root: Optional[Path] = None) -> tuple[list[Item], str]:
     root = root or kernelbench_root()
     if not (root / "KernelBench").is_dir():
         return [], f"no KernelBench checkout at {root} (set KERNELBENCH_ROOT): its 14 CUDA pairs are left out"
-    from tests.bench.bench_kernelbench_agreement import pairs, resized
-
+    try:
+        from tests.bench.bench_kernelbench_agreement import pairs, resized
+    except ImportError as exc:  # that benchmark is someone else's to change: say so rather than stop
+        return [], f"the KernelBench pairs could not be imported ({exc}): its CUDA pairs are left out"
     items = []
     for pair in pairs():
         if pair["backend"] != "cuda":
