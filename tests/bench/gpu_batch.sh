@@ -31,7 +31,8 @@ install_ray() {  # Ray's wheels (offline), then any of Ray's own dependencies th
 import glob, importlib.util, subprocess, sys
 wheels = {"click": "click", "filelock": "filelock", "msgpack": "msgpack", "packaging": "packaging",
           "google.protobuf": "protobuf", "yaml": "pyyaml", "requests": "requests", "urllib3": "urllib3",
-          "idna": "idna", "charset_normalizer": "charset_normalizer", "certifi": "certifi", "attr": "attrs"}
+          "idna": "idna", "charset_normalizer": "charset_normalizer", "certifi": "certifi", "attr": "attrs",
+          "typing_extensions": "typing_extensions"}
 def missing(name):
     try:
         return importlib.util.find_spec(name) is None
