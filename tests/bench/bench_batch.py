@@ -319,14 +319,17 @@ def run_ray(args, kinds: list[str], counts: list[int], gpu: bool, deadline: floa
 def run_ray_in(args, kinds: list[str], counts: list[int], gpu: bool, deadline: float, cache_dir: str) -> list[dict]:
     rows = []
     if "cuda" in kinds and cache_entries(cache_dir) == 0 and "cold" in args.passes:
-        rows += ray_session(args, max(counts), gpu, cache_dir, [("cuda", "cold", 1)], deadline)
-    for count in counts:
+        until = time.monotonic() + COLD_SHARE * (deadline - time.monotonic())
+        rows += ray_session(args, max(counts), gpu, cache_dir, [("cuda", "cold", 1)], until)
+    for number, count in enumerate(counts):
         if time.monotonic() > deadline - 30:
             say({"machine": platform.node(), "mode": "ray", "gpus": count, "skipped": "budget spent"})
             continue
         copies = count if args.scaling == "weak" else 1
         plan = [(kind, "warm" if kind == "cuda" else "run", copies) for kind in kinds]
-        rows += ray_session(args, count, gpu, cache_dir, plan, deadline)
+        # Each GPU count gets an equal share of the time left, so a slow one does not leave the next unmeasured.
+        until = time.monotonic() + (deadline - time.monotonic()) / (len(counts) - number)
+        rows += ray_session(args, count, gpu, cache_dir, plan, until)
     return rows
 
 
