@@ -101,14 +101,16 @@ def make_requests(items: list[Item], tag: str, copies: int = 1) -> list:
             for copy in range(copies) for k, item in enumerate(items)]
 
 
-def warm_up(evaluator, count: int, deadline: float) -> int:
-    """Trivial torch requests (no timing), enough to reach every slot, so a pass measures running pools."""
+def warm_up(evaluator, count: int, deadline: float, items: Optional[list[Item]] = None) -> int:
+    """Untimed requests with one correctness trial, enough to reach every slot, so a pass measures running pools:
+    trivial torch ones, or the given items (CUDA ones start the compile workers: their builds must be cached)."""
     from evaluator.api import EvalRequest
 
-    items = torch_batch(count)
+    items = (items * count)[:count] if items else torch_batch(count)
     requests = [EvalRequest(problem_id=i.problem_id, reference_source=i.reference, candidate_source=i.candidate,
-                            backend="torch", correctness_trials=1, measure_timing=False, kernelbench_timing=False,
-                            request_id=f"warmup-{k}") for k, i in enumerate(items)]
+                            backend=i.backend, size_overrides=dict(i.sizes), correctness_trials=1,
+                            measure_timing=False, kernelbench_timing=False, compile_timeout_s=600,
+                            request_id=f"warmup-{i.backend}-{k}") for k, i in enumerate(items)]
     done = 0
     futures = [evaluator.submit(r) for r in requests]
     try:
@@ -272,6 +274,10 @@ def ray_session(args, count: int, gpu: bool, cache_dir: str, plan: list[tuple[st
     try:
         actors = len(cluster.devices)
         warmed = warm_up(cluster, (16 if gpu else 2) * max(1, actors), deadline)
+        if any(kind == "cuda" and name != "cold" for kind, name, _ in plan):
+            # The compile actor's workers start on its first CUDA request: in a long run they are up already.
+            built = [item for item in batch_for("cuda", args)[0] if item.origin != "builtin-broken"]
+            warmed += warm_up(cluster, 2 * max(1, actors), deadline, built)
         start_s = round(time.monotonic() - started, 1)
         for kind, name, copies in plan:
             items, notes = batch_for(kind, args)
