@@ -4,6 +4,8 @@
 # .debs) and, for the Ray parts, .whl (`make wheels`). One part per call:
 #   gpu_batch.sh local   nvidia-h100-x1, ~4-9 min: one pool on the GPU, the 48 CUDA kernels cold (empty build cache)
 #                        then warm (same pool, cache kept)
+#   gpu_batch.sh local16 nvidia-h100-x4 (when no x1 call is spent), ~4-9 min: the same on GPU 0, pinned to 16 cores
+#                        with 8 compile workers, as a one-H100 machine has (an approximation of it: say so)
 #   gpu_batch.sh ray1    nvidia-h100-x4, ~5-8 min: Ray on 1 GPU: a cold pass fills /tmp/krl-batch-cache, then a fresh
 #                        Ray instance times the CUDA batch (warm) and 48 Triton evaluations
 #   gpu_batch.sh ray24   nvidia-h100-x4, next call on the same machine, ~4-8 min: the same on 2 and 4 GPUs (the batch
@@ -56,6 +58,11 @@ fi
 if [[ $PARTS == *" local "* ]]; then  # every visible GPU (one on nvidia-h100-x1), default slots and compile workers
     timeout 560 python3 tests/bench/bench_batch.py --kinds cuda --passes cold,warm --budget-s 500 \
         --out "$OUT/batch_local.jsonl" > "$OUT/batch_local.log" 2>&1
+fi
+if [[ $PARTS == *" local16 "* ]]; then  # a one-H100 machine's shape on a bigger host: GPU 0, 16 cores, 8 builders
+    CUDA_VISIBLE_DEVICES=0 timeout 560 taskset -c 0-15 python3 tests/bench/bench_batch.py --kinds cuda \
+        --passes cold,warm --compile-workers 8 --budget-s 500 --out "$OUT/batch_local16.jsonl" \
+        > "$OUT/batch_local16.log" 2>&1
 fi
 if [[ $PARTS == *" ray1 "* || $PARTS == *" ray24 "* ]]; then
     install_ray
