@@ -91,17 +91,18 @@ for line in open(sys.argv[1]):
         continue
     r = json.loads(line)
     if "scaling" in r:
-        print(f"scaling {r['scaling']:6} {r['gpus']} GPUs: {r['evals_per_min']}/min vs 1 GPU {r['one_gpu_evals_per_min']}/min"
-              f" -> efficiency {r['efficiency']}")
+        print(f"scaling {r['scaling']:6} {r['gpus']} GPUs: {r['evals_per_min']}/min, 1 GPU "
+              f"{r['one_gpu_evals_per_min']}/min -> efficiency {r['efficiency']}")
         continue
     if "skipped" in r:
         print(f"{r.get('mode')} {r.get('kind', '')} {r.get('pass', '')} gpus={r.get('gpus')}: skipped ({r['skipped']})")
         continue
     print(f"{r['mode']:5} {r['kind']:6} {r['pass']:4} gpus={r['gpus']} copies={r.get('copies', 1)} "
-          f"done={r['n_done']}/{r['items'] * r.get('copies', 1)} (distinct {r['distinct_pairs']}) wall={r['wall_s']}s "
+          f"done={r['n_done']}/{r['items'] * r.get('copies', 1)} (distinct {r['distinct_pairs']}, missing "
+          f"{r['missing']}, evaluator errors {r['evaluator_errors']}) wall={r['wall_s']}s "
           f"{r['evals_per_min']}/min idle={r['gpu_idle_share']} cache_before={r['cache_entries_before']} "
           f"hits={r['build_cache_hits']} start={r.get('pool_start_s', r.get('ray_start_s'))}s {r['verdicts']} "
-          f"{r['gpu_name']}")
+          f"speedup median {r['speedup_median']} {r['gpu_name']}")
     print("    phases: " + ", ".join(f"{k} {v}" for k, v in r["phase_mean_s"].items()))
     if r["error_sample"] or r["evaluator_error_sample"] or r["notes"]:
         print("    " + " | ".join(r["error_sample"][:3] + r["evaluator_error_sample"] + r["notes"])[:600])
