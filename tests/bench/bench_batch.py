@@ -459,6 +459,9 @@ class _Tee:
         for stream in self.streams:
             stream.flush()
 
+    def __getattr__(self, name: str):  # fileno, isatty, encoding...: the terminal's, for libraries that ask
+        return getattr(self.streams[0], name)
+
 
 if __name__ == "__main__":
     sys.exit(main())
