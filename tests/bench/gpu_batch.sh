@@ -60,7 +60,8 @@ if [[ $PARTS == *" local "* ]]; then  # every visible GPU (one on nvidia-h100-x1
         --out "$OUT/batch_local.jsonl" > "$OUT/batch_local.log" 2>&1
 fi
 if [[ $PARTS == *" local16 "* ]]; then  # a one-H100 machine's shape on a bigger host: GPU 0, 16 cores, 8 builders
-    CUDA_VISIBLE_DEVICES=0 timeout 560 taskset -c 0-15 python3 tests/bench/bench_batch.py --kinds cuda \
+    PIN=""; command -v taskset >/dev/null && PIN="taskset -c 0-15" || echo "local16: no taskset, not pinned"
+    CUDA_VISIBLE_DEVICES=0 timeout 560 $PIN python3 tests/bench/bench_batch.py --kinds cuda \
         --passes cold,warm --compile-workers 8 --budget-s 500 --out "$OUT/batch_local16.jsonl" \
         > "$OUT/batch_local16.log" 2>&1
 fi
