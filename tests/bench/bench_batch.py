@@ -326,7 +326,7 @@ def run_ray_in(args, kinds: list[str], counts: list[int], gpu: bool, deadline: f
     rows = []
     if "cuda" in kinds and cache_entries(cache_dir) == 0 and "cold" in args.passes:
         until = time.monotonic() + COLD_SHARE * (deadline - time.monotonic())
-        rows += ray_session(args, max(counts), gpu, cache_dir, [("cuda", "cold", 1)], until)
+        rows += guarded_session(args, max(counts), gpu, cache_dir, [("cuda", "cold", 1)], until)
     for number, count in enumerate(counts):
         if time.monotonic() > deadline - 30:
             say({"machine": platform.node(), "mode": "ray", "gpus": count, "skipped": "budget spent"})
@@ -335,8 +335,18 @@ def run_ray_in(args, kinds: list[str], counts: list[int], gpu: bool, deadline: f
         plan = [(kind, "warm" if kind == "cuda" else "run", copies) for kind in kinds]
         # Each GPU count gets an equal share of the time left, so a slow one does not leave the next unmeasured.
         until = time.monotonic() + (deadline - time.monotonic()) / (len(counts) - number)
-        rows += ray_session(args, count, gpu, cache_dir, plan, until)
+        rows += guarded_session(args, count, gpu, cache_dir, plan, until)
     return rows
+
+
+def guarded_session(args, count: int, gpu: bool, cache_dir: str, plan: list, deadline: float) -> list[dict]:
+    """A session that fails (no actor started, Ray itself) is one JSON line, and the next GPU count still runs."""
+    try:
+        return ray_session(args, count, gpu, cache_dir, plan, deadline)
+    except Exception as exc:  # noqa: BLE001 - reported as a row
+        say({"machine": platform.node(), "mode": "ray", "gpus": count, "plan": [list(p) for p in plan],
+             "skipped": f"the session failed: {type(exc).__name__}: {str(exc)[:600]}"})
+        return []
 
 
 def scaling(rows: list[dict]) -> list[dict]:
@@ -425,8 +435,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         try:
             import ray  # noqa: F401
         except ImportError:
-            print("bench_batch: --ray needs Ray (pip install --no-index --find-links .whl/ray ray, see "
-                  "tests/bench/gpu_batch.sh)", file=sys.stderr)
+            print("bench_batch: --ray needs Ray: offline, `make wheels` here, then there `python3 -m pip install "
+                  "--no-index --no-deps --target /tmp/site .whl/ray/*.whl` and PYTHONPATH=/tmp/site:$PWD "
+                  "(tests/bench/gpu_batch.sh does it)", file=sys.stderr)
             return 2
         counts = [int(c) for c in args.ray_gpus.split(",")] if args.ray_gpus else \
             [c for c in (1, 2, 4) if c <= max(1, count)]
