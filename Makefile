@@ -67,12 +67,15 @@ GPU_WHEELS := textual==8.2.8 mdit-py-plugins platformdirs \
 	annotated-types typing-inspection
 # Ray and the service for the 2-GPU runs (issue 16): Ray's wheel is ~76 MiB; without ray/jars/ (Java only) ~44 MiB.
 RAY_WHEELS := ray==2.60.0 starlette==1.10.0 uvicorn==0.54.0 jsonschema jsonschema-specifications referencing rpds-py
+# Ray's own dependencies, installed on the GPU machine only where it lacks them (tests/bench/gpu_batch.sh).
+RAY_DEPS_WHEELS := click filelock msgpack packaging protobuf pyyaml requests urllib3 idna charset-normalizer certifi attrs typing-extensions
 WHEEL_PLATFORMS := --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
 	--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any
 wheels:
-	mkdir -p .whl .whl/ray
+	mkdir -p .whl .whl/ray .whl/raydeps
 	$(PY) -m pip download -q --no-deps $(WHEEL_PLATFORMS) -d .whl $(GPU_WHEELS)
 	$(PY) -m pip download -q --no-deps $(WHEEL_PLATFORMS) -d .whl/ray $(RAY_WHEELS)
+	$(PY) -m pip download -q --no-deps $(WHEEL_PLATFORMS) -d .whl/raydeps $(RAY_DEPS_WHEELS)
 	$(PY) tests/bench/repack_wheel.py $$(ls .whl/ray/ray-*.whl) ray/jars/
 
 clean:
