@@ -56,6 +56,7 @@ class ActivityRecorder:
     activities: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     buffers: dict = field(default_factory=dict)  # address -> the ctypes buffer CUPTI is filling, kept alive
+    buffers_given: int = 0
 
     def record(self, body: Callable[[], Any], synchronize: Callable[[], None]) -> list[DeviceActivity]:
         kinds = (KIND_CONCURRENT_KERNEL, KIND_MEMCPY, KIND_MEMSET)
@@ -78,6 +79,7 @@ class ActivityRecorder:
         address = (ctypes.addressof(memory) + 7) & ~7  # CUPTI wants 8-byte aligned buffers
         with self.lock:
             self.buffers[address] = memory
+            self.buffers_given += 1
         buffer[0], size[0], max_records[0] = address, BUFFER_BYTES, 0
 
     def completed(self, context: Any, stream: int, buffer: int, size: int, valid: int) -> None:

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 CHILD = r"""
@@ -47,6 +48,7 @@ for i in range(2):
     marks[f"behind_hold_{i}"] = [round(time.perf_counter() - t0, 4), len(events or [])]
 if rec is not None:
     marks["cupti_calls_s"] = timed.spent
+    marks["buffers_given"] = rec.buffers_given
     marks["names"] = sorted({e.name[:60] for e in events or []})
 print(json.dumps(marks))
 """
@@ -55,7 +57,9 @@ if __name__ == "__main__":
     for profiler in ("direct", "torch"):
         env = dict(os.environ, **({"KRL_PROFILER": "torch"} if profiler == "torch" else {}))
         started = time.perf_counter()
-        out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True)
+        with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as script:  # Triton reads its source
+            script.write(CHILD)
+        out = subprocess.run([sys.executable, script.name], env=env, capture_output=True, text=True)
         lines = out.stdout.strip().splitlines()
         print(f"== {profiler}: {time.perf_counter() - started:.1f} s wall, rc {out.returncode}")
         print(lines[-1] if lines else out.stderr[-1500:])
