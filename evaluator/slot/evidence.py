@@ -47,7 +47,7 @@ def check_answer(answer: dict[str, Any], expected: str, name: Optional[str] = No
         raise ProtocolBreach(f"it answered {text(kind, 40)!r} where the judge waited for {expected!r}")
     if name is not None and answer.get("name") != name:
         raise ProtocolBreach(f"it answered for {text(answer.get('name'), 40)!r}, not {name!r}")
-    extra = set(answer) - {"type", "name", "own_kernel_time_fraction", "projections"}
+    extra = set(answer) - {"type", "name", "own_kernel_time_fraction", "projections", "events_ms"}
     if extra:
         raise ProtocolBreach(f"its answer carried fields nobody asked for ({', '.join(sorted(extra)[:4])})")
     return answer
