@@ -74,20 +74,40 @@ class KernelBenchFlush:
 
 def event_times_ms(call: Callable[[Any], Any], sets: list, flush: Callable[[], None], keep: list) -> list[float]:
     """KernelBench's cuda_event timing of `call` on each set in turn: synchronise, flush, start event, the call, end
-    event, synchronise; the milliseconds between the events per call (outputs appended to `keep`)."""
+    event, synchronise; the milliseconds between the events per call (outputs appended to `keep`, detached).
+
+    With autograd on, as KernelBench's eval_kernel_against_ref times (outside torch.no_grad): a model with parameters
+    records its graph on the host during the call, which its events see once that outlasts the flush (likely why, on an
+    H100, KernelBench read the small level-2 Linear problems at 2.5-3x our no_grad time while level 1, without
+    parameters, agreed). A model without parameters records nothing. Each output is detached after its events, so no
+    graph outlives its call."""
     import torch
 
     samples: list[float] = []
-    for values in sets:
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        flush()
-        start.record()
-        keep.append(call(values))
-        end.record()
-        torch.cuda.synchronize()
-        samples.append(float(start.elapsed_time(end)))
+    with torch.enable_grad():
+        for values in sets:
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            flush()
+            start.record()
+            output = call(values)
+            end.record()
+            torch.cuda.synchronize()
+            samples.append(float(start.elapsed_time(end)))
+            keep.append(detached(output))
+            del output
     return samples
+
+
+def detached(output: Any) -> Any:
+    """`output` with every tensor that requires grad (in a plain list or tuple too) detached from its graph."""
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return output.detach() if output.requires_grad else output
+    if type(output) in (list, tuple):
+        return type(output)(detached(item) for item in output)
+    return output
 
 
 def shortest_event_ms(work: Callable[[], Any], repeats: int = 5) -> float:

@@ -227,6 +227,17 @@ def test_the_lower_bound_is_the_batch_less_harness_and_a_flush_never_below_the_f
     assert kernelbench_timing.lower_bound_ms(0.05, 0.02, 0.09, 0.003) == 0.003
 
 
+def test_outputs_timed_with_autograd_on_are_kept_detached():
+    # KernelBench times with autograd on; the outputs kept for the checks must not hold a graph (or its memory).
+    layer = torch.nn.Linear(4, 3)
+    with torch.enable_grad():
+        out = layer(torch.randn(2, 4))
+    kept = kernelbench_timing.detached((out, [out, 1]))
+    assert out.requires_grad and not kept[0].requires_grad and not kept[1][0].requires_grad and kept[1][1] == 1
+    plain = torch.randn(3)
+    assert kernelbench_timing.detached(plain) is plain
+
+
 def test_event_times_in_a_runners_answer_are_evidence_checked_for_their_form():
     from evaluator.contract.framing import encode_message
     from evaluator.slot.evidence import check_answer
