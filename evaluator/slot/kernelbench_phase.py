@@ -115,7 +115,10 @@ def reported_events(answer: dict[str, Any], calls: int) -> Optional[list[float]]
     if not isinstance(events, list) or len(events) != calls or \
             not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in events):
         raise ProtocolBreach("its eager order's event times were not one number per call")
-    return [float(v) for v in events]
+    try:
+        return [float(v) for v in events]
+    except OverflowError:  # an integer beyond any float (evidence.check_answer refuses these first)
+        raise ProtocolBreach("its eager order's event times held an integer beyond any float") from None
 
 
 def judge_harness_ms(phase: Any) -> float:

@@ -240,7 +240,7 @@ def test_outputs_timed_with_autograd_on_are_kept_detached():
 
 def test_event_times_in_a_runners_answer_are_evidence_checked_for_their_form():
     from evaluator.contract.framing import encode_message
-    from evaluator.slot.evidence import check_answer
+    from evaluator.slot.evidence import check_answer, kernel_fraction
     from evaluator.slot.kernelbench_phase import reported_events
     from evaluator.slot.outcome import ProtocolBreach
 
@@ -255,6 +255,12 @@ def test_event_times_in_a_runners_answer_are_evidence_checked_for_their_form():
                       [[0.3]] * 3, {"0": 0.3}):
         with pytest.raises(ProtocolBreach):
             reported_events({"type": "ran", "events_ms": malformed}, 3)
+    # A JSON integer beyond any float (float() raises OverflowError): refused as evidence, never a crash of the judge.
+    huge = json.loads('{"type": "ran", "events_ms": [1' + "0" * 400 + ', 0.3, 0.3]}')
+    with pytest.raises(ProtocolBreach):
+        check_answer(huge, "ran")
+    fraction = json.loads('{"type": "evidence", "own_kernel_time_fraction": 1' + "0" * 400 + '}')
+    assert kernel_fraction(check_answer(fraction, "evidence")) is None
 
 
 @pytest.mark.parametrize("kernel, baseline, sol, expected", [
