@@ -497,7 +497,7 @@ def print_table(summary: dict) -> None:
         print(f"{r['name'][:44]:44} {str(r['kb_correct'])[:5]:5} {str(r['ours'])[:13]:13} {f(r['kb_ref_ms'], '.4f'):>9} "
               f"{f(r['kb_ms'], '.4f'):>8} {f(r['kb_speedup']):>6} {f(r['ours_kb_speedup']):>8} {f(r['ours_speedup']):>6} "
               f"{f(r['ratio']):>6} {f(r['ref_ratio']):>6} {f(r['kernel_ratio']):>6} {f(r.get('reported_ratio')):>6} "
-              f"{f(r.get('clamped'), 'd'):>5} {f(lower * 1e6 if lower else None, '.1f'):>8} "
+              f"{f(r.get('clamped'), '.0f'):>5} {f(lower * 1e6 if lower else None, '.1f'):>8} "
               f"{f(upper * 1e6 if upper else None, '.1f'):>8}{'' if r['within_10pct'] else '  *'}")
     clamps = summary.get("clamped", {})
     print(f"both correct: {summary['both_correct']}, within ±10%: {summary['within_10pct']} "
