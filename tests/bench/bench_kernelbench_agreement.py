@@ -356,13 +356,14 @@ def prebuild(items: list[dict], build_dir: str, workers: int) -> dict[str, float
         return dict(pool.map(build, cuda_items))
 
 
-def run_kernelbench(kb_eval, items: list[dict], build_dir: str, trials: int, log_path: str, deadline: float) -> None:
+def run_kernelbench(kb_eval, items: list[dict], build_dir: str, trials: int, log_path: str, deadline: float,
+                    key: str = "kb") -> None:
     import torch
 
     with open(log_path, "a") as log:
         for item in items:
             if time.monotonic() > deadline:
-                item["kb"] = {"skipped": "deadline"}
+                item[key] = {"skipped": "deadline"}
                 continue
             started = time.perf_counter()
             try:
@@ -372,18 +373,18 @@ def run_kernelbench(kb_eval, items: list[dict], build_dir: str, trials: int, log
                         num_perf_trials=trials, measure_performance=True, timing_method="cuda_event",
                         build_dir=build_dir, device=torch.device("cuda:0"), backend="cuda", precision=torch.float32)
             except Exception as exc:  # noqa: BLE001 - reported per pair
-                item["kb"] = {"error": repr(exc)[:300]}
+                item[key] = {"error": repr(exc)[:300]}
                 continue
             if res is None:
-                item["kb"] = {"error": "KernelBench returned None (build lock)"}
+                item[key] = {"error": "KernelBench returned None (build lock)"}
                 continue
             runtime, ref = float(res.runtime), float(res.ref_runtime)
-            item["kb"] = {"compiled": bool(res.compiled), "correct": bool(res.correctness), "runtime_ms": runtime,
+            item[key] = {"compiled": bool(res.compiled), "correct": bool(res.correctness), "runtime_ms": runtime,
                           "ref_runtime_ms": ref, "speedup": ref / runtime if runtime > 0 and ref > 0 else None,
                           "seconds": round(time.perf_counter() - started, 2),
                           "metadata": {k: str(v)[:200] for k, v in (res.metadata or {}).items()
                                        if k not in ("hardware", "device")}}
-            print(f"kb   {item['name']:48} correct={res.correctness} speedup={item['kb']['speedup']}", flush=True)
+            print(f"{key:4} {item['name']:48} correct={res.correctness} speedup={item[key]['speedup']}", flush=True)
 
 
 def open_evaluator(devices: str, slots: int):
@@ -474,8 +475,14 @@ def summarize(items: list[dict]) -> dict:
                      "reported_ratio": _ratio(_ms(ours, "reported_per_call"), kb.get("runtime_ms"))})
     within = sum(1 for r in both if abs(r - 1) <= 0.10)
     clamps = [r["clamped"] for r in rows if r["clamped"] is not None]
+    # KernelBench against itself (--kb-repeats 2): the second pass's speedup over the first, where both call it correct.
+    again = [item["kb2"]["speedup"] / item["kb"]["speedup"] for item in items
+             if item.get("kb", {}).get("correct") and item.get("kb2", {}).get("correct")
+             and item["kb"].get("speedup") and item["kb2"].get("speedup")]
     return {"rows": rows, "both_correct": len(both), "within_10pct": within,
             "clamped": {"raised": clamps.count(-1), "believed": clamps.count(0), "lowered": clamps.count(1)},
+            "kernelbench_self": {"pairs": len(again), "within_10pct": sum(1 for r in again if abs(r - 1) <= 0.10),
+                                 "median_ratio": statistics.median(again) if again else None},
             "share_within_10pct": within / len(both) if both else None,
             "median_ratio": statistics.median(both) if both else None,
             "verdict_agreement": sum(1 for i in items if bool(i.get("kb", {}).get("correct")) ==
@@ -505,6 +512,10 @@ def print_table(summary: dict) -> None:
           f"verdicts agree {summary['verdict_agreement']}/{summary['pairs']}; candidate figures believed "
           f"{clamps.get('believed', 0)}, raised to the lower bound {clamps.get('raised', 0)}, lowered to the upper "
           f"{clamps.get('lowered', 0)}")
+    own = summary.get("kernelbench_self") or {}
+    if own.get("pairs"):
+        print(f"KernelBench against itself (a second pass): {own['within_10pct']} of {own['pairs']} within ±10%, "
+              f"median ratio {f(own['median_ratio'])}")
 
 
 def main() -> None:
@@ -517,6 +528,8 @@ def main() -> None:
     parser.add_argument("--skip-kernelbench", action="store_true")
     parser.add_argument("--devices", default="0", help="our evaluator's devices ('cpu': a plumbing check only)")
     parser.add_argument("--slots", type=int, default=2, help="our evaluation slots per GPU")
+    parser.add_argument("--kb-repeats", type=int, default=1,
+                        help="2: KernelBench's evaluator twice in a row, to print how far it agrees with itself")
     args = parser.parse_args()
     started = time.monotonic()
     root = Path(os.environ.get("KERNELBENCH_ROOT", ".gpu/kernelbench")).resolve()
@@ -565,6 +578,8 @@ def main() -> None:
         t0 = time.monotonic()
         warm_gpu()
         run_kernelbench(kb_eval, items, build_dir, args.trials, log_path, started + 0.6 * args.budget_s)
+        if args.kb_repeats > 1:  # ~20 s more for the 27 usual pairs; its deadline leaves ours the rest of the budget
+            run_kernelbench(kb_eval, items, build_dir, args.trials, log_path, started + 0.7 * args.budget_s, "kb2")
         torch.cuda.empty_cache()  # its cached blocks back to the device before ours run
         timings["kb_eval_s"] = round(time.monotonic() - t0, 1)
     # 3. Ours, alone on the GPU (a fresh evaluator: the builds come from the cache on disk).
