@@ -111,6 +111,7 @@ class EvalResult:
     speedup_kernelbench: Optional[float] = None
     kernel_runtime_kernelbench_ms: Optional[float] = None
     reference_runtime_kernelbench_ms: Optional[float] = None
+    kernelbench_clock: str = ""  # how the kernelbench figures were measured (evaluator/slot/kernelbench_phase.CLOCK)
     speedup_convention: str = ""  # what `speedup` measures (SPEEDUP_CONVENTION when timed)
     sol_score: Optional[float] = None  # 1 / (1 + (T - T_sol) / (T_reference - T_sol)): 0.5 at the reference, 1 at SOL
     near_miss: str = ""  # how a near miss on the timing inputs was decided: "float64" | "trial_error" | ""

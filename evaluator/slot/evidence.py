@@ -21,7 +21,10 @@ def text(value: Any, limit: int = MAX_TEXT) -> str:
 def number(value: Any) -> Optional[float]:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # a JSON integer beyond any float: float() would raise inside the judge
+        return None
     return value if value == value and abs(value) != float("inf") else None
 
 
@@ -47,9 +50,13 @@ def check_answer(answer: dict[str, Any], expected: str, name: Optional[str] = No
         raise ProtocolBreach(f"it answered {text(kind, 40)!r} where the judge waited for {expected!r}")
     if name is not None and answer.get("name") != name:
         raise ProtocolBreach(f"it answered for {text(answer.get('name'), 40)!r}, not {name!r}")
-    extra = set(answer) - {"type", "name", "own_kernel_time_fraction", "projections"}
+    extra = set(answer) - {"type", "name", "own_kernel_time_fraction", "projections", "events_ms"}
     if extra:
         raise ProtocolBreach(f"its answer carried fields nobody asked for ({', '.join(sorted(extra)[:4])})")
+    for key in ("projections", "events_ms"):  # lists of numbers the judge converts with float()
+        values = answer.get(key)
+        if isinstance(values, list) and any(type(v) is int and number(v) is None for v in values):
+            raise ProtocolBreach(f"its {key} held an integer beyond any float")
     return answer
 
 

@@ -1,21 +1,23 @@
 """KernelBench's speedup convention measured in the slot (issue 24). GPU: the judge times its own reference exactly as
 KernelBench does (CUDA events around each call, its L2 flush and the synchronisations outside them, mean per call); the
-candidate is charged its eager order by the judge's clock less the loop's cost the judge measured itself. CPU: CPU time."""
+candidate's runner records the same events around its own calls, which the judge believes only between a lower bound
+from its own batch rounds and its own clock around the eager order. CPU: CPU time."""
 
 from __future__ import annotations
 
 import statistics
 import time
-from typing import Any
+from typing import Any, Optional
 
 from evaluator.judging import kernelbench_timing as kb
+from evaluator.slot.outcome import ProtocolBreach
 
-# What the stamped kernelbench figures are (docs/slot.md, "KernelBench's convention in the slot").
-CLOCK = "judge_events_and_wall_less_own_overhead"
+# What the stamped kernelbench figures are (EvalResult.kernelbench_clock; docs/slot.md, "KernelBench's convention").
+CLOCK = "runner_events_within_judge_bounds"
 CPU_CLOCK = "task_cpu_eager"
 MIN_CALLS = 3
 ROUNDS = 3  # reference and candidate alternate; the mean of each side's per-call times is reported
-RUNNER_LOOP_BOUND = 1.25  # the runner's empty loop, timed before its task, counts up to this times the judge's
+HARNESS_REPEATS = 2  # the judge's harness timed this many times, the largest kept (a larger one only lowers the bound)
 
 
 def measure(phase: Any, result: Any) -> None:
@@ -34,6 +36,7 @@ def measure(phase: Any, result: Any) -> None:
     result.reference_runtime_kernelbench_ms = reference
     result.kernel_runtime_kernelbench_ms = candidate
     result.speedup_kernelbench = reference / candidate if candidate > 0 else None
+    result.kernelbench_clock = CLOCK if phase.kind == "cuda" else CPU_CLOCK
 
 
 def _round_plan(phase: Any, calls: int) -> tuple[int, list[int], int]:
@@ -47,80 +50,114 @@ def _gpu_rounds(phase: Any, calls: int, rounds: int) -> tuple[float, float]:
 
     flush = _judge_flush(phase)
     _eager_order(phase, 0, 0)  # untimed: the runner makes its flush buffer (its first fill pages it in)
-    flush_s = kb.shortest_event_ms(flush.flush) / 1e3
+    flush_ms = kb.shortest_event_ms(flush.flush)
     tiny = torch.zeros(1, device=phase.task.device)
-    launch_s = kb.shortest_event_ms(lambda: tiny.add_(1)) / 1e3
+    launch_ms = kb.shortest_event_ms(lambda: tiny.add_(1))
     reference_ms: list[float] = []
-    seen: list[dict[str, float]] = []
+    reported: Optional[list[float]] = []
+    upper_ms: list[float] = []
     # Round 0 is a warm-up, checked and not counted (KernelBench warms up too): the runner is a fresh process whose
-    # caching allocator has never held this many outputs nor the hand-over's stacked projection, and its first
-    # cudaMallocs (hundreds of microseconds each) would be charged to the candidate; the judge's are long warm.
+    # caching allocator has never held this many outputs nor the hand-over's stacked projection.
     for index in range(rounds + 1):
         salt, picked, seed = _round_plan(phase, calls)
-        round_seen: dict[str, float] = {}
-        samples: list[float] = []
+        seen: dict[str, Any] = {}
         for side in (("candidate", "reference") if index % 2 else ("reference", "candidate")):
             if side == "reference":
-                round_seen["overhead"], round_seen["sets"] = judge_overhead_s(phase, calls, salt, flush)  # and the sets
-                samples = reference_events_ms(phase, flush)
-                round_seen["reference_hand"] = phase.reference_hand(picked, seed)
+                phase.judge_sets = phase.made_sets(salt, calls)
+                seen["reference"] = reference_events_ms(phase, flush)
+                seen["reference_hand"] = phase.reference_hand(picked, seed)
             else:
-                round_seen["ping"] = _eager_order(phase, 0, 0)
-                round_seen["order"] = _eager_order(phase, calls, salt)
-                round_seen["hand"] = phase.candidate_hand(calls, picked, seed)
+                seen["order"], answer = phase.measured(_eager_message(calls, salt), "ran")
+                seen["events"] = reported_events(answer, calls)
+                seen["hand"] = phase.candidate_hand(calls, picked, seed)
         phase.check(picked)  # the eager calls' outputs are checked like the judge's own batches
         if index:
-            reference_ms += samples
-            seen.append(round_seen)
-    # The judge's own loop cost and the round trip at their least over the rounds: a judge busy with other work
-    # (another task's thread) measures them high, which would flatter the candidate.
-    overhead = min(r["overhead"] for r in seen)
-    # The runner's own empty loop, timed before its task (slot/task_driver.clean_empty_eager), where measured: the two
-    # loops compared then come from one process. On an H100 the judge's loop and the runner's differed by ~10 us a
-    # call, which read a 6 us kernel at 2-3x KernelBench's time. The sets' making is still the judge's figure.
-    # Bounded by the judge's own loop: a host loaded while the runner was timed (by other slots' candidates, say) must
-    # not take more off this candidate than 1.25x what the judge's loop costs now.
-    clean = phase.driver.empty_eager_per_call
-    if 0.0 < clean < float("inf"):
-        sets = min(r["sets"] for r in seen)
-        overhead = sets + min(clean, RUNNER_LOOP_BOUND * max(0.0, overhead - sets))
-        phase.schedule.phases["kernelbench_runner_loop_per_call"] = round(clean, 9)
-    ping = min(r["ping"] for r in seen)
-    yard = kb.EagerYardsticks(overhead_s=overhead, flush_s=flush_s, launch_s=launch_s)
-    candidate_ms = [kb.eager_charge_s(r["order"], ping, r["hand"], r["reference_hand"], calls, yard) * 1e3
-                    for r in seen]
-    # What was subtracted, for whoever compares the figure with KernelBench's own (seconds, per call / per order).
-    phase.schedule.phases["kernelbench_overhead_per_call"] = round(overhead, 9)
-    phase.schedule.phases["kernelbench_ping"] = round(ping, 9)
-    phase.schedule.phases["kernelbench_flush"] = round(flush_s, 9)
-    phase.schedule.phases["kernelbench_order_per_call"] = round(statistics.fmean(r["order"] for r in seen) / calls, 9)
-    phase.schedule.phases["kernelbench_hand_excess_per_call"] = round(
-        statistics.fmean(r["hand"] - r["reference_hand"] for r in seen) / calls, 9)
-    return statistics.fmean(reference_ms), statistics.fmean(candidate_ms)
+            reference_ms += seen["reference"]
+            # The judge's own clock around the order, and work deferred into the hand-over beyond the judge's own
+            # projection: what the candidate cannot have taken less than, whatever it says.
+            upper_ms.append((seen["order"] + max(0.0, seen["hand"] - seen["reference_hand"])) / calls * 1e3)
+            reported = reported + seen["events"] if reported is not None and seen["events"] is not None else None
+    harness_ms = judge_harness_ms(phase)
+    batch_ms = statistics.median(phase.round_ms[1])
+    lower = kb.lower_bound_ms(batch_ms, harness_ms, flush_ms, max(launch_ms, _sol_floor_ms(phase) or 0.0))
+    upper = statistics.fmean(upper_ms)
+    charge = kb.bounded_charge(reported, lower, upper)
+    # Seconds, as every phase (per call); the clamp as -1 (raised to the lower bound), 0 (believed) or +1 (lowered to
+    # the upper bound, or nothing usable reported: then no reported figure is stamped).
+    phases = phase.schedule.phases
+    phases["kernelbench_clamped"] = charge.clamped
+    if charge.reported_ms is not None:
+        phases["kernelbench_reported_per_call"] = round(charge.reported_ms / 1e3, 9)
+    phases["kernelbench_lower_per_call"] = round(lower / 1e3, 9)
+    phases["kernelbench_upper_per_call"] = round(upper / 1e3, 9)
+    phases["kernelbench_batch_per_call"] = round(batch_ms / 1e3, 9)
+    phases["kernelbench_harness_per_call"] = round(harness_ms / 1e3, 9)
+    phases["kernelbench_flush"] = round(flush_ms / 1e3, 9)
+    return statistics.fmean(reference_ms), charge.charged_ms
+
+
+def _eager_message(calls: int, salt: int) -> dict[str, Any]:
+    return {"type": "run", "calls": calls, "salt": salt, "eager": True}
 
 
 def _eager_order(phase: Any, calls: int, salt: int) -> float:
-    seconds, _ = phase.measured({"type": "run", "calls": calls, "salt": salt, "eager": True}, "ran")
+    seconds, _ = phase.measured(_eager_message(calls, salt), "ran")
     return seconds
 
 
-def judge_overhead_s(phase: Any, calls: int, salt: int, flush: Any) -> tuple[float, float]:
-    """Seconds per call, on the judge's clock, of the runner's eager loop with no call in it, and of its first part:
-    this round's sets made (kept as phase.judge_sets), then per call a flush and a synchronisation. The judge's own
-    process, the same device."""
+def reported_events(answer: dict[str, Any], calls: int) -> Optional[list[float]]:
+    """The runner's event times for an eager order of `calls` calls, as evidence. Not reported: None (the judge charges
+    its upper bound). Not one plain number per call: a breach of the protocol. NaN, infinite or negative numbers are
+    returned as they are; kernelbench_timing.bounded_charge treats them as nothing usable."""
+    if "events_ms" not in answer:
+        return None
+    events = answer["events_ms"]
+    if not isinstance(events, list) or len(events) != calls or \
+            not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in events):
+        raise ProtocolBreach("its eager order's event times were not one number per call")
+    try:
+        return [float(v) for v in events]
+    except OverflowError:  # an integer beyond any float (evidence.check_answer refuses these first)
+        raise ProtocolBreach("its eager order's event times held an integer beyond any float") from None
+
+
+def judge_harness_ms(phase: Any) -> float:
+    """Milliseconds per call of what the judge's batch rounds time beside the calls themselves: making the batch's
+    value sets and projecting every output (as timing_phase's reference_batch and reference_hand do), at the batch
+    size of those rounds, on the judge's own reference. The largest of a few: a larger figure only lowers the bound."""
     import torch
 
-    empty: list = []
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    sets = phase.judge_sets = phase.made_sets(salt, calls)
-    torch.cuda.synchronize()
-    made = time.perf_counter()
-    for index in range(calls):
-        flush.flush()
-        empty.append(sets[index % len(sets)][:0])
-        torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls, (made - start) / calls
+    calls, model, worst = phase.calls, phase.task.model, 0.0
+    with torch.no_grad():
+        for _ in range(HARNESS_REPEATS):
+            salt, seed = phase.rng.getrandbits(30), phase.rng.getrandbits(30)
+            phase.outputs = []
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            sets = phase.judge_sets = phase.made_sets(salt, calls)
+            torch.cuda.synchronize()
+            made = time.perf_counter() - start
+            phase.outputs = [model(*sets[index % len(sets)]) for index in range(calls)]
+            worst = max(worst, (made + phase.reference_hand([], seed)) / calls)
+    phase.outputs, phase.judge_sets = [], []
+    return worst * 1e3
+
+
+def _sol_floor_ms(phase: Any) -> Optional[float]:
+    """The problem's speed-of-light floor on this GPU with every input read from DRAM (KernelBench flushes the L2
+    before each call): no correct call takes less. None where the GPU or the reference's cost is unknown."""
+    import torch
+
+    from evaluator.judging import judge, sol
+
+    spec = sol.device_spec(torch.cuda.get_device_name(torch.device(phase.task.device)))
+    if spec is None:
+        return None
+    try:
+        cost = sol.problem_cost(phase.task.model, judge.clone_inputs(phase.bases[0]))
+    except Exception:  # noqa: BLE001 - the flop counter cannot follow this reference: no such floor
+        return None
+    return sol.hack_floor_ms(cost.flops, cost.input_bytes, spec, phase.task.request.precision, cost.tf32_flops)
 
 
 def reference_events_ms(phase: Any, flush: Any) -> list[float]:

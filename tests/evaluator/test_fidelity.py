@@ -3,6 +3,7 @@ the trials' own error scale), the KernelBench-convention timing is stamped, SOL 
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -187,53 +188,79 @@ def test_kernelbench_timing_on_the_cpu_times_each_callable_and_takes_means():
     assert kernelbench_timing.speedup([1.0], []) is None
 
 
-# The slot's charge in KernelBench's convention (docs/slot.md): an H100-like round of 100 calls, in seconds.
-YARD = kernelbench_timing.EagerYardsticks(overhead_s=110e-6, flush_s=90e-6, launch_s=2e-6)
-PING = 60e-6
+# The slot's candidate figure in KernelBench's convention (docs/slot.md): the runner's own event times, believed only
+# between the judge's bounds. Milliseconds per call, H100-like: bounds 0.2 and 0.5 ms.
+LOWER, UPPER = 0.2, 0.5
 
 
-def _order_s(per_call_s: float, calls: int = 100) -> float:
-    return calls * per_call_s + PING
+def test_event_times_within_the_judges_bounds_are_believed():
+    charge = kernelbench_timing.bounded_charge([0.30, 0.34, 0.32], LOWER, UPPER)
+    assert (charge.charged_ms, charge.reported_ms, charge.clamped) == (pytest.approx(0.32), pytest.approx(0.32), 0)
 
 
-def test_an_honest_eager_order_is_charged_its_event_time():
-    # The runner's loop costs what the judge's own empty loop costs; the call adds 12 us beyond it.
-    charged = kernelbench_timing.eager_charge_s(_order_s(YARD.overhead_s + 12e-6), PING, 2e-3 + PING, 2e-3, 100, YARD)
-    assert charged == pytest.approx(12e-6, rel=1e-6)
+def test_forged_tiny_event_times_are_raised_to_the_lower_bound():
+    charge = kernelbench_timing.bounded_charge([1e-4] * 100, LOWER, UPPER)
+    assert (charge.charged_ms, charge.reported_ms, charge.clamped) == (LOWER, pytest.approx(1e-4), -1)
 
 
-def test_an_eager_order_too_quick_to_have_flushed_is_charged_whole():
-    # 40 us a call: less than a flush's device time plus half the judge's host cost. Nothing is subtracted.
-    charged = kernelbench_timing.eager_charge_s(_order_s(40e-6), PING, 1e-3, 1e-3, 100, YARD)
-    assert charged == pytest.approx((_order_s(40e-6) + 1e-3) / 100)
+def test_event_times_beyond_the_judges_own_clock_are_lowered_to_it():
+    charge = kernelbench_timing.bounded_charge([0.9, 1.1], LOWER, UPPER)
+    assert (charge.charged_ms, charge.reported_ms, charge.clamped) == (UPPER, pytest.approx(1.0), 1)
 
 
-def test_what_a_runner_gains_by_padding_in_place_of_its_flush_is_bounded():
-    # Just past the check: the least it can be charged is the floor, and the check made it spend (flush + half the
-    # host cost) a call, so its gain over an honest order is at most half the judge's host cost a call.
-    least = YARD.flush_s + kernelbench_timing.HOST_SHARE_REQUIRED * (YARD.overhead_s - YARD.flush_s)
-    charged = kernelbench_timing.eager_charge_s(_order_s(least + 1e-7), PING, 1e-3, 1e-3, 100, YARD)
-    assert charged == pytest.approx(YARD.launch_s)
+@pytest.mark.parametrize("reported", [None, [], [float("nan"), 0.3], [float("inf"), 0.3], [-0.01, 0.3]])
+def test_nothing_usable_reported_is_charged_the_upper_bound(reported):
+    charge = kernelbench_timing.bounded_charge(reported, LOWER, UPPER)
+    assert (charge.charged_ms, charge.reported_ms, charge.clamped) == (UPPER, None, 1)
 
 
-def test_a_runner_skipping_its_flush_before_long_calls_gains_one_flush_a_call():
-    # 300 us calls: the order passes the flush check without it; the gain is the flush's device time (and the warm L2
-    # the figure here leaves out), as docs/slot.md says.
-    honest = kernelbench_timing.eager_charge_s(_order_s(YARD.overhead_s + 300e-6), PING, 1e-3 + PING, 1e-3, 100, YARD)
-    skipped = kernelbench_timing.eager_charge_s(_order_s(YARD.overhead_s - YARD.flush_s + 300e-6), PING, 1e-3 + PING,
-                                                1e-3, 100, YARD)
-    assert honest - skipped == pytest.approx(YARD.flush_s, rel=1e-6)
+def test_a_lower_bound_above_the_upper_gives_way_to_the_judges_clock():
+    charge = kernelbench_timing.bounded_charge([0.01], 0.6, UPPER)
+    assert (charge.charged_ms, charge.clamped) == (UPPER, -1)
 
 
-def test_a_late_ping_and_deferred_work_buy_little():
-    honest = kernelbench_timing.eager_charge_s(_order_s(YARD.overhead_s + 30e-6), PING, 1e-3 + PING, 1e-3, 100, YARD)
-    # A ping answered 10 ms late: at most PING_CAP_S is subtracted from the order.
-    late = kernelbench_timing.eager_charge_s(_order_s(YARD.overhead_s + 30e-6), 10e-3, 1e-3 + PING, 1e-3, 100, YARD)
-    assert honest - late <= (kernelbench_timing.PING_CAP_S - PING) / 100 + 1e-12
-    # Work moved out of the calls into the hand-over (2 ms beyond the judge's own projection) is charged there.
-    deferred = kernelbench_timing.eager_charge_s(_order_s(YARD.overhead_s + 10e-6), PING, 3e-3 + PING, 1e-3, 100,
-                                                 YARD)
-    assert deferred == pytest.approx(10e-6 + 2e-3 / 100, rel=1e-6)
+def test_the_lower_bound_is_the_batch_less_harness_and_a_flush_never_below_the_floor():
+    # A 1 ms call in the judge's batches, 0.1 ms of the judge's own harness a call, a 0.09 ms flush.
+    assert kernelbench_timing.lower_bound_ms(1.0, 0.1, 0.09, 0.002) == pytest.approx(
+        kernelbench_timing.LOWER_SLACK * 1.0 - 0.19)
+    # A short call: what the flush can hide of its host work leaves nothing to bound it by but the floor.
+    assert kernelbench_timing.lower_bound_ms(0.05, 0.02, 0.09, 0.003) == 0.003
+
+
+def test_outputs_timed_with_autograd_on_are_kept_detached():
+    # KernelBench times with autograd on; the outputs kept for the checks must not hold a graph (or its memory).
+    layer = torch.nn.Linear(4, 3)
+    with torch.enable_grad():
+        out = layer(torch.randn(2, 4))
+    kept = kernelbench_timing.detached((out, [out, 1]))
+    assert out.requires_grad and not kept[0].requires_grad and not kept[1][0].requires_grad and kept[1][1] == 1
+    plain = torch.randn(3)
+    assert kernelbench_timing.detached(plain) is plain
+
+
+def test_event_times_in_a_runners_answer_are_evidence_checked_for_their_form():
+    from evaluator.contract.framing import encode_message
+    from evaluator.slot.evidence import check_answer, kernel_fraction
+    from evaluator.slot.kernelbench_phase import reported_events
+    from evaluator.slot.outcome import ProtocolBreach
+
+    honest = {"type": "ran", "events_ms": [0.25, 0.5, 1]}
+    assert reported_events(check_answer(honest, "ran"), 3) == [0.25, 0.5, 1.0]
+    assert reported_events({"type": "ran"}, 3) is None  # not reported: the judge's upper bound
+    # NaN crosses the pipe (JSON as Python writes it) and is charged as nothing usable, not a crash of the judge.
+    nan = json.loads(encode_message({"type": "ran", "events_ms": [float("nan"), 0.3, 0.3]})[4:])
+    values = reported_events(check_answer(nan, "ran"), 3)
+    assert kernelbench_timing.bounded_charge(values, LOWER, UPPER).clamped == 1
+    for malformed in ("fast", [0.3] * 2, [0.3] * 4, [True, 0.3, 0.3], [None, 0.3, 0.3], ["0.3"] * 3,
+                      [[0.3]] * 3, {"0": 0.3}):
+        with pytest.raises(ProtocolBreach):
+            reported_events({"type": "ran", "events_ms": malformed}, 3)
+    # A JSON integer beyond any float (float() raises OverflowError): refused as evidence, never a crash of the judge.
+    huge = json.loads('{"type": "ran", "events_ms": [1' + "0" * 400 + ', 0.3, 0.3]}')
+    with pytest.raises(ProtocolBreach):
+        check_answer(huge, "ran")
+    fraction = json.loads('{"type": "evidence", "own_kernel_time_fraction": 1' + "0" * 400 + '}')
+    assert kernel_fraction(check_answer(fraction, "evidence")) is None
 
 
 @pytest.mark.parametrize("kernel, baseline, sol, expected", [

@@ -118,6 +118,7 @@ def test_the_slot_stamps_the_kernelbench_convention_beside_the_judges_speedup(re
     assert stamped.kernel_runtime_kernelbench_ms > 0 and stamped.reference_runtime_kernelbench_ms > 0
     assert 0.4 <= stamped.speedup_kernelbench <= 2.5  # identical code; a loose bound (three rounds, mean)
     assert plain.speedup_kernelbench is None  # not asked for
+    assert stamped.kernelbench_clock == "task_cpu_eager" and plain.kernelbench_clock == ""
 
 
 def test_a_scalar_output_is_timed_like_any_other(results):
