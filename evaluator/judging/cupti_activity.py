@@ -19,7 +19,7 @@ START_AT, END_AT, KERNEL_NAME_AT, COPY_KIND_AT = 16, 24, 104, 4
 COPY_NAMES = {1: "Memcpy HtoD", 2: "Memcpy DtoH", 8: "Memcpy DtoD", 10: "Memcpy PtoP"}
 BUFFER_BYTES = 4 << 20
 FLUSH_FORCED = 1
-ENV = "KRL_PROFILER"  # "torch": use torch.profiler instead (to compare the two, or where this recorder fails)
+ENV = "KRL_WORKER_PROFILER"  # "torch": torch.profiler instead (to compare the two, or where this recorder fails)
 SELF_TEST_KERNEL = "spin_kernel"  # what torch.cuda._sleep launches
 
 _BufferRequested = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t),
