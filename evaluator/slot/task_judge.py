@@ -215,9 +215,13 @@ def shared_device(lock: Any, deadline: float, phases: dict[str, float]):
 
 
 def shared_steps_from(setting: str) -> frozenset[str]:
-    """The steps a setting names: "1" (or empty) every step, "0" none, else a comma-separated list of SHARED_STEPS."""
+    """The steps a setting names: "1" every step, "0" (or empty: the default) none, else a comma-separated list of
+    SHARED_STEPS. None by default: at 8 slots on an H100 every step shared gave ~20-28 honest Triton evaluations a
+    minute against 34 with none (timings wait for the drain, everyone else for the timing; docs/slot.md)."""
     setting = setting.strip()
-    if setting in ("", "1"):
+    if setting in ("", "0"):
+        return frozenset()
+    if setting == "1":
         return SHARED_STEPS
     return frozenset(step.strip() for step in setting.split(",")) & SHARED_STEPS
 

@@ -55,7 +55,7 @@ print(json.dumps(marks))
 
 if __name__ == "__main__":
     for profiler in ("direct", "torch"):
-        env = dict(os.environ, **({"KRL_WORKER_PROFILER": "torch"} if profiler == "torch" else {}))
+        env = dict(os.environ, KRL_WORKER_PROFILER=profiler)
         started = time.perf_counter()
         with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as script:  # Triton reads its source
             script.write(CHILD)
