@@ -43,6 +43,17 @@ MAX_RUNNER_MESSAGE_BYTES = 8 * 2**20
 DEVICE_SHARED_ENV = "KRL_WORKER_DEVICE_SHARED_STEPS"
 
 
+def release_device_cache() -> None:
+    """The judge's unused cached GPU blocks back to the device (no-op without CUDA)."""
+    try:
+        import torch
+
+        if torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+    except Exception:  # noqa: BLE001 - nothing to release
+        pass
+
+
 class InfrastructureFailure(Exception):
     """The slot's own machinery (zygote, pre-warmed runner, judge) failed: not the candidate's fault, retried once."""
 
@@ -575,6 +586,8 @@ class JudgeHost:
                                  self.device_lock, shared_steps_from(os.environ.get(DEVICE_SHARED_ENV, "")))
         finally:
             driver.close()
+            del task  # its inputs and outputs, then the cached blocks back to the device: eight judges that kept
+            release_device_cache()  # theirs left honest candidates out of memory on an H100 (48-kernel batch)
         # What the candidate left running dies before the reply (the runner's pid filter stops it signalling them).
         self.slot.counters.add("leftover_processes_killed", self.task_isolation.kill_leftovers())
         self.slot.counters.add("judge_cache_hits", self.reference_cache.hits - hits)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from evaluator.contract.types import Verdict
+from evaluator.slot.device_memory import starved_by_others
 from evaluator.slot.outcome import RunnerGone, SlotFailure, TaskEnded, verdict_result
 from evaluator.slot.sol_floor import check as check_speed_of_light
 from evaluator.slot.task_driver import Deadline, write_trace
@@ -53,9 +54,15 @@ def drive_task(slot: Any, runner: Any, driver: Any, task: Any, prebuilt: Optiona
         result = verdict_result(request, Verdict.TIMEOUT, f"The evaluation did not finish within {limit_s:.0f} s and "
                                                           "was stopped.")
     except TaskEnded as ended:
+        starved = ended.verdict == Verdict.RUNTIME_ERROR and str(task.device).startswith("cuda") and \
+            starved_by_others(ended.message, runner.host_pid)  # read before the runner goes
         slot.discard(runner)
         if not started:
             return {"type": "infra", "why": f"the runner misbehaved before the candidate ran: {ended.message}"}
+        if starved:
+            slot.counters.add("device_full")
+            return {"type": "infra", "why": "the GPU was full of other evaluations' memory when the candidate ran out "
+                                            "of it"}
         result.verdict, result.error_message, result.hack_rule = ended.verdict, ended.message[:2000], ended.hack_rule
         if ended.compiled is not None:
             result.compiled = ended.compiled

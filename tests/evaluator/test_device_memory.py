@@ -1,0 +1,26 @@
+"""A candidate's CUDA out-of-memory error against the judge's own readings: nvidia-smi's listing read per process, and
+the rule that makes it the evaluator's failure only when others filled the device."""
+
+from __future__ import annotations
+
+import pytest
+
+from evaluator.slot import device_memory
+
+LISTING = "4242, 1200\n4243, 300\n999, 70000\n"
+
+
+def test_the_runner_tree_is_charged_its_own_processes_only():
+    assert device_memory.parse_compute_apps(LISTING, {4242, 4243}) == 1500 * 2**20
+    assert device_memory.parse_compute_apps(LISTING, {7}) == 0
+    assert device_memory.parse_compute_apps("4242, [N/A]\n", {4242}) is None  # unreadable: the error stands
+
+
+@pytest.mark.parametrize("message", ["ValueError: shapes do not match", ""])
+def test_errors_other_than_out_of_memory_stand(message):
+    assert not device_memory.starved_by_others(message, 4242)
+
+
+def test_without_a_gpu_reading_the_candidates_error_stands():
+    # On this machine torch has no CUDA: mem_get_info fails, so the judge cannot say the device was full.
+    assert not device_memory.starved_by_others("torch.OutOfMemoryError: CUDA out of memory.", 4242)
