@@ -108,8 +108,6 @@ def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:
     write_message(result_fd, {"type": "ready", "pid": os.getpid(), "workdir": getattr(ctx, "work_dir", "")})
     message = read_message(task_fd)
     while message and message.get("type") == "ping":  # the judge times a round trip before any candidate code runs
-        if message.get("eager_calls") and hasattr(worker, "empty_eager_loop"):
-            worker.empty_eager_loop(ctx, int(message["eager_calls"]))  # and this process's empty eager loop
         if hasattr(worker, "synchronize"):
             worker.synchronize(ctx)  # as every timed order ends
         write_message(result_fd, {"type": "pong"})

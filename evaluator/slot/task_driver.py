@@ -65,7 +65,6 @@ class TaskDriver:
         self.trace: Optional[list] = [] if os.environ.get(TRACE_ENV) else None
         self.rounds: list = []  # with a trace: the timing's rounds (timing_phase.one_round)
         self.round_trip = 0.0  # clean_round_trip's figure, once measured
-        self.empty_eager_per_call = 0.0  # clean_empty_eager's figure, once measured
 
     def close(self) -> None:
         self.selector.close()
@@ -94,17 +93,6 @@ class TaskDriver:
             self.order({"type": "ping"}, "pong", deadline=deadline)
             best = min(best, self.answered_at - self.sent_at)
         self.round_trip = best
-        return best
-
-    def clean_empty_eager(self, calls: int, count: int, deadline: float) -> float:
-        """Seconds per call of this runner's empty eager loop (KernelBench's flush and a synchronisation, no call), the
-        least of `count` pings that ask for `calls` of them, less the clean round trip: timed before the task, while no
-        candidate code has run in this process, so the candidate cannot inflate what is taken off its eager orders."""
-        best = float("inf")
-        for _ in range(count):
-            self.order({"type": "ping", "eager_calls": calls}, "pong", deadline=deadline)
-            best = min(best, max(0.0, self.answered_at - self.sent_at - self.round_trip) / max(1, calls))
-        self.empty_eager_per_call = best
         return best
 
     def send_bytes(self, data: bytes, deadline: Optional[float] = None) -> None:

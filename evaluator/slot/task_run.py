@@ -14,9 +14,6 @@ from evaluator.slot.task_judge import SHARED_STEPS, Schedule
 
 EXIT_STATUS_WAIT_S = 2.0
 ROUND_TRIP_PINGS = 5
-# KernelBench's convention: this runner's empty eager loop, timed before its task (3 pings of 25 flushes: ~8 ms on an
-# H100, where a flush of KernelBench's 256 MiB takes ~0.09 ms).
-EMPTY_EAGER_CALLS, EMPTY_EAGER_PINGS = 25, 3
 
 
 def drive_task(slot: Any, runner: Any, driver: Any, task: Any, prebuilt: Optional[dict], on_started: Callable[[], None],
@@ -35,9 +32,6 @@ def drive_task(slot: Any, runner: Any, driver: Any, task: Any, prebuilt: Optiona
     try:
         driver.clean_round_trip(ROUND_TRIP_PINGS, start_deadline)  # an honest order's fixed cost, before any
         # candidate code runs in this runner (a GPU timing takes it off each candidate order)
-        if getattr(request, "kernelbench_timing", False) and request.timing_trials and request.measure_timing:
-            empty_eager(driver, device_lock if "eager_loop" in shared_steps else None, start_deadline,
-                        schedule.phases)
         driver.order({"type": "task", "request": request.to_dict(), "prebuilt": prebuilt}, "started",
                      deadline=start_deadline)
         started = True
@@ -88,27 +82,6 @@ def drive_task(slot: Any, runner: Any, driver: Any, task: Any, prebuilt: Optiona
     result.phase_times_s.update(schedule.phases)
     write_trace(driver, request.request_id, result.phase_times_s)
     return {"type": "result", "result": result.to_dict()}
-
-
-def empty_eager(driver: Any, lock: Any, start_deadline: float, phases: dict[str, float]) -> None:
-    """The runner's empty eager loop timed before its task, with the device shared: KernelBench's flushes are ~7 ms of
-    the GPU's full bandwidth, beside another slot's timing otherwise. A device not had within half the time left to
-    start (others timing, one of them held to its limit) skips it: the KernelBench phase then uses the judge's own
-    loop, and the task still gets the time to start (a start past its window is our failure, retried)."""
-    import time
-
-    if lock is not None:
-        now = time.monotonic()
-        waited = lock.acquire_shared(now + (start_deadline - now) / 2)
-        if waited is None:
-            phases["device_shared_skipped"] = 1
-            return
-        phases["device_shared_wait"] = round(phases.get("device_shared_wait", 0.0) + waited, 6)
-    try:
-        driver.clean_empty_eager(EMPTY_EAGER_CALLS, EMPTY_EAGER_PINGS, start_deadline)
-    finally:
-        if lock is not None:
-            lock.release_shared()
 
 
 def crashed(slot: Any, runner: Any, request: Any, err_path: str) -> Any:

@@ -55,26 +55,6 @@ def open_session(request: EvalRequest, ctx: WorkerContext, prebuilt: dict | None
     return TaskSession(request, ctx, prebuilt)
 
 
-MAX_EMPTY_EAGER_CALLS = 1000
-
-
-def empty_eager_loop(ctx: WorkerContext, calls: int) -> None:
-    """KernelBench's eager loop with no call in it, `calls` times: a flush (GPU) and a synchronisation each. Run on the
-    judge's ping before the task, while no candidate code has run here, so the judge can time this process's own loop
-    cost (slot/kernelbench_phase.py takes it off the candidate's eager order)."""
-    if not ctx.is_cuda:
-        return
-    import torch
-
-    from evaluator.judging.kernelbench_timing import KernelBenchFlush
-
-    if ctx.kernelbench_flush is None:
-        ctx.kernelbench_flush = KernelBenchFlush(ctx.device)
-    for _ in range(max(0, min(int(calls), MAX_EMPTY_EAGER_CALLS))):
-        ctx.kernelbench_flush.flush()
-        torch.cuda.synchronize()
-
-
 def synchronize(ctx: WorkerContext) -> None:
     """The device synchronised, as at the end of every timed order: a ping's answer costs what an order's ending does."""
     if ctx.is_cuda:

@@ -133,7 +133,7 @@ class TaskSession(RunState):
 
     def _kernelbench_flush(self) -> Any:
         """KernelBench's 256 MiB flush, made by the first eager order (the judge's untimed one) and paged in there."""
-        flush = getattr(self, "kernelbench_flush", None) or self.ctx.kernelbench_flush  # the pre-task loop's buffer
+        flush = getattr(self, "kernelbench_flush", None)
         if flush is None:
             flush = self.kernelbench_flush = kernelbench_timing.KernelBenchFlush(self.ctx.device)
             flush.flush()

@@ -30,7 +30,6 @@ class WorkerContext:
     flusher: Any = None
     launch_hold: Any = None
     l2_reset: Any = None  # judging/l2_persist.PersistingL2Reset, bound before any candidate runs
-    kernelbench_flush: Any = None  # judging/kernelbench_timing.KernelBenchFlush, made by the first empty eager loop
     timing_settings: timing.TimingSettings = field(default_factory=timing.TimingSettings)
     requests_done: int = 0
     timed_evaluations: int = 0

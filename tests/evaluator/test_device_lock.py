@@ -17,7 +17,6 @@ import pytest
 from evaluator.isolation.device_lock import LOCK_DIR_ENV, DeviceLock
 from evaluator.slot.task_driver import Deadline
 from evaluator.slot.task_judge import SHARED_STEPS, shared_device, shared_steps_from
-from evaluator.slot.task_run import empty_eager
 
 ROOT = str(Path(__file__).resolve().parents[2])
 ANSWER_WAIT_S = 60.0  # generous: a loaded 2-core machine
@@ -159,8 +158,7 @@ def test_the_judges_hooks_do_nothing_without_a_lock_and_end_a_task_that_cannot_g
         with pytest.raises(Deadline):  # a started task ends as timeout, not as an infrastructure failure
             with shared_device(lock, time.monotonic() + SHORT_S, phases):
                 ran.append("never")
-        empty_eager(None, lock, time.monotonic() + SHORT_S, phases)  # the pre-task loop is skipped, not waited for
-        assert phases == {"device_shared_skipped": 1}
+        assert phases == {}  # a wait that failed records nothing
         timing.ask("release")
         with shared_device(lock, time.monotonic() + LONG_S, phases):
             assert lock.shared_depth == 1
