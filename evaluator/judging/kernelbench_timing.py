@@ -151,20 +151,21 @@ def _time_cuda(torch: Any, fn: Callable[[], Any], name: str, settings: KernelBen
     torch.cuda.synchronize()
     samples: list[float] = []
     started = time.perf_counter()
-    for trial in range(settings.trials):
-        before(name)
-        if reset_l2 is not None:
-            reset_l2()
-        if flush is not None:
-            flush()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        samples.append(float(start.elapsed_time(end)))
-        if trial >= 2 and time.perf_counter() - started > settings.budget_s:
-            break
+    with torch.enable_grad():  # KernelBench times outside no_grad, as event_times_ms does in the slot
+        for trial in range(settings.trials):
+            before(name)
+            if reset_l2 is not None:
+                reset_l2()
+            if flush is not None:
+                flush()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            samples.append(float(start.elapsed_time(end)))
+            if trial >= 2 and time.perf_counter() - started > settings.budget_s:
+                break
     return samples
 
 
@@ -206,6 +207,10 @@ class PairTiming:
     candidate_ms: Optional[float]
     speedup: Optional[float]
     trials: int
+
+
+# EvalResult.kernelbench_clock of the in-process path: both sides' events in one process (no candidate isolation).
+IN_PROCESS_CLOCK = "events_in_one_process"
 
 
 def measure_pair(candidate: Callable[[], Any], reference: Callable[[], Any], device: str, trials: int,

@@ -656,6 +656,7 @@ class RunState:
         result.kernel_runtime_kernelbench_ms = pair.candidate_ms
         result.reference_runtime_kernelbench_ms = pair.reference_ms
         result.speedup_kernelbench = pair.speedup
+        result.kernelbench_clock = kernelbench_timing.IN_PROCESS_CLOCK
 
     def _check_work_after_timing(self, new_model, rotation, watch) -> None:
         """CUDA candidates: one profiled call after the timed loop must launch kernels if the one after the
