@@ -15,6 +15,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from evaluator.contract.types import EvaluatorError
 from evaluator.isolation.environment import allowed_environment, looks_secret, project_root  # noqa: F401 (re-exported)
+from evaluator.isolation.teardown import empty_folder
 
 NOBODY_UID = NOBODY_GID = 65534
 DEFAULT_TMP_MIB = 512
@@ -359,32 +360,12 @@ def clear_between_tasks(private_dir: str, scratch: Sequence[str] = ("/tmp", "/de
     that could not be removed."""
     folders = [private_dir] + (list(scratch) if os.environ.get(IN_SANDBOX_VARIABLE) == "bwrap" else [])
     mounts = _mount_points()
+    kept_tmp = os.path.join(private_dir, "tmp")
     failed: list[str] = []
+    # A bound folder is not ours to empty from here (the private folder is emptied on its own); tmp/ is emptied last.
     for folder in folders:
-        _clear(folder, mounts - {folder}, failed, keep={os.path.join(private_dir, "tmp")})
-    return failed
-
-
-def _clear(folder: str, mounts: set[str], failed: list[str], keep: set[str]) -> None:
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return
-    for name in names:
-        path = os.path.join(folder, name)
-        if path in mounts:
-            continue  # a bound folder: not ours to empty from here (the private folder is cleared on its own)
-        is_dir = os.path.isdir(path) and not os.path.islink(path)
-        if is_dir and (path in keep or any(m.startswith(path + "/") for m in mounts)):
-            _clear(path, mounts, failed, keep)  # on the way to a bind, or kept: empty it, keep the folder
-            continue
-        try:
-            if is_dir:
-                shutil.rmtree(path, onerror=lambda _f, p, _e: failed.append(p))
-            else:
-                os.unlink(path)
-        except OSError:
-            failed.append(path)
+        failed += empty_folder(folder, keep=(mounts - {folder}) | {kept_tmp})
+    return failed + (empty_folder(kept_tmp, keep=mounts) if kept_tmp not in mounts else [])
 
 
 def _mount_points() -> set[str]:

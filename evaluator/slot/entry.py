@@ -12,7 +12,7 @@ from evaluator.contract.framing import read_message, write_message
 from evaluator.contract.types import EvalRequest
 from evaluator.isolation.limits import TRUSTED_LIMIT_KEYS, apply_limits, die_with_parent
 from evaluator.isolation.proctree import become_subreaper, has_children, kill_tree, reap_children
-from evaluator.isolation.teardown import remove_path
+from evaluator.isolation.teardown import empty_folder
 from evaluator.judging import timing
 
 
@@ -96,9 +96,7 @@ def reset_between_tasks(workdir: str, clean_env: dict[str, str]) -> None:
             pass
     try:
         os.chdir(workdir)
-        for entry in os.listdir(workdir):
-            if entry != "tmp":
-                remove_path(os.path.join(workdir, entry))
+        empty_folder(workdir, keep=(os.path.join(workdir, "tmp"),))
     except OSError:
         pass
     os.environ.clear()

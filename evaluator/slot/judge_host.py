@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from evaluator.contract.types import EvalRequest
 from evaluator.isolation.proctree import kill_tree, process_table, tree_resident_bytes
-from evaluator.isolation.teardown import remove_path
+from evaluator.isolation.teardown import empty_folder
 from evaluator.judging.reference_cache import ReferenceCache
 from evaluator.slot.task_driver import TaskDriver
 from evaluator.slot.task_judge import TaskJudge, input_seed  # noqa: F401 - input_seed: public here too
@@ -407,8 +407,7 @@ class Slot:
 
     def wipe_exchange(self) -> None:
         for folder in (self.inputs_dir, self.outputs_dir):
-            for entry in os.listdir(folder):
-                remove_path(os.path.join(folder, entry))
+            empty_folder(folder)
 
     def task_cgroup(self, runner: _Runner) -> str:
         """The runner's own cgroup folder, where the sandbox made one (its CPU accounting charges the candidate's

@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from evaluator.isolation.proctree import become_subreaper, has_children, kill_tree
-from evaluator.isolation.teardown import remove_path
+from evaluator.isolation.teardown import empty_folder
 
 PR_SET_DUMPABLE = 4
 MAX_CONTROL_BYTES = 1 << 16
@@ -54,20 +54,6 @@ def _close_other_fds(keep: set[int]) -> None:
                 pass
 
 
-def _empty(folder: str, keep: tuple[str, ...] = ()) -> None:
-    try:
-        entries = os.listdir(folder)
-    except OSError:
-        return
-    for entry in entries:
-        path = os.path.join(folder, entry)
-        if path in keep or any(k.startswith(path + os.sep) for k in keep):
-            if os.path.isdir(path) and not os.path.islink(path) and path not in keep:
-                _empty(path, keep)
-            continue
-        remove_path(path)
-
-
 def _fresh_folder(path: str) -> None:
     """`path` as an empty folder of ours. The last candidate ran as the same user while this runner waited: it may have
     removed the folder, put a file or a link in its place (a wipe of its own removes it too), or filled it."""
@@ -75,7 +61,7 @@ def _fresh_folder(path: str) -> None:
         os.unlink(path)
     os.makedirs(path, mode=0o700, exist_ok=True)
     os.chmod(path, 0o700)
-    _empty(path)
+    empty_folder(path)
 
 
 def wipe_scratch(keep: tuple[str, ...]) -> None:
@@ -83,10 +69,10 @@ def wipe_scratch(keep: tuple[str, ...]) -> None:
     home, its tmp, the sandbox's private /tmp and /dev/shm) is removed, so nothing planted reaches this candidate."""
     for folder in (os.environ.get("HOME", ""), os.environ.get("TMPDIR", "")):
         if folder:
-            _empty(folder, keep + (os.environ.get("TMPDIR", ""),))
+            empty_folder(folder, keep + (os.environ.get("TMPDIR", ""),))
     if os.environ.get("KRL_WORKER_OWN_TMP") == "1":  # the sandbox's own tmpfs, never the host's /tmp
         for folder in ("/tmp", "/dev/shm"):
-            _empty(folder, keep)
+            empty_folder(folder, keep)
 
 
 def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:
