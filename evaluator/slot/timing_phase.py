@@ -316,8 +316,10 @@ class TimingPhase:
         warm = min(self.staged, 3)
         # The very first round of a task is colder still (each side's first launches at this size, the runner's first
         # staging): sized on it, 8 slots on an H100 gave a ~6 us kernel 1-call batches (24 ms for 3 calls), timed
-        # at ~0.5 ms a call of fixed costs on both sides and unsteady to the end. Run once, unused.
-        self.one_round(warm, False)
+        # at ~0.5 ms a call of fixed costs on both sides and unsteady to the end. Run once, unused. (CPU: the sizing
+        # below already settles, and a round there is charged CPU time on a 2-core host.)
+        if self.kind == "cuda":
+            self.one_round(warm, False)
         calls = self.sized(warm)
         if calls > warm:
             # The first calls are cold and carry the batch's fixed costs (its sets made, first allocations): sized on
