@@ -22,7 +22,7 @@ def starved_by_others(message: str, runner_pid: int) -> bool:
     the judge sees it now, and the runner's process tree holds no more than its fair share of the device: the other
     slots' processes filled it (8 slots on an H100 left 5 honest candidates of 48 out of memory). The evaluation is
     then the evaluator's failure, retried on a fresh runner. Unknown readings leave the candidate's error standing."""
-    if not any(marker in message for marker in OOM_MARKERS) or runner_pid <= 0:
+    if not is_out_of_memory(message) or runner_pid <= 0:
         return False
     try:
         import torch
@@ -30,10 +30,19 @@ def starved_by_others(message: str, runner_pid: int) -> bool:
         free, total = torch.cuda.mem_get_info()
     except Exception:  # noqa: BLE001 - no reading: the error stands
         return False
-    if free > FULL_SHARE * total:
+    if free > FULL_SHARE * total:  # the device had room: nvidia-smi is not asked
         return False
-    held = process_gpu_bytes([runner_pid] + descendants(runner_pid))
-    return held is not None and held <= FAIR_SHARE * total
+    return others_filled_it(free, total, process_gpu_bytes([runner_pid] + descendants(runner_pid)))
+
+
+def is_out_of_memory(message: str) -> bool:
+    return any(marker in message for marker in OOM_MARKERS)
+
+
+def others_filled_it(free: int, total: int, held: Optional[int]) -> bool:
+    """The rule on the judge's readings: the device full, and the runner's tree (`held` bytes; None: unknown) within
+    its fair share of it."""
+    return free <= FULL_SHARE * total and held is not None and held <= FAIR_SHARE * total
 
 
 def process_gpu_bytes(pids: list[int]) -> Optional[int]:

@@ -30,6 +30,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 # ---- candidates --------------------------------------------------------------------------------------------------
+# The candidate class every template ends with: its __init__ and forward bodies filled in by _candidate/_torch.
+MODEL_NEW = '''
+
+class ModelNew(nn.Module):
+    def __init__(self, *args):
+        super().__init__()
+@INIT@
+
+    def forward(self, *inputs):
+@FORWARD@
+'''
+
 CUDA_MAP = r'''
 import torch
 import torch.nn as nn
@@ -60,16 +72,7 @@ torch::Tensor run(torch::Tensor x, torch::Tensor vec, double a, double b) {
 ext = load_inline(name="@NAME@", cpp_sources="torch::Tensor run(torch::Tensor x, torch::Tensor vec, double a, double b);",
                   cuda_sources=cuda_src, functions=["run"], verbose=False)
 _none = torch.empty(0)
-
-
-class ModelNew(nn.Module):
-    def __init__(self, *args):
-        super().__init__()
-@INIT@
-
-    def forward(self, *inputs):
-@FORWARD@
-'''
+''' + MODEL_NEW
 
 CUDA_ROWS = r'''
 import torch
@@ -139,16 +142,7 @@ TORCH = '''
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-
-class ModelNew(nn.Module):
-    def __init__(self, *args):
-        super().__init__()
-@INIT@
-
-    def forward(self, *inputs):
-@FORWARD@
-'''
+''' + MODEL_NEW
 
 GELU = "0.5f * v * (1.f + erff(v * 0.7071067811865476f))"
 MISH = "(v * tanhf(v > 20.f ? v : log1pf(expf(v))))"

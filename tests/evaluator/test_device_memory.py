@@ -1,5 +1,6 @@
 """A candidate's CUDA out-of-memory error against the judge's own readings: nvidia-smi's listing read per process, and
-the rule that makes it the evaluator's failure only when others filled the device."""
+the rule that makes it the evaluator's failure only when others filled the device. The readings themselves (the
+driver's free memory, nvidia-smi) exist only on a GPU machine; the rule is fed numbers of the shapes they return."""
 
 from __future__ import annotations
 
@@ -18,7 +19,25 @@ def test_the_runner_tree_is_charged_its_own_processes_only():
 
 @pytest.mark.parametrize("message", ["ValueError: shapes do not match", ""])
 def test_errors_other_than_out_of_memory_stand(message):
+    assert not device_memory.is_out_of_memory(message)
     assert not device_memory.starved_by_others(message, 4242)
+
+
+def test_torchs_out_of_memory_message_is_recognised():
+    assert device_memory.is_out_of_memory("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 256.00 MiB.")
+
+
+GIB = 2**30
+
+
+@pytest.mark.parametrize("free, held, others", [
+    (1 * GIB, 2 * GIB, True),  # full device, the runner modest: the neighbours filled it
+    (1 * GIB, 30 * GIB, False),  # full device, the runner holds most of it: its own appetite
+    (20 * GIB, 2 * GIB, False),  # room left: the candidate asked for more than there was
+    (1 * GIB, None, False),  # nvidia-smi could not say: the error stands
+])
+def test_the_rule_blames_the_device_only_when_others_filled_it(free, held, others):
+    assert device_memory.others_filled_it(free, 80 * GIB, held) is others
 
 
 def test_without_a_gpu_reading_the_candidates_error_stands():
