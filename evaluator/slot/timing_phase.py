@@ -42,10 +42,11 @@ PICKED_PER_BATCH = 2  # two calls' outputs: the same answer for both (a replay) 
 PICK_SHARE = 0.25
 ROUNDS = {"cuda": 7, "cpu": 3}
 MAX_SPREAD = 0.25  # (p75 - p25) / median of the candidate's per-call times beyond this: measured again
-# At most this many times `rounds` further rounds while unsteady. GPU 1, not 2: tiny host-bound Triton candidates on an
-# H100 stayed unsteady through nearly every extra round (8-9 a task): the window's spread there is the launches' own
-# jitter, which more rounds do not shrink, and the median over every round is what such a timing reports anyway.
-EXTRA_ROUNDS = {"cuda": 1, "cpu": 1}
+# At most this many further rounds while unsteady (CPU: as many as `rounds`). GPU 3: tiny host-bound Triton candidates
+# on an H100 stayed unsteady through nearly every extra round (5-9 a task, at up to 7): the window's spread there is the
+# launches' own jitter, which more rounds do not shrink, and the median over every round is what such a timing reports
+# anyway; each round is held exclusive, which bounds the slot's throughput.
+EXTRA_ROUNDS = {"cuda": 3, "cpu": 3}
 BASE_SETS = 2
 # Beyond the request's tolerances, the summation order's rounding of a projection (relative to its magnitude).
 PROJECTION_SLACK = 1e-4
@@ -197,6 +198,8 @@ class TimingPhase:
         with self.schedule.on_device("timing_inputs"):  # the judge's inputs: GPU work, not yet exclusive
             self.bases = [self.task.make(name) for name in names]
         set_bytes = sol.tensor_bytes(self.bases[0]) + sol.tensor_bytes(self.task.reference_outputs[names[0]])
+        if self.kind == "cuda":
+            self.problem_cost()  # counted now, off the exclusive hold
         if self.lock is not None:
             waited = self.lock.acquire(deadline)
             if waited is None:
@@ -216,11 +219,16 @@ class TimingPhase:
         if self.kind == "cpu":  # the judge's own work on one thread: on a loaded host a pool per small op stalls
             torch.set_num_threads(1)  # (0.5-1.9 s to make 32 MiB of value sets with two threads, 30 ms with one)
         try:  # the timed pair ahead of the rest of the pool for CPU while it holds the GPU
+            held_from = time.perf_counter()
             with TimingPriority(self.runner_pid()) if self.lock is not None else contextlib.nullcontext():
                 reference_ms, candidate_ms = self.rounds()
                 self.round_ms = reference_ms, candidate_ms  # per call, for the hooks (kernelbench_phase's lower bound)
+                rounds_done = time.perf_counter()
                 for hook in EXTRA_TIMINGS.values():
                     hook(self, result)
+            # Where the exclusive hold goes (the slot's throughput is bounded by it): the rounds, then the hooks.
+            self.schedule.phases["timing_rounds"] = round(rounds_done - held_from, 6)
+            self.schedule.phases["timing_hooks"] = round(time.perf_counter() - rounds_done, 6)
         finally:
             torch.set_num_threads(threads)
             if self.kind == "cuda":  # the judge's staging back to the device before the next slot's timing: eight
@@ -268,7 +276,7 @@ class TimingPhase:
     def speed_of_light(self, result: Any, measured_ms: float) -> None:
         """The speed-of-light time and fraction on this GPU, reported from the judge's own reference (evaluator/judging/sol.py).
         Not judged here: the batch's inputs may sit in L2, which sol.hack_floor_ms assumes flushed."""
-        from evaluator.judging import judge, sol
+        from evaluator.judging import sol
 
         if self.kind != "cuda":
             return
@@ -277,13 +285,24 @@ class TimingPhase:
         spec = sol.device_spec(torch.cuda.get_device_name(0))
         if spec is None:
             return
-        try:
-            cost = sol.problem_cost(self.task.model, judge.clone_inputs(self.bases[0]))
-        except Exception:  # noqa: BLE001 - the flop counter cannot follow this reference: report nothing
+        cost = self.problem_cost()
+        if cost is None:
             return
         result.sol_time_ms = sol.sol_time_ms(cost.flops, cost.bytes_moved, spec, self.task.request.precision,
                                              cost.tf32_flops)
         result.sol_fraction = sol.sol_fraction(result.sol_time_ms, measured_ms)
+
+    def problem_cost(self) -> Any:
+        """The reference's flops and bytes (evaluator/judging/sol.py) on the first timing set, counted once per task and
+        before the device is held (the flop counter runs the reference); None where the counter cannot follow it."""
+        from evaluator.judging import judge, sol
+
+        if not hasattr(self, "counted_cost"):
+            try:
+                self.counted_cost = sol.problem_cost(self.task.model, judge.clone_inputs(self.bases[0]))
+            except Exception:  # noqa: BLE001 - the flop counter cannot follow this reference: no cost known
+                self.counted_cost = None
+        return self.counted_cost
 
     def one_round(self, calls: int, candidate_first: bool) -> tuple[float, float]:
         """(reference, candidate) seconds per call of one round: both sides on the same fresh value sets, each timed
@@ -320,7 +339,7 @@ class TimingPhase:
         # below already settles, and a round there is charged CPU time on a 2-core host.)
         if self.kind == "cuda":
             self.one_round(warm, False)
-        calls = self.sized(warm)
+        calls = self.sized(warm, probe=True)
         if calls > warm:
             # The first calls are cold and carry the batch's fixed costs (its sets made, first allocations): sized on
             # them alone, a CPU batch came out at ~1 ms (15 us against 3 us per tiny call), where the runner's fixed
@@ -338,7 +357,7 @@ class TimingPhase:
         # Unsteady: one more round at a time, judged on the latest `rounds`, rather than all of them again (a whole
         # repeat cost ~2.5 attempts per evaluation on an H100, most of the timing's time).
         extra = 0
-        limit = EXTRA_ROUNDS[self.kind] * rounds
+        limit = min(EXTRA_ROUNDS[self.kind], rounds)
         while extra < limit and self.unsteady(reference_ms[-rounds:], candidate_ms[-rounds:]):
             self.add_round(calls, rounds + extra, reference_ms, candidate_ms)
             extra += 1
@@ -357,14 +376,16 @@ class TimingPhase:
     def unsteady(reference_ms: list[float], candidate_ms: list[float]) -> bool:
         return spread(candidate_ms) > MAX_SPREAD or spread(reference_ms) > MAX_SPREAD
 
-    def sized(self, warm: int) -> int:
+    def sized(self, warm: int, probe: bool = False) -> int:
         """Calls per batch for BATCH_TARGET_S, from one untimed round of `warm` calls (batches alone: the hand-over's
-        cost does not grow with the calls)."""
+        cost does not grow with the calls). A `probe` from a few cold calls sizes by the slower side, so the next
+        sizing round cannot overshoot: sized by the faster side, a 3-call probe gave a ~6 us kernel 931-call batches,
+        0.75 s of one task's hold at 8 slots on an H100 (each new value set allocated), then 16-call batches."""
         self.one_round(warm, False)
         reference_s, candidate_s = self.batch_only["reference"] / warm, self.batch_only["candidate"] / warm
         target = BATCH_TARGET_S[self.kind]
-        if self.kind == "cpu":  # the slower side's batch near the target: a slow candidate (a process spawned per
-            # call) must not get the reference's thousands of calls, nor a slow reference the candidate's
+        if self.kind == "cpu" or probe:  # the slower side's batch near the target: a slow candidate (a process
+            # spawned per call) must not get the reference's thousands of calls, nor a slow reference the candidate's
             return max(1, min(self.staged, int(target / max(reference_s, candidate_s, 1e-7))))
         # A short batch's pipe round trip inflates the candidate's estimate: never fewer calls than the reference
         # would get (H100: batches of ~0.5 ms otherwise, unsteady and biased by the round trip).
