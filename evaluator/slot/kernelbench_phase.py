@@ -41,6 +41,15 @@ def measure(phase: Any, result: Any) -> None:
     result.kernelbench_clock = CLOCK if phase.kind == "cuda" else CPU_CLOCK
 
 
+def prepare(phase: Any) -> None:
+    """EXTRA_TIMINGS hook, before the device is held: both sides' copies of KernelBench's L2 flush made and paged in
+    (256 MiB each; the judge gives its cached blocks back after every task, so each task allocates them again)."""
+    if phase.kind != "cuda" or not getattr(phase.task.request, "kernelbench_timing", False):
+        return
+    _judge_flush(phase)
+    _eager_order(phase, 0, 0)  # untimed: the runner makes its flush buffer (its first fill pages it in)
+
+
 def _round_plan(phase: Any, calls: int) -> tuple[int, list[int], int]:
     salt = phase.stage(calls)
     return salt, sorted(phase.rng.sample(range(calls), min(2, calls))), phase.rng.getrandbits(30)
@@ -50,8 +59,7 @@ def _gpu_rounds(phase: Any, calls: int, rounds: int) -> tuple[float, float]:
     """(reference, candidate) mean milliseconds per call over `rounds` rounds of `calls` eager calls each."""
     import torch
 
-    flush = _judge_flush(phase)
-    _eager_order(phase, 0, 0)  # untimed: the runner makes its flush buffer (its first fill pages it in)
+    flush = _judge_flush(phase)  # made by prepare, with the runner's
     flush_ms = kb.shortest_event_ms(flush.flush)
     tiny = torch.zeros(1, device=phase.task.device)
     # Behind a flush, as KernelBench's events see a call: timed from an idle GPU, the host's launch latency (10-17 us

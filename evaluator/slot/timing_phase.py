@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
-from typing import Any, Callable
+from typing import Any
 
 from evaluator.contract.types import Verdict
 from evaluator.slot.outcome import ProtocolBreach, TaskEnded
@@ -52,10 +52,11 @@ BASE_SETS = 2
 PROJECTION_SLACK = 1e-4
 
 # Further measurements of the same task by other conventions (KernelBench's: evaluator/slot/kernelbench_phase.py, set
-# at the end of this module): each is called as hook(phase, result) after the judge's own rounds, while the device is
-# still held, and may add fields to the result. It runs in the judge; it may order the runner through phase.driver
-# (phase.measured, phase.stage) like the rounds do. A hook's figures are reported, never the reward's default.
-EXTRA_TIMINGS: dict[str, Callable[["TimingPhase", Any], None]] = {}
+# at the end of this module): each hook's prepare(phase) runs with the untimed start, before the device is held, and its
+# measure(phase, result) after the judge's own rounds, while the device is still held; measure may add fields to the
+# result. Both run in the judge and may order the runner through phase.driver (phase.measured, phase.stage) like the
+# rounds do. A hook's figures are reported, never the reward's default.
+EXTRA_TIMINGS: dict[str, Any] = {}
 
 
 class TimingPhase:
@@ -198,16 +199,6 @@ class TimingPhase:
         with self.schedule.on_device("timing_inputs"):  # the judge's inputs: GPU work, not yet exclusive
             self.bases = [self.task.make(name) for name in names]
         set_bytes = sol.tensor_bytes(self.bases[0]) + sol.tensor_bytes(self.task.reference_outputs[names[0]])
-        if self.kind == "cuda":
-            self.problem_cost()  # counted now, off the exclusive hold
-        if self.lock is not None:
-            waited = self.lock.acquire(deadline)
-            if waited is None:
-                raise TaskEnded(Verdict.TIMEOUT, "The evaluation did not get the GPU for timing within its limit.")
-            self.schedule.phases["device_wait"] = round(waited, 6)
-            # 1: shared holders (another slot's order, a hostile spin) still on the device when the drain's bound
-            # passed, so this timing ran beside them (isolation/device_lock.SHARED_DRAIN_MAX_S); counted by the bench.
-            self.schedule.phases["device_shared_overrun"] = int(self.lock.overran)
         self.staged = max(1, min(MAX_CALLS[self.kind], self.staging_budget() // max(1, set_bytes)))
         import contextlib
 
@@ -218,14 +209,30 @@ class TimingPhase:
         threads = torch.get_num_threads()
         if self.kind == "cpu":  # the judge's own work on one thread: on a loaded host a pool per small op stalls
             torch.set_num_threads(1)  # (0.5-1.9 s to make 32 MiB of value sets with two threads, 30 ms with one)
-        try:  # the timed pair ahead of the rest of the pool for CPU while it holds the GPU
+        held = False
+        try:
+            # Untimed work first, off the exclusive hold (a GPU step like the trials): the flop count, the cold round,
+            # the probe that sizes the batches, the hooks' preparations. Held, they took ~0.15 s of each task's ~1 s
+            # hold at 8 slots on an H100, and the hold bounds the slot's throughput.
+            with self.schedule.on_device("timing_warm"):
+                probe_calls = self.warmed()
+            if self.lock is not None:
+                waited = self.lock.acquire(deadline)
+                if waited is None:
+                    raise TaskEnded(Verdict.TIMEOUT, "The evaluation did not get the GPU for timing within its limit.")
+                held = True
+                self.schedule.phases["device_wait"] = round(waited, 6)
+                # 1: shared holders (another slot's order, a hostile spin) still on the device when the drain's bound
+                # passed, so this timing ran beside them (isolation/device_lock.SHARED_DRAIN_MAX_S); bench counts it.
+                self.schedule.phases["device_shared_overrun"] = int(self.lock.overran)
             held_from = time.perf_counter()
-            with TimingPriority(self.runner_pid()) if self.lock is not None else contextlib.nullcontext():
-                reference_ms, candidate_ms = self.rounds()
+            # The timed pair ahead of the rest of the pool for CPU while it holds the GPU.
+            with TimingPriority(self.runner_pid()) if held else contextlib.nullcontext():
+                reference_ms, candidate_ms = self.rounds(probe_calls)
                 self.round_ms = reference_ms, candidate_ms  # per call, for the hooks (kernelbench_phase's lower bound)
                 rounds_done = time.perf_counter()
                 for hook in EXTRA_TIMINGS.values():
-                    hook(self, result)
+                    hook.measure(self, result)
             # Where the exclusive hold goes (the slot's throughput is bounded by it): the rounds, then the hooks.
             self.schedule.phases["timing_rounds"] = round(rounds_done - held_from, 6)
             self.schedule.phases["timing_hooks"] = round(time.perf_counter() - rounds_done, 6)
@@ -235,7 +242,7 @@ class TimingPhase:
                 # judges each keeping 2+ GiB cached left an honest candidate out of memory at 8 slots on an H100
                 self.judge_sets, self.outputs = [], []
                 torch.cuda.empty_cache()
-            if self.lock is not None:
+            if held:
                 self.lock.release()
         self.schedule.phases["round_trip"] = round(self.driver.round_trip, 6)
         self.schedule.phases["timing_spread"] = round(max(spread(candidate_ms), spread(reference_ms)), 4)
@@ -331,15 +338,25 @@ class TimingPhase:
         (work deferred from the batch must be done before the projection can be right)."""
         return self.batch_only["reference"] + reference_hand, self.batch_only["candidate"] + candidate_hand
 
-    def rounds(self) -> tuple[list[float], list[float]]:
+    def warmed(self) -> int:
+        """The untimed start of a timing, before the device is held: the flop count, one cold round (GPU), one probe
+        round that sizes the next (slower side), the hooks' preparations. Returns the probe's batch size."""
         warm = min(self.staged, 3)
-        # The very first round of a task is colder still (each side's first launches at this size, the runner's first
-        # staging): sized on it, 8 slots on an H100 gave a ~6 us kernel 1-call batches (24 ms for 3 calls), timed
-        # at ~0.5 ms a call of fixed costs on both sides and unsteady to the end. Run once, unused. (CPU: the sizing
-        # below already settles, and a round there is charged CPU time on a 2-core host.)
         if self.kind == "cuda":
+            self.problem_cost()
+            # The very first round of a task is colder still (each side's first launches at this size, the runner's
+            # first staging): sized on it, 8 slots on an H100 gave a ~6 us kernel 1-call batches (24 ms for 3 calls),
+            # timed at ~0.5 ms a call of fixed costs on both sides and unsteady to the end. Run once, unused. (CPU:
+            # the sizing already settles, and a round there is charged CPU time on a 2-core host.)
             self.one_round(warm, False)
         calls = self.sized(warm, probe=True)
+        for hook in EXTRA_TIMINGS.values():
+            hook.prepare(self)
+        return calls
+
+    def rounds(self, calls: int) -> tuple[list[float], list[float]]:
+        """Per-call milliseconds of every counted round, (reference, candidate), batches sized from a probe of `calls`."""
+        warm = min(self.staged, 3)
         if calls > warm:
             # The first calls are cold and carry the batch's fixed costs (its sets made, first allocations): sized on
             # them alone, a CPU batch came out at ~1 ms (15 us against 3 us per tiny call), where the runner's fixed
@@ -417,7 +434,7 @@ def spread(values: list[float]) -> float:
 def _register_kernelbench() -> None:
     from evaluator.slot import kernelbench_phase
 
-    EXTRA_TIMINGS.setdefault("kernelbench", kernelbench_phase.measure)
+    EXTRA_TIMINGS.setdefault("kernelbench", kernelbench_phase)
 
 
 _register_kernelbench()

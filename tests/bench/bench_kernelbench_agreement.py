@@ -449,6 +449,11 @@ def _ratio(ours, theirs):
     return ours / theirs if isinstance(ours, (int, float)) and isinstance(theirs, (int, float)) and theirs > 0 else None
 
 
+def kb_pass_keys(item: dict) -> list[str]:
+    """The keys of KernelBench's passes over one pair: "kb", then "kb2", "kb3", ... (--kb-repeats)."""
+    return [key for key in ["kb"] + [f"kb{n}" for n in range(2, 10)] if isinstance(item.get(key), dict)]
+
+
 def summarize(items: list[dict]) -> dict:
     rows, both = [], []
     for item in items:
@@ -468,6 +473,15 @@ def summarize(items: list[dict]) -> dict:
                      "clamped": (ours.get("phases") or {}).get("kernelbench_clamped"),
                      "reported_ratio": _ratio(_ms(ours, "reported_per_call"), kb.get("runtime_ms"))})
     within = sum(1 for r in both if abs(r - 1) <= 0.10)
+    # Against KernelBench's mean over its passes (--kb-repeats 2+): its own run-to-run noise on calls of a few us
+    # (19_ReLU read 0.60 then 0.85 in one session) moves the single-pass figure as much as ours does.
+    against_mean = []
+    for item in items:
+        passes = [item[key]["speedup"] for key in kb_pass_keys(item)
+                  if item[key].get("correct") and item[key].get("speedup")]
+        ours_kb = item.get("ours", {}).get("speedup_kernelbench")
+        if len(passes) > 1 and ours_kb and item.get("ours", {}).get("verdict") == "correct":
+            against_mean.append(ours_kb / statistics.fmean(passes))
     clamps = [r["clamped"] for r in rows if r["clamped"] is not None]
     # KernelBench against itself (--kb-repeats 2): the second pass's speedup over the first, where both call it correct.
     again = [item["kb2"]["speedup"] / item["kb"]["speedup"] for item in items
@@ -478,6 +492,9 @@ def summarize(items: list[dict]) -> dict:
             "kernelbench_self": {"pairs": len(again), "within_10pct": sum(1 for r in again if abs(r - 1) <= 0.10),
                                  "median_ratio": statistics.median(again) if again else None},
             "share_within_10pct": within / len(both) if both else None,
+            "against_kernelbench_mean": {"pairs": len(against_mean),
+                                         "within_10pct": sum(1 for r in against_mean if abs(r - 1) <= 0.10),
+                                         "median_ratio": statistics.median(against_mean) if against_mean else None},
             "median_ratio": statistics.median(both) if both else None,
             "verdict_agreement": sum(1 for i in items if bool(i.get("kb", {}).get("correct")) ==
                                      (i.get("ours", {}).get("verdict") == "correct")), "pairs": len(items)}
@@ -506,6 +523,10 @@ def print_table(summary: dict) -> None:
           f"verdicts agree {summary['verdict_agreement']}/{summary['pairs']}; candidate figures believed "
           f"{clamps.get('believed', 0)}, raised to the lower bound {clamps.get('raised', 0)}, lowered to the upper "
           f"{clamps.get('lowered', 0)}")
+    mean = summary.get("against_kernelbench_mean") or {}
+    if mean.get("pairs"):
+        print(f"against KernelBench's mean over its passes: {mean['within_10pct']} of {mean['pairs']} within ±10%, "
+              f"median ratio {f(mean['median_ratio'])}")
     own = summary.get("kernelbench_self") or {}
     if own.get("pairs"):
         print(f"KernelBench against itself (a second pass): {own['within_10pct']} of {own['pairs']} within ±10%, "
@@ -523,7 +544,8 @@ def main() -> None:
     parser.add_argument("--devices", default="0", help="our evaluator's devices ('cpu': a plumbing check only)")
     parser.add_argument("--slots", type=int, default=2, help="our evaluation slots per GPU")
     parser.add_argument("--kb-repeats", type=int, default=1,
-                        help="2: KernelBench's evaluator twice in a row, to print how far it agrees with itself")
+                        help="2+: KernelBench's evaluator this many times in a row, to print how far it agrees with itself "
+                        "and our figures against the mean of its passes")
     args = parser.parse_args()
     started = time.monotonic()
     root = Path(os.environ.get("KERNELBENCH_ROOT", ".gpu/kernelbench")).resolve()
@@ -572,8 +594,9 @@ def main() -> None:
         t0 = time.monotonic()
         warm_gpu()
         run_kernelbench(kb_eval, items, build_dir, args.trials, log_path, started + 0.6 * args.budget_s)
-        if args.kb_repeats > 1:  # ~20 s more for the 27 usual pairs; its deadline leaves ours the rest of the budget
-            run_kernelbench(kb_eval, items, build_dir, args.trials, log_path, started + 0.7 * args.budget_s, "kb2")
+        for n in range(2, args.kb_repeats + 1):  # ~20 s more a pass for the 27 usual pairs; ours keep the rest
+            run_kernelbench(kb_eval, items, build_dir, args.trials, log_path, started + (0.6 + 0.05 * n) * args.budget_s,
+                            f"kb{n}")
         torch.cuda.empty_cache()  # its cached blocks back to the device before ours run
         timings["kb_eval_s"] = round(time.monotonic() - t0, 1)
     # 3. Ours, alone on the GPU (a fresh evaluator: the builds come from the cache on disk).
