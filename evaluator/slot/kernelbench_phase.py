@@ -42,8 +42,8 @@ def measure(phase: Any, result: Any) -> None:
 
 
 def prepare(phase: Any) -> None:
-    """EXTRA_TIMINGS hook, before the device is held: both sides' copies of KernelBench's L2 flush made and paged in
-    (256 MiB each; the judge gives its cached blocks back after every task, so each task allocates them again)."""
+    """EXTRA_TIMINGS hook, in the untimed start of the timing: both sides' copies of KernelBench's L2 flush made and
+    paged in (256 MiB each; the judge gives its cached blocks back after every task, so each task allocates them)."""
     if phase.kind != "cuda" or not getattr(phase.task.request, "kernelbench_timing", False):
         return
     _judge_flush(phase)

@@ -52,8 +52,8 @@ BASE_SETS = 2
 PROJECTION_SLACK = 1e-4
 
 # Further measurements of the same task by other conventions (KernelBench's: evaluator/slot/kernelbench_phase.py, set
-# at the end of this module): each hook's prepare(phase) runs with the untimed start, before the device is held, and its
-# measure(phase, result) after the judge's own rounds, while the device is still held; measure may add fields to the
+# at the end of this module): each hook's prepare(phase) runs with the untimed start of the timing and its
+# measure(phase, result) after the judge's own rounds, both while the device is held; measure may add fields to the
 # result. Both run in the judge and may order the runner through phase.driver (phase.measured, phase.stage) like the
 # rounds do. A hook's figures are reported, never the reward's default.
 EXTRA_TIMINGS: dict[str, Any] = {}
@@ -211,11 +211,8 @@ class TimingPhase:
             torch.set_num_threads(1)  # (0.5-1.9 s to make 32 MiB of value sets with two threads, 30 ms with one)
         held = False
         try:
-            # Untimed work first, off the exclusive hold (a GPU step like the trials): the flop count, the cold round,
-            # the probe that sizes the batches, the hooks' preparations. Held, they took ~0.15 s of each task's ~1 s
-            # hold at 8 slots on an H100, and the hold bounds the slot's throughput.
-            with self.schedule.on_device("timing_warm"):
-                probe_calls = self.warmed()
+            if self.kind == "cuda":
+                self.problem_cost()  # counted before the device is held (the flop counter runs the reference)
             if self.lock is not None:
                 waited = self.lock.acquire(deadline)
                 if waited is None:
@@ -228,6 +225,11 @@ class TimingPhase:
             held_from = time.perf_counter()
             # The timed pair ahead of the rest of the pool for CPU while it holds the GPU.
             with TimingPriority(self.runner_pid()) if held else contextlib.nullcontext():
+                # The untimed start held too: moved before the hold (a shared step), other slots' cold rounds and
+                # 256 MiB flush fills ran beside this one's timing, and KernelBench-convention times of 5-150 us calls
+                # on an H100 read 1.1-5x KernelBench's own (9 of 27 pairs within 10%, against 22), for ~0.15 s less
+                # hold a task and no gain in throughput at 8 slots (52.7 against 54.5 a minute).
+                probe_calls = self.warmed()
                 reference_ms, candidate_ms = self.rounds(probe_calls)
                 self.round_ms = reference_ms, candidate_ms  # per call, for the hooks (kernelbench_phase's lower bound)
                 rounds_done = time.perf_counter()
@@ -339,11 +341,10 @@ class TimingPhase:
         return self.batch_only["reference"] + reference_hand, self.batch_only["candidate"] + candidate_hand
 
     def warmed(self) -> int:
-        """The untimed start of a timing, before the device is held: the flop count, one cold round (GPU), one probe
-        round that sizes the next (slower side), the hooks' preparations. Returns the probe's batch size."""
+        """The untimed start of a timing: one cold round (GPU), one probe round that sizes the next (by the slower
+        side), the hooks' preparations. Returns the probe's batch size."""
         warm = min(self.staged, 3)
         if self.kind == "cuda":
-            self.problem_cost()
             # The very first round of a task is colder still (each side's first launches at this size, the runner's
             # first staging): sized on it, 8 slots on an H100 gave a ~6 us kernel 1-call batches (24 ms for 3 calls),
             # timed at ~0.5 ms a call of fixed costs on both sides and unsteady to the end. Run once, unused. (CPU:

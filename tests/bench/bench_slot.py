@@ -108,11 +108,15 @@ class GpuSampler:
 
 
 def requests(kind: str, n: int):
+    """n requests of one kind: "triton" and "cuda" honest ReLU kernels, or "torch": the reference's own code, whose
+    speedups are the self-speedup distribution (each should read 1)."""
     from evaluator.contract.types import EvalRequest
 
-    source = TRITON if kind == "triton" else CUDA
+    identical = REFERENCE.replace("class Model(", "class ModelNew(").replace("{n}", "{{n}}")
+    source = {"triton": TRITON, "cuda": CUDA, "torch": identical}[kind]
     return [EvalRequest(reference_source=REFERENCE.format(n=SIZES[i % len(SIZES)]),
-                        candidate_source=source.format(block=BLOCKS[i % len(BLOCKS)]), backend=kind,
+                        candidate_source=source.format(block=BLOCKS[i % len(BLOCKS)]).replace("{n}", str(
+                            SIZES[i % len(SIZES)])), backend=kind,
                         problem_id=f"bench/relu-{i % len(SIZES)}", request_id=f"{kind}-{i}", run_timeout_s=120.0)
             for i in range(n)]
 
@@ -144,6 +148,9 @@ def run(kind: str, n: int, slots: int, cache_dir: str) -> dict:
             "device_shared_overruns": int(sum(phases.get("device_shared_overrun", []))),
             "speedup_median": round(statistics.median([r.speedup for r in correct if r.speedup]), 3)
             if correct else None,
+            # Identical code (--kinds torch): the share within ±5% of 1 is the self-speedup target's figure.
+            "speedups": [round(r.speedup, 3) for r in correct if r.speedup],
+            "speedups_kernelbench": [round(r.speedup_kernelbench, 3) for r in correct if r.speedup_kernelbench],
             "gpu_idle_share": gpu.idle_share()}
 
 
