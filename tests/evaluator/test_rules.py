@@ -177,6 +177,34 @@ def test_every_rule_has_feedback_text():
         assert rule in text and "detail" in text
 
 
+def test_profiles_that_never_see_device_work_judge_nothing(monkeypatch):
+    """A profiler that records no device work at all, on every try, is the profiler failing (seen at 8 slots on an
+    H100 for honest CUDA kernels): nothing is judged, where a profile with other kernels and none of the candidate's
+    still counts zero own launches."""
+    from evaluator.judging import timing
+    from evaluator.slot import run_state
+
+    class Runner:  # the two RunState methods _profile_candidate calls around the profiled call
+        def _sync(self):
+            pass
+
+        def _call_candidate(self, model, inputs, watch):
+            return model(*inputs)
+
+    profiles = []
+    monkeypatch.setattr(timing, "profiler_events", lambda body, cpu=False: (body(), profiles.append(1), [])[2])
+    found = run_state.RunState._profile_candidate(Runner(), lambda x: x, [1], {"relu_kernel"}, None)
+    assert found == (None, None, 0) and len(profiles) == run_state.PROFILE_ATTEMPTS
+
+    class Event:
+        name, device_type = "void at::native::vectorized_elementwise_kernel<4>(...)", "DeviceType.CUDA"
+        self_device_time_total = 5.0
+
+    monkeypatch.setattr(timing, "profiler_events", lambda body, cpu=False: [Event()])
+    fraction, own, total = run_state.RunState._profile_candidate(Runner(), lambda x: x, [1], {"relu_kernel"}, None)
+    assert (own, total) == (0, 1) and fraction == 0.0
+
+
 def test_own_kernel_names_from_triton_and_cuda():
     assert static_rules.own_kernel_names(candidate("relu_triton.py")) == {"relu_kernel"}
     assert static_rules.own_kernel_names(CUDA_HONEST) == {"relu_kernel"}
