@@ -35,12 +35,38 @@ FORK_ANSWER_WAIT_S = 5.0
 MEMORY_CHECK_S = 0.25
 # Runners kept pre-warmed per slot. A GPU runner takes ~6 s to get ready (CUDA, the launch hold, CUPTI: H100), longer
 # than a typical evaluation, so one spare left each next task waiting for it; CPU runners are ready in well under 1 s.
-SPARE_RUNNERS_ENV = "KRL_WORKER_SPARE_RUNNERS"
+SPARE_RUNNERS_ENV = "KRL_WORKER_SPARE_RUNNERS"  # a fixed count; unset: GPU slots raise theirs as waits show a need
+# GPU: a task that waited this long for a ready runner raises the slot's spares by one, up to MAX_GPU_SPARES, while the
+# device has at least MIN_FREE_SHARE_TO_RAISE of its memory free (each warm runner holds a CUDA context, ~0.5 GiB).
+# With two spares, one slot on an H100 still waited 1.1 s of its 3.1 s a task: a runner's warm-up (CUDA, CUPTI's first
+# session) takes 4-7 s, longer than two evaluations.
+SPARE_WAIT_TO_RAISE_S = 0.1
+MAX_GPU_SPARES = 3
+MIN_FREE_SHARE_TO_RAISE = 0.25
 MAX_RUNNER_MESSAGE_BYTES = 8 * 2**20
 # Which GPU steps outside timing hold the device lock shared (slot/task_judge.shared_steps_from): unset or "1" all of
 # them, "0" none (only timings exclude each other: the baseline for measuring what the shared side costs and buys),
 # or a comma-separated list of task_judge.SHARED_STEPS names.
 DEVICE_SHARED_ENV = "KRL_WORKER_DEVICE_SHARED_STEPS"
+
+
+def next_spare_target(target: int, waited_s: float, free_share: float) -> int:
+    """A GPU slot's spare runners after a task that waited `waited_s` for a ready one: one more when it waited, while
+    below MAX_GPU_SPARES and the device has MIN_FREE_SHARE_TO_RAISE of its memory free; never fewer."""
+    if waited_s >= SPARE_WAIT_TO_RAISE_S and target < MAX_GPU_SPARES and free_share >= MIN_FREE_SHARE_TO_RAISE:
+        return target + 1
+    return target
+
+
+def device_free_share() -> float:
+    """The share of this process's GPU memory free now (0 where it cannot be read: no raise)."""
+    import torch
+
+    try:
+        free, total = torch.cuda.mem_get_info()
+    except Exception:  # noqa: BLE001 - no readable device: keep the spares as they are
+        return 0.0
+    return free / total if total else 0.0
 
 
 def release_device_cache() -> None:
@@ -463,7 +489,9 @@ class JudgeHost:
         self.slot = Slot(device, os.path.join(workdir, "slot"), worker_module, runner_limits, self.out_path,
                          self.err_path)
         self.spares: list[_Runner] = []  # oldest first: the one that has warmed longest gets the next task
-        self.spare_target = max(1, int(os.environ.get(SPARE_RUNNERS_ENV) or (2 if device.startswith("cuda") else 1)))
+        fixed = os.environ.get(SPARE_RUNNERS_ENV)
+        self.spare_target = max(1, int(fixed or (2 if device.startswith("cuda") else 1)))
+        self.spares_adapt = not fixed and device.startswith("cuda")
         self.finished_runner: Optional[_Runner] = None
         self.task_isolation: Any = None  # the running task's cgroup and runner view (evaluator/slot/task_isolation.py)
         self.reference_cache = ReferenceCache()
@@ -548,6 +576,8 @@ class JudgeHost:
         except InfrastructureFailure as exc:
             return {"type": "infra", "task": task_id, "why": str(exc)}
         ready_s = time.monotonic() - started_at
+        if self.spares_adapt:
+            self.spare_target = next_spare_target(self.spare_target, ready_s, device_free_share())
         # The runner in a cgroup of its own before it gets the task; its outputs seen through its mount namespace.
         from evaluator.slot import task_isolation
 

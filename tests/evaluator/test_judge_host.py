@@ -74,3 +74,14 @@ def test_a_reported_kernel_share_is_bounded_by_what_the_judge_reads_in_the_sourc
     assert kernel_fraction(forged, request(GOOD, backend="torch")) is None
     assert kernel_fraction(forged, request(GOOD, backend="triton")) == 0.0  # no @triton.jit in it
     assert kernel_fraction({"type": "evidence", "own_kernel_time_fraction": None}, cuda) is None
+
+
+def test_a_gpu_slot_adds_spare_runners_only_when_tasks_wait_for_one():
+    """Spares follow the measured need (a runner's warm-up outlasting the tasks between), bounded by a cap and by the
+    device's free memory; a slot never drops below what it has."""
+    from evaluator.slot.judge_host import MAX_GPU_SPARES, next_spare_target
+
+    assert next_spare_target(2, 1.1, 0.9) == 3  # waited 1.1 s: one more
+    assert next_spare_target(2, 0.001, 0.9) == 2  # a warm runner was there
+    assert next_spare_target(2, 1.1, 0.1) == 2  # the device is nearly full: no more contexts on it
+    assert next_spare_target(MAX_GPU_SPARES, 5.0, 0.9) == MAX_GPU_SPARES
