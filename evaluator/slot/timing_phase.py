@@ -225,10 +225,9 @@ class TimingPhase:
             held_from = time.perf_counter()
             # The timed pair ahead of the rest of the pool for CPU while it holds the GPU.
             with TimingPriority(self.runner_pid()) if held else contextlib.nullcontext():
-                # The untimed start held too: moved before the hold (a shared step), other slots' cold rounds and
-                # 256 MiB flush fills ran beside this one's timing, and KernelBench-convention times of 5-150 us calls
-                # on an H100 read 1.1-5x KernelBench's own (9 of 27 pairs within 10%, against 22), for ~0.15 s less
-                # hold a task and no gain in throughput at 8 slots (52.7 against 54.5 a minute).
+                # The untimed start held too. Moved before the hold it saved ~0.1 s of a ~1 s hold at 8 slots on an
+                # H100 (54.5 evaluations a minute against 52.7, within run-to-run noise), but put every other slot's
+                # cold round and 256 MiB flush fills beside this one's timing.
                 probe_calls = self.warmed()
                 reference_ms, candidate_ms = self.rounds(probe_calls)
                 self.round_ms = reference_ms, candidate_ms  # per call, for the hooks (kernelbench_phase's lower bound)
