@@ -51,15 +51,10 @@ def prepare(phase: Any) -> None:
 
 
 def _round_plan(phase: Any, calls: int, first: bool) -> tuple[int, list[int], int]:
-    """A round's salt, picked calls and projection seed. Picked outputs as the judge's own rounds pick them
-    (timing_phase.PICK_SHARE): the first round always, later ones at that rate where the projection sees every output.
-    Each pick is a hand-over of whole outputs through files, ~10-30 ms at 4M elements on an H100, in the exclusive hold."""
-    from evaluator.slot.timing_phase import PICK_SHARE
-
+    """A round's salt, picked calls (as the judge's own rounds pick them: the phase's first round always) and
+    projection seed."""
     salt = phase.stage(calls)
-    pick = first or not phase.projected_whole() or phase.rng.random() < PICK_SHARE
-    picked = sorted(phase.rng.sample(range(calls), min(2, calls))) if pick else []
-    return salt, picked, phase.rng.getrandbits(30)
+    return salt, phase.picks(calls, first), phase.rng.getrandbits(30)
 
 
 def _gpu_rounds(phase: Any, calls: int, rounds: int) -> tuple[float, float]:

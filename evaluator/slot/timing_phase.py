@@ -41,6 +41,7 @@ PICKED_PER_BATCH = 2  # two calls' outputs: the same answer for both (a replay) 
 # decided after each batch. Every call of every batch is still checked through its projection.
 PICK_SHARE = 0.25
 ROUNDS = {"cuda": 7, "cpu": 3}
+PROBE_CALLS = 3  # the cold round's and the sizing probe's batch
 MAX_SPREAD = 0.25  # (p75 - p25) / median of the candidate's per-call times beyond this: measured again
 # At most this many further rounds while unsteady (CPU: as many as `rounds`). GPU 3: tiny host-bound Triton candidates
 # on an H100 stayed unsteady through nearly every extra round (5-9 a task, at up to 7): the window's spread there is the
@@ -75,6 +76,7 @@ class TimingPhase:
         self.calls = 1  # calls per timed batch, once sized
         self.staged = 1
         self.staged_for = 0  # the batch size the runner was last staged for
+        self.cost_counted, self.counted_cost = False, None  # the reference's flops and bytes (problem_cost)
 
     # ---- the two sides' batches
     def reference_batch(self, calls: int, salt: int) -> float:
@@ -277,6 +279,14 @@ class TimingPhase:
         parts = judge.flatten_output(self.task.reference_outputs.get("timing-0"))
         return bool(parts) and all(isinstance(p, torch.Tensor) and p.is_floating_point() for p in parts)
 
+    def picks(self, calls: int, first: bool) -> list[int]:
+        """The calls of a batch whose whole outputs the runner hands over: PICKED_PER_BATCH of them on a `first` batch
+        (of its size, or of a phase), on every batch whose outputs the projection cannot see whole, else at PICK_SHARE.
+        Each pick is a file hand-over inside the exclusive hold; every output is projected either way."""
+        if first or not self.projected_whole() or self.rng.random() < PICK_SHARE:
+            return sorted(self.rng.sample(range(calls), min(PICKED_PER_BATCH, calls)))
+        return []
+
     def runner_pid(self) -> int:
         """The timed runner's pid as this process sees it (0 where unknown: then only the judge is boosted)."""
         return self.driver.runner.host_pid
@@ -305,7 +315,8 @@ class TimingPhase:
         before the device is held (the flop counter runs the reference); None where the counter cannot follow it."""
         from evaluator.judging import judge, sol
 
-        if not hasattr(self, "counted_cost"):
+        if not self.cost_counted:
+            self.cost_counted = True
             try:
                 self.counted_cost = sol.problem_cost(self.task.model, judge.clone_inputs(self.bases[0]))
             except Exception:  # noqa: BLE001 - the flop counter cannot follow this reference: no cost known
@@ -317,8 +328,7 @@ class TimingPhase:
         over its batch and its hand-over; then the judge's checks (untimed)."""
         first = calls != self.staged_for
         salt = self.stage(calls)
-        picked = sorted(self.rng.sample(range(calls), min(PICKED_PER_BATCH, calls))) \
-            if first or not self.projected_whole() or self.rng.random() < PICK_SHARE else []
+        picked = self.picks(calls, first)
         seed = self.rng.getrandbits(30)
         hands = {}
         for side in (("candidate", "reference") if candidate_first else ("reference", "candidate")):
@@ -342,7 +352,7 @@ class TimingPhase:
     def warmed(self) -> int:
         """The untimed start of a timing: one cold round (GPU), one probe round that sizes the next (by the slower
         side), the hooks' preparations. Returns the probe's batch size."""
-        warm = min(self.staged, 3)
+        warm = min(self.staged, PROBE_CALLS)
         if self.kind == "cuda":
             # The very first round of a task is colder still (each side's first launches at this size, the runner's
             # first staging): sized on it, 8 slots on an H100 gave a ~6 us kernel 1-call batches (24 ms for 3 calls),
@@ -356,7 +366,7 @@ class TimingPhase:
 
     def rounds(self, calls: int) -> tuple[list[float], list[float]]:
         """Per-call milliseconds of every counted round, (reference, candidate), batches sized from a probe of `calls`."""
-        warm = min(self.staged, 3)
+        warm = min(self.staged, PROBE_CALLS)
         if calls > warm:
             # The first calls are cold and carry the batch's fixed costs (its sets made, first allocations): sized on
             # them alone, a CPU batch came out at ~1 ms (15 us against 3 us per tiny call), where the runner's fixed
