@@ -81,7 +81,7 @@ def _gpu_rounds(phase: Any, calls: int, rounds: int) -> tuple[float, float]:
                 seen["reference"] = reference_events_ms(phase, flush)
                 seen["reference_hand"] = phase.reference_hand(picked, seed)
             else:
-                seen["order"], answer = phase.measured(_eager_message(calls, salt), "ran")
+                seen["order"], answer = phase.measured(_eager_message(calls, salt), "ran", calls)
                 seen["events"] = reported_events(answer, calls)
                 seen["hand"] = phase.candidate_hand(calls, picked, seed)
         phase.check(picked)  # the eager calls' outputs are checked like the judge's own batches
@@ -118,7 +118,7 @@ def _eager_message(calls: int, salt: int) -> dict[str, Any]:
 
 
 def _eager_order(phase: Any, calls: int, salt: int) -> float:
-    seconds, _ = phase.measured(_eager_message(calls, salt), "ran")
+    seconds, _ = phase.measured(_eager_message(calls, salt), "ran", calls)
     return seconds
 
 

@@ -234,6 +234,7 @@ class Schedule:
         self.task, self.driver, self.timing_factory = task, driver, timing_factory
         self.device_lock = device_lock  # this GPU's lock, held shared around each GPU step outside timing (None: CPU)
         self.shared_steps = shared_steps
+        self.fastest_trial_s: Optional[float] = None  # the quickest correctness trial's order, judge's clock
         self.earlier: list = []  # the candidate's outputs so far, to recognise one replayed for other inputs
         request = task.request
         self.result = EvalResult(request_id=request.request_id, problem_id=request.problem_id,
@@ -285,6 +286,8 @@ class Schedule:
             with self.on_device("trials" if trial else "first_trial"):
                 self.task.make(name)
                 self.driver.order({"type": "trial", "name": name}, "output", name)
+                took = self.driver.answered_at - self.driver.sent_at
+                self.fastest_trial_s = min(self.fastest_trial_s or took, took)  # the pace timing orders are bounded by
                 comparison, output = self.task.compare(name, self.task.reference_outputs[name])
             if not comparison.ok:
                 self.replayed(output)

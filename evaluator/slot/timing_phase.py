@@ -36,6 +36,11 @@ MAX_CALLS = {"cuda": 1024, "cpu": 2048}
 # before its candidate ran), at most this much: the judge's own batches have no pipe in them, and on an H100 the
 # 0.1-0.3 ms of a round trip read identical torch code of ~6 us a call at 0.64x in batches of ~1.5 ms.
 ROUND_TRIP_CAP_S = 0.3e-3
+# Each timing order's own bound (TimingPhase.order): this long, plus this many times its calls at the pace of the
+# task's fastest correctness trial (an order that answers within it is never cut short; a trial's pace includes a whole
+# output's hand-over, so it errs long).
+ORDER_BASE_S = 5.0
+ORDER_FACTOR = 10.0
 PICKED_PER_BATCH = 2  # two calls' outputs: the same answer for both (a replay) is told from a plain wrong one
 # Picked outputs travel as files and are compared whole: the first batch of each size always, later ones at this rate,
 # decided after each batch. Every call of every batch is still checked through its projection.
@@ -136,10 +141,30 @@ class TimingPhase:
         encode_message({"type": "handed", "projections": self.reference_projection[0]})
         return (time.perf_counter() if cuda else time.thread_time_ns() / 1e9) - start
 
-    def measured(self, message: dict[str, Any], expected: str) -> tuple[float, dict[str, Any]]:
-        """Seconds the runner took to answer `message`, as the judge measures it, and the answer."""
+    def order(self, message: dict[str, Any], expected: str, calls: int) -> dict[str, Any]:
+        """The runner's answer to an order of the timing that covers `calls` calls, within a bound of its own: ORDER_BASE_S
+        plus ORDER_FACTOR times the calls at the pace of its fastest correctness trial. A candidate that hangs or spins
+        in its timing (an honest loop bound that the nudged values break, or a hostile one) otherwise held the device
+        exclusive, and every other slot's timing with it, until its task's limit (60 s)."""
+        from evaluator.slot.task_driver import Deadline
+
+        trial_s = self.schedule.fastest_trial_s
+        if trial_s is None:
+            return self.driver.order(message, expected)
+        bound_s = ORDER_BASE_S + ORDER_FACTOR * max(1, calls) * trial_s
+        try:
+            return self.driver.order(message, expected, deadline=time.monotonic() + bound_s)
+        except Deadline:
+            if time.monotonic() >= self.driver.deadline:
+                raise  # the task's own limit: the usual timeout
+            raise TaskEnded(Verdict.TIMEOUT, f"Stopped while being timed: an order of {calls} call(s) took over "
+                            f"{bound_s:.1f} s, where each correctness trial took at most {trial_s:.3f} s.") from None
+
+    def measured(self, message: dict[str, Any], expected: str, calls: int = 1) -> tuple[float, dict[str, Any]]:
+        """Seconds the runner took to answer `message` (an order covering `calls` calls), as the judge measures it, and
+        the answer."""
         before = self.charge.now() if self.charge is not None else 0
-        answer = self.driver.order(message, expected)
+        answer = self.order(message, expected, calls)
         if self.charge is not None:
             return (self.charge.now() - before) / 1e9, answer
         return self.driver.answered_at - self.driver.sent_at, answer
@@ -155,7 +180,7 @@ class TimingPhase:
     def candidate_batch(self, calls: int, salt: int, picked: list[int], seed: int) -> tuple[float, float]:
         """Seconds of the candidate's batch (its value sets made from `salt` inside it) and of its hand-over (picked
         outputs, every output's projection)."""
-        seconds, _ = self.measured({"type": "run", "calls": calls, "salt": salt}, "ran")
+        seconds, _ = self.measured({"type": "run", "calls": calls, "salt": salt}, "ran", calls)
         seconds = self.batch_only["candidate"] = self.less_round_trip(seconds)
         return seconds, self.less_round_trip(self.candidate_hand(calls, picked, seed))
 
@@ -172,7 +197,7 @@ class TimingPhase:
             raise ProtocolBreach("its hand-over did not project every call of the batch")
         self.candidate_projection = [float(v) for v in projected]
         if picked:
-            self.driver.order({"type": "hand", "calls": picked}, "handed")
+            self.order({"type": "hand", "calls": picked}, "handed", len(picked))
         return hand_s
 
     def check(self, picked: list[int]) -> None:
@@ -426,8 +451,8 @@ class TimingPhase:
         # GPU: the base sets stay loaded between rounds of one batch size. CPU: staged before every batch, which maps
         # the batch's pages afresh in the runner as the judge's are (staged once, identical code read ~0.83x).
         if calls != self.staged_for or self.kind == "cpu":
-            self.driver.order({"type": "stage", "sets": [f"timing-{j}" for j in range(BASE_SETS)], "count": calls},
-                              "staged")
+            self.order({"type": "stage", "sets": [f"timing-{j}" for j in range(BASE_SETS)], "count": calls}, "staged",
+                       calls)
             self.staged_for = calls
         return self.rng.getrandbits(30)
 

@@ -102,6 +102,19 @@ def test_a_stalled_runner_ends_at_its_limit_and_the_next_request_still_works(eva
     assert after.verdict == Verdict.CORRECT, after.error_message
 
 
+def test_a_candidate_that_spins_in_its_timing_is_stopped_long_before_its_limit(evaluator, results):
+    """Each timing order has a bound of its own, from the pace of the correctness trials: on a GPU the timing holds
+    the device exclusive, so a hang there held every other slot's timing until the task's limit."""
+    started = time.monotonic()
+    spun = evaluator.evaluate(request(attack("spin_in_timing"), run_timeout_s=90.0))
+    elapsed = time.monotonic() - started
+    assert spun.verdict == Verdict.TIMEOUT, (spun.verdict, spun.error_message)
+    assert "while being timed" in spun.error_message
+    assert elapsed < 60  # the bound is ~5 s past the trials' pace; the task's limit, 90 s
+    after = evaluator.evaluate(request(GOOD, run_timeout_s=60.0))
+    assert after.verdict == Verdict.CORRECT, after.error_message
+
+
 def test_skipping_the_batch_and_computing_only_the_picked_calls_gains_nothing(evaluator, results):
     result = evaluator.evaluate(request(attack("lazy_hand_over"), run_timeout_s=60.0))
     assert result.verdict != Verdict.CORRECT or result.speedup < FORGED_SPEEDUP, result.speedup
