@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks a session should run first on a lent GPU machine, each part with a limit that fits one 10-minute
-# call: `gpu_check.sh slot tests` (~8 min: the slot's throughput, then the GPU tests) and `gpu_check.sh kb` (~7 min:
-# the agreement with KernelBench's own evaluator, then the runner-events GPU tests; KERNELBENCH_ROOT at a KernelBench
+# call: `gpu_check.sh slot` (~7 min: the slot's throughput and the self-speedup of identical code), `gpu_check.sh
+# tests` (~5 min: the GPU tests) and `gpu_check.sh kb` (~7 min: the agreement with KernelBench's own evaluator, then the runner-events GPU tests; KERNELBENCH_ROOT at a KernelBench
 # checkout); `gpu_check.sh share` (~7 min: the device lock's shared steps off and on at 8 slots, then honest speedups
 # beside hogs). Run from the repository root with $OUT set (the device tool sets it); bubblewrap's .deb files in
 # .gpu/deb if the machine lacks it. Results land in $OUT; a summary is printed at the end.
@@ -14,10 +14,12 @@ if ! command -v bwrap >/dev/null && ls .gpu/deb/*.deb >/dev/null 2>&1; then
     export PATH=/tmp/deb/usr/bin:$PATH LD_LIBRARY_PATH=/tmp/deb/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 fi
 nvidia-smi -L > "$OUT/device.txt" 2>&1
-if [[ $PARTS == *" slot "* ]]; then  # one slot, then eight (the default on 16 cores), Triton; then CUDA at eight
+if [[ $PARTS == *" slot "* ]]; then  # one slot, then eight (the default on 16 cores), Triton; then CUDA at eight;
+    # then identical torch code at eight (its speedups are the self-speedup distribution)
     timeout 90 python3 tests/bench/bench_slot.py --n 12 --slots 1 --kinds triton > "$OUT/slot.txt" 2>&1
-    timeout 90 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds triton >> "$OUT/slot.txt" 2>&1
-    timeout 75 python3 tests/bench/bench_slot.py --n 16 --slots 8 --kinds cuda >> "$OUT/slot.txt" 2>&1
+    timeout 90 python3 tests/bench/bench_slot.py --n 48 --slots 8 --kinds triton >> "$OUT/slot.txt" 2>&1
+    timeout 150 python3 tests/bench/bench_slot.py --n 16 --slots 8 --kinds cuda >> "$OUT/slot.txt" 2>&1
+    timeout 70 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds torch >> "$OUT/slot.txt" 2>&1
 fi
 if [[ $PARTS == *" share "* ]]; then  # the device lock's shared steps (docs/slot.md): off, on; then beside hogs
     KRL_WORKER_DEVICE_SHARED_STEPS=0 timeout 90 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds triton \
@@ -40,7 +42,16 @@ if [[ $PARTS == *" tests "* ]]; then
         tests/evaluator/test_attack_corpus.py > "$OUT/gpu_tests.txt" 2>&1
 fi
 cat "$OUT/device.txt"
-[ -f "$OUT/slot.txt" ] && cut -c1-1500 "$OUT/slot.txt"
+[ -f "$OUT/slot.txt" ] && python3 - "$OUT/slot.txt" <<'PY'
+import json, sys  # per run: rate, verdicts, the exclusive hold's split, and identical code's speedups within 5%
+for line in open(sys.argv[1]):
+    if line.startswith("{"):
+        r = json.loads(line); p = r["phase_mean_s"]; s = r.get("speedups") or []
+        print(r["kind"], r["slots"], f"{r['correct']}/{r['n']}", r["evals_per_min"], "/min", r["verdicts"],
+              "hold", round(p.get("timing_rounds", 0) + p.get("timing_hooks", 0), 3), "wait", p.get("device_wait"),
+              "ready", p.get("judge_ready"), "speedup median", r.get("speedup_median"),
+              "within 5%", sum(abs(v - 1) <= 0.05 for v in s), "of", len(s))
+PY
 [ -f "$OUT/share.txt" ] && cut -c1-1500 "$OUT/share.txt"
 [ -f "$OUT/kb.txt" ] && grep -E "^both correct" "$OUT/kb.txt"
 [ -f "$OUT/kb_tests.txt" ] && grep -E "passed|failed|FAILED|ERROR" "$OUT/kb_tests.txt" | tail -8
