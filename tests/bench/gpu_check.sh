@@ -3,8 +3,9 @@
 # call: `gpu_check.sh slot` (~7 min: the slot's throughput and the self-speedup of identical code), `gpu_check.sh
 # tests` (~5 min: the GPU tests) and `gpu_check.sh kb` (~7 min: the agreement with KernelBench's own evaluator, then
 # the runner-events GPU tests; KERNELBENCH_ROOT at a KernelBench checkout); `gpu_check.sh share` (~7 min: the
-# device lock's shared steps off and on at 8 slots, then honest speedups beside hogs). Run from the repository root with $OUT set (the device tool sets it); bubblewrap's .deb files in
-# .gpu/deb if the machine lacks it. Results land in $OUT; a summary is printed at the end.
+# device lock's shared steps off and on at 8 slots, then honest speedups beside hogs). Run from the repository root
+# with $OUT set (the device tool sets it); bubblewrap's .deb files in .gpu/deb if the machine lacks it. Results land
+# in $OUT; a summary is printed at the end.
 set -u
 PARTS=" ${*:-slot tests} "
 OUT=${OUT:-/tmp/gpu_check}; mkdir -p "$OUT"
