@@ -186,6 +186,29 @@ def profiler_events(body: Callable[[], Any], cpu: bool = False, synchronize: boo
         return None
 
 
+# Opt-in, not yet measured: "1" makes a slot runner detach CUPTI once its profiling is done (release_cupti). Kineto
+# keeps CUPTI attached after a torch.profiler session unless TEARDOWN_CUPTI=1 (kineto's cuptiTearDown_; pytorch
+# issue 144455: training 10-20% slower after profiling had ended). A runner profiles at its warm-up and in its kernel
+# checks, the judge never does: a likely source of the candidate side's extra ~15 us a call on identical torch code.
+CUPTI_TEARDOWN_ENV = "KRL_WORKER_CUPTI_TEARDOWN"
+
+
+def release_cupti() -> bool:
+    """Where CUPTI_TEARDOWN_ENV is "1" and a GPU is present: one empty torch.profiler session with TEARDOWN_CUPTI=1, so
+    Kineto tears CUPTI down as it ends (on the next CUDA call: the synchronisation here). For a process that profiles
+    no more. True when it ran."""
+    import os
+
+    import torch
+
+    if os.environ.get(CUPTI_TEARDOWN_ENV) != "1" or not torch.cuda.is_available():
+        return False
+    os.environ["TEARDOWN_CUPTI"] = "1"
+    profiler_events(lambda: None)
+    torch.cuda.synchronize()
+    return True
+
+
 def profile_behind_hold(fn: Callable[[], Any], hold: LaunchHold, calls: int = 3) -> list | None:
     """Profiler events of `calls` calls of `fn`, each queued behind a hold far longer than the host takes to issue it
     (rules.runtime.check_early_start reads them); None when the profiler fails. `fn`'s own exceptions propagate."""

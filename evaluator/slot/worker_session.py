@@ -30,6 +30,7 @@ class TaskSession(RunState):
         self.sets: list[list] = []
         self.bases: list[list] = []  # the timing base sets, on the device once staged
         self.outputs: list = []
+        self.profiler_released = False  # CUPTI detached after the last profile (release_profiler)
 
     # ---- orders
     def load(self, prebuilt: Optional[dict] = None) -> tuple:
@@ -65,6 +66,13 @@ class TaskSession(RunState):
             self._check_custom_kernel_used(new_model, self.last_inputs, own_names, watch)
             self._check_output_uses_kernels(reference, new_model, watch)
         self._verify_untampered()
+        self.release_profiler()
+
+    def release_profiler(self) -> None:
+        """CUPTI detached once this runner profiles no more, before any timed batch (opt-in: timing.release_cupti)."""
+        if self.ctx.is_cuda and not self.profiler_released:
+            self.profiler_released = True
+            timing.release_cupti()
 
     def _inputs_named(self, name: str, reference: Any) -> list:
         return self.pushed[name]
@@ -73,6 +81,7 @@ class TaskSession(RunState):
         """Ready for timed batches of up to `count` calls: the base sets on the device and (CPU) the batch's pages
         mapped. The values themselves are made inside the charged batch, from the salt its order brings (make_sets):
         a runner that knew them here could compute every output off the clock."""
+        self.release_profiler()  # a torch candidate has no kernel checks: its runner's warm-up profiled last
         if not self.ctx.is_cuda:
             # CPU mode charges every thread of the task: one intra-op thread, as the reference has in the judge, so
             # no pool thread spins idle on the candidate's account (the guard's reset after a call restores more).

@@ -144,7 +144,8 @@ def run(kind: str, n: int, slots: int, cache_dir: str) -> dict:
             "phase_mean_s": {k: round(statistics.mean(v), 4) for k, v in sorted(phases.items())},
             # The device lock's shared steps (docs/slot.md: "1" all, "0" none, or a list), and the timings that went
             # on beside shared holders past the drain bound.
-            "device_shared_steps": os.environ.get("KRL_WORKER_DEVICE_SHARED_STEPS") or "1",
+            "device_shared_steps": os.environ.get("KRL_WORKER_DEVICE_SHARED_STEPS") or "0",
+            "cupti_teardown": os.environ.get("KRL_WORKER_CUPTI_TEARDOWN") or "0",  # timing.release_cupti, opt-in
             "device_shared_overruns": int(sum(phases.get("device_shared_overrun", []))),
             "speedup_median": round(statistics.median([r.speedup for r in correct if r.speedup]), 3)
             if correct else None,

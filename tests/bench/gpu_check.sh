@@ -3,7 +3,8 @@
 # call: `gpu_check.sh slot` (~7 min: the slot's throughput and the self-speedup of identical code), `gpu_check.sh
 # tests` (~5 min: the GPU tests) and `gpu_check.sh kb` (~7 min: the agreement with KernelBench's own evaluator, then
 # the runner-events GPU tests; KERNELBENCH_ROOT at a KernelBench checkout); `gpu_check.sh share` (~7 min: the
-# device lock's shared steps off and on at 8 slots, then honest speedups beside hogs). Run from the repository root
+# device lock's shared steps off and on at 8 slots, then honest speedups beside hogs); `gpu_check.sh cupti` (~4 min:
+# identical code with and without the runner's CUPTI detached after its checks). Run from the repository root
 # with $OUT set (the device tool sets it); bubblewrap's .deb files in .gpu/deb if the machine lacks it. Results land
 # in $OUT; a summary is printed at the end.
 set -u
@@ -21,6 +22,14 @@ if [[ $PARTS == *" slot "* ]]; then  # one slot, then eight (the default on 16 c
     timeout 90 python3 tests/bench/bench_slot.py --n 48 --slots 8 --kinds triton >> "$OUT/slot.txt" 2>&1
     timeout 150 python3 tests/bench/bench_slot.py --n 16 --slots 8 --kinds cuda >> "$OUT/slot.txt" 2>&1
     timeout 70 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds torch >> "$OUT/slot.txt" 2>&1
+fi
+if [[ $PARTS == *" cupti "* ]]; then  # identical code and Triton with the runner's CUPTI detached after its checks
+    # (KRL_WORKER_CUPTI_TEARDOWN, evaluator/judging/timing.release_cupti), against the default
+    timeout 70 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds torch > "$OUT/slot.txt" 2>&1
+    KRL_WORKER_CUPTI_TEARDOWN=1 timeout 70 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds torch \
+        >> "$OUT/slot.txt" 2>&1
+    KRL_WORKER_CUPTI_TEARDOWN=1 timeout 90 python3 tests/bench/bench_slot.py --n 48 --slots 8 --kinds triton \
+        >> "$OUT/slot.txt" 2>&1
 fi
 if [[ $PARTS == *" share "* ]]; then  # the device lock's shared steps (docs/slot.md): off, on; then beside hogs
     KRL_WORKER_DEVICE_SHARED_STEPS=0 timeout 90 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds triton \
@@ -48,7 +57,8 @@ import json, sys  # per run: rate, verdicts, the exclusive hold's split, and ide
 for line in open(sys.argv[1]):
     if line.startswith("{"):
         r = json.loads(line); p = r["phase_mean_s"]; s = r.get("speedups") or []
-        print(r["kind"], r["slots"], f"{r['correct']}/{r['n']}", r["evals_per_min"], "/min", r["verdicts"],
+        print(r["kind"], r["slots"], "cupti_teardown", r.get("cupti_teardown"), f"{r['correct']}/{r['n']}",
+              r["evals_per_min"], "/min", r["verdicts"],
               "hold", round(p.get("timing_rounds", 0) + p.get("timing_hooks", 0), 3), "wait", p.get("device_wait"),
               "ready", p.get("judge_ready"), "speedup median", r.get("speedup_median"),
               "within 5%", sum(abs(v - 1) <= 0.05 for v in s), "of", len(s))
