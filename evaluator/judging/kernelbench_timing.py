@@ -190,6 +190,21 @@ def mean_ms(samples: list[float]) -> Optional[float]:
     return statistics.fmean(values) if values else None
 
 
+SPIKE_FACTOR = 3.0  # a call over this many times the median had another process's GPU work in its window
+
+
+def spread_summary(samples_ms: list[float]) -> Optional[tuple[float, float]]:
+    """(median, mean of the calls within SPIKE_FACTOR x the median) of per-call event times: recorded beside
+    KernelBench's plain mean, so what a neighbour's GPU work adds to some calls can be told from the calls' own time
+    (a diagnostic; nothing is charged by it). None without finite, non-negative samples."""
+    finite = sorted(v for v in samples_ms if math.isfinite(v) and v >= 0)
+    if not finite or len(finite) != len(samples_ms):
+        return None
+    median = statistics.median(finite)
+    kept = [v for v in finite if v <= SPIKE_FACTOR * median]
+    return median, statistics.fmean(kept)
+
+
 def speedup(reference_ms: list[float], candidate_ms: list[float]) -> Optional[float]:
     """KernelBench's speedup: mean reference time over mean candidate time (None when either is missing)."""
     reference, candidate = mean_ms(reference_ms), mean_ms(candidate_ms)

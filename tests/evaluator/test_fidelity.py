@@ -227,6 +227,16 @@ def test_the_lower_bound_is_the_batch_less_harness_and_a_flush_never_below_the_f
     assert kernelbench_timing.lower_bound_ms(0.05, 0.02, 0.09, 0.003) == 0.003
 
 
+def test_the_recorded_spread_sets_spiked_calls_apart_and_refuses_unusable_samples():
+    # 100 calls of ~10 us, 5 of which shared their window with another process's kernel (+100 us).
+    calls = [0.010] * 95 + [0.110] * 5
+    median, spike_free = kernelbench_timing.spread_summary(calls)
+    assert median == pytest.approx(0.010) and spike_free == pytest.approx(0.010)
+    assert kernelbench_timing.mean_ms(calls) == pytest.approx(0.015)  # KernelBench's plain mean, still the one charged
+    assert kernelbench_timing.spread_summary([]) is None
+    assert kernelbench_timing.spread_summary([0.01, float("nan")]) is None
+
+
 def test_outputs_timed_with_autograd_on_are_kept_detached():
     # KernelBench times with autograd on; the outputs kept for the checks must not hold a graph (or its memory).
     layer = torch.nn.Linear(4, 3)
