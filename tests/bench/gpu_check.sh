@@ -64,7 +64,7 @@ for line in open(sys.argv[1]):
               "within 5%", sum(abs(v - 1) <= 0.05 for v in s), "of", len(s))
 PY
 [ -f "$OUT/share.txt" ] && cut -c1-1500 "$OUT/share.txt"
-[ -f "$OUT/kb.txt" ] && grep -E "^both correct" "$OUT/kb.txt"
+[ -f "$OUT/kb.txt" ] && grep -E "^both correct|^diagnostic|^against|^KernelBench against" "$OUT/kb.txt"
 [ -f "$OUT/kb_tests.txt" ] && grep -E "passed|failed|FAILED|ERROR" "$OUT/kb_tests.txt" | tail -8
 [ -f "$OUT/gpu_tests.txt" ] && grep -E "passed|failed|FAILED|ERROR" "$OUT/gpu_tests.txt" | tail -15
 exit 0
