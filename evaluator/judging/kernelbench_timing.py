@@ -243,7 +243,7 @@ def measure_pair(candidate: Callable[[], Any], reference: Callable[[], Any], dev
 # ---- the candidate's side in the slot (docs/slot.md, "KernelBench's convention in the slot"). Its runner records the
 # events around its own calls, as KernelBench does; they come from a process that ran candidate code, so the judge
 # believes them only between two bounds of its own.
-# The batch figures behind the lower bound are medians over a few rounds of a few milliseconds each, whose spread is
+# The batch figure behind the lower bound is the quietest of a few rounds of a few milliseconds each, whose spread is
 # ~5-10% on an H100: 0.9 of the batch figure keeps an honest call above the bound through that noise. It applies to the
 # whole figure, before the harness is taken off, because the noise is a share of what was timed.
 LOWER_SLACK = 0.9

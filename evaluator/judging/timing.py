@@ -138,9 +138,10 @@ def profiler_events(body: Callable[[], Any], cpu: bool = False, synchronize: boo
     """Profiler events (GPU activity, and CPU with `cpu`) of what `body` does, the GPU synchronised (unless not
     `synchronize`: no GPU) before the profiler stops; None when the profiler itself fails to start, stop or report, so
     an evaluator problem is never blamed on the candidate. `body`'s own exceptions propagate.
-    On a GPU the device work comes from CUPTI's activity API directly (judging/cupti_activity.py), without CPU events:
-    torch.profiler's first session in a process costs 4-6 s of CPU (H100, torch 2.11), paid by every fresh runner,
-    where the direct recorder's costs ~40 ms. torch.profiler where that recorder cannot open."""
+    torch.profiler by default. With KRL_WORKER_PROFILER=direct, on a GPU, the device work comes from CUPTI's activity
+    API directly (judging/cupti_activity.py), without CPU events: ~40 ms for a first session in a plain process against
+    torch.profiler's 4-6 s of CPU (H100, torch 2.11), but slower inside the sandboxed runner for reasons not found;
+    torch.profiler where that recorder cannot open."""
     import torch
 
     if synchronize and torch.cuda.is_available():

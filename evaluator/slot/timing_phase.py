@@ -222,7 +222,6 @@ class TimingPhase:
         from evaluator.judging import sol, timing
 
         names = [f"timing-{j}" for j in range(BASE_SETS)]
-        deadline = self.driver.deadline
         with self.schedule.on_device("timing_inputs"):  # the judge's inputs: GPU work, not yet exclusive
             self.bases = [self.task.make(name) for name in names]
         set_bytes = sol.tensor_bytes(self.bases[0]) + sol.tensor_bytes(self.task.reference_outputs[names[0]])
@@ -240,15 +239,7 @@ class TimingPhase:
         try:
             if self.kind == "cuda":
                 self.problem_cost()  # counted before the device is held (the flop counter runs the reference)
-            if self.lock is not None:
-                waited = self.lock.acquire(deadline)
-                if waited is None:
-                    raise TaskEnded(Verdict.TIMEOUT, "The evaluation did not get the GPU for timing within its limit.")
-                held = True
-                self.schedule.phases["device_wait"] = round(waited, 6)
-                # 1: shared holders (another slot's order, a hostile spin) still on the device when the drain's bound
-                # passed, so this timing ran beside them (isolation/device_lock.SHARED_DRAIN_MAX_S); bench counts it.
-                self.schedule.phases["device_shared_overrun"] = int(self.lock.overran)
+            held = self.hold_device()
             held_from = time.perf_counter()
             # The timed pair ahead of the rest of the pool for CPU while it holds the GPU.
             with TimingPriority(self.runner_pid()) if held else contextlib.nullcontext():
@@ -281,6 +272,20 @@ class TimingPhase:
         candidate = statistics.median(candidate_ms)
         result.speedup = statistics.median(reference_ms) / candidate if candidate > 0 else None
         self.speed_of_light(result, candidate)
+
+    def hold_device(self) -> bool:
+        """This GPU held exclusive for the timing (False without a lock: CPU mode); TaskEnded when it is not had
+        within the task's limit."""
+        if self.lock is None:
+            return False
+        waited = self.lock.acquire(self.driver.deadline)
+        if waited is None:
+            raise TaskEnded(Verdict.TIMEOUT, "The evaluation did not get the GPU for timing within its limit.")
+        self.schedule.phases["device_wait"] = round(waited, 6)
+        # 1: shared holders (another slot's order, a hostile spin) still on the device when the drain's bound passed,
+        # so this timing ran beside them (isolation/device_lock.SHARED_DRAIN_MAX_S); the bench counts it.
+        self.schedule.phases["device_shared_overrun"] = int(self.lock.overran)
+        return True
 
     def staging_budget(self) -> int:
         """Bytes of value sets and outputs each side may stage: STAGING_BUDGET_BYTES, and on a GPU at most a share of

@@ -31,6 +31,7 @@ class TaskSession(RunState):
         self.bases: list[list] = []  # the timing base sets, on the device once staged
         self.outputs: list = []
         self.profiler_released = False  # CUPTI detached after the last profile (release_profiler)
+        self.kernelbench_flush: Any = None  # KernelBench's flush buffer, made by the first eager order
 
     # ---- orders
     def load(self, prebuilt: Optional[dict] = None) -> tuple:
@@ -142,7 +143,7 @@ class TaskSession(RunState):
 
     def _kernelbench_flush(self) -> Any:
         """KernelBench's 256 MiB flush, made by the first eager order (the judge's untimed one) and paged in there."""
-        flush = getattr(self, "kernelbench_flush", None)
+        flush = self.kernelbench_flush
         if flush is None:
             flush = self.kernelbench_flush = kernelbench_timing.KernelBenchFlush(self.ctx.device)
             flush.flush()

@@ -488,11 +488,12 @@ def summarize(items: list[dict]) -> dict:
     for r in rows:
         if not (r["kb_correct"] and r["ours"] == "correct" and r["kb_speedup"]):
             continue
-        reference, reported = _ms({"phases": r["phases"]}, "reference_spike_free_per_call"), \
-            _ms({"phases": r["phases"]}, "reported_spike_free_per_call")
-        lower, upper = _ms({"phases": r["phases"]}, "lower_per_call"), _ms({"phases": r["phases"]}, "upper_per_call")
+        reference, reported = _ms(r, "reference_spike_free_per_call"), _ms(r, "reported_spike_free_per_call")
+        lower, upper = _ms(r, "lower_per_call"), _ms(r, "upper_per_call")
         if None not in (reference, reported, lower, upper) and reported > 0:
-            charged = min(max(reported, min(lower, upper)), upper)
+            from evaluator.judging import kernelbench_timing
+
+            charged = kernelbench_timing.bounded_charge([reported], lower, upper).charged_ms
             spike_free.append(reference / charged / r["kb_speedup"])
     clamps = [r["clamped"] for r in rows if r["clamped"] is not None]
     # KernelBench against itself (--kb-repeats 2): the second pass's speedup over the first, where both call it correct.

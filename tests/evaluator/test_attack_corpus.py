@@ -12,6 +12,7 @@ import pytest
 
 from evaluator.contract.types import EvalRequest, Verdict
 from evaluator.isolation.sandbox import get_sandbox
+from tests.evaluator.candidates.harness import matmul_reference
 from tests.evaluator.pool_support import make_evaluator
 
 ATTACKS = Path(__file__).resolve().parent / "attacks"
@@ -33,22 +34,7 @@ def get_inputs():
 def get_init_inputs():
     return []
 '''
-MATMUL = '''
-import torch
-import torch.nn as nn
-
-N = 192
-
-class Model(nn.Module):
-    def forward(self, a, b):
-        return a @ b
-
-def get_inputs():
-    return [torch.randn(N, N), torch.randn(N, N)]
-
-def get_init_inputs():
-    return []
-'''
+MATMUL = matmul_reference(192)
 COLUMN_MEAN = '''
 import torch
 import torch.nn as nn
@@ -120,7 +106,7 @@ CASES = {
     "fake_benchmark_print": ("relu", "torch", Verdict.WRONG_OUTPUT, {}),
 }
 # CUDA-only classes, through the real Evaluator on the GPU (the lead runs these: pytest -m gpu).
-GPU_MATMUL = MATMUL.replace("N = 192", "N = 2048")
+GPU_MATMUL = matmul_reference(2048)
 GPU_CASES = {
     # Gains nothing: the runner's device-wide synchronisation ends every timed batch inside the judge's clock, so the
     # side stream's work is charged (H100, slot: correct at 0.60x, its outputs complete by the hand-over).

@@ -8,23 +8,13 @@ import pytest
 
 from evaluator.contract.types import EvalRequest, Verdict
 from evaluator.slot.kernelbench_phase import CLOCK
+from tests.evaluator.candidates.harness import matmul_reference
 
 pytestmark = pytest.mark.gpu
 
 # ~17 GFLOP in fp32: ~0.3-0.4 ms a call on an H100, well above a flush and the judge's harness, so the lower bound
 # is a real one (its speed-of-light floor alone is ~0.2 ms).
-MATMUL = '''
-import torch
-import torch.nn as nn
-N = 2048
-class Model(nn.Module):
-    def forward(self, a, b):
-        return a @ b
-def get_inputs():
-    return [torch.randn(N, N), torch.randn(N, N)]
-def get_init_inputs():
-    return []
-'''
+MATMUL = matmul_reference(2048)
 FORWARD = '''
 class ModelNew(nn.Module):
     def forward(self, a, b):

@@ -10,6 +10,7 @@ import pytest
 
 from evaluator.api import EvalRequest
 from evaluator.contract.types import Verdict
+from tests.evaluator.candidates.harness import matmul_reference
 from tests.evaluator.pool_support import make_evaluator
 
 ELEMENTWISE = '''
@@ -32,23 +33,7 @@ def get_init_inputs():
     return []
 '''
 
-MATMUL = '''
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, a, b):
-        return a @ b
-
-
-def get_inputs():
-    return [torch.randn(48, 48), torch.randn(48, 48)]
-
-
-def get_init_inputs():
-    return []
-'''
+MATMUL = matmul_reference(48)
 
 
 # A loss: one 0-dim output per call (KernelBench level 1, problems 94-100). The hand-over's projection once failed on

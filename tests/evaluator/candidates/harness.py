@@ -90,6 +90,26 @@ def get_init_inputs():
 '''
 
 
+def matmul_reference(n: int) -> str:
+    """An fp32 n x n matmul, `a @ b`, of random values."""
+    return f"""
+import torch
+import torch.nn as nn
+
+N = {n}
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return a @ b
+
+def get_inputs():
+    return [torch.randn(N, N), torch.randn(N, N)]
+
+def get_init_inputs():
+    return []
+"""
+
+
 def int_matmul_reference(n: int) -> str:
     """An fp32 n x n matmul on small integers: exact in TF32 too (until nudged for timing)."""
     return f"""
