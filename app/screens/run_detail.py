@@ -96,6 +96,13 @@ def fill_measured(table: DataTable, columns: tuple[str, ...], rows: list[tuple])
         table.add_row(*row)
 
 
+def widen_to(table: DataTable, rows: list[tuple]) -> None:
+    """Each column at least as wide as its widest cell in `rows`, measured here (see fill_measured); DataTable's idle
+    pass can still widen a column for rows added later."""
+    for column, cells in zip(table.ordered_columns, zip(*rows)):
+        column.content_width = max([column.content_width] + [len(str(cell)) for cell in cells])
+
+
 class RunDetailScreen(KrlScreen):
     # Below 110 columns the metric picker narrows so two plots abreast keep whole titles (issue 26 item 9).
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
@@ -482,13 +489,14 @@ class RunDetailScreen(KrlScreen):
             return  # a page for a table that has been refilled since it was asked for
         yes = theme_colour(self.app, "success")
         bad = theme_colour(self.app, "error")
-        for row in rows:
-            table.add_row(row["id"], row["step"], row["group_index"], row["sample_index"], row["problem_id"],
-                          row["n_turns"], fmt_float(row["total_return"], 3),
-                          Text("yes", style=yes) if row["solved"] else "no",
-                          "–" if row["solved_at_turn"] is None else row["solved_at_turn"],
-                          fmt_speedup(row["best_speedup"]), Text("HACK", style=bad) if row["hack"] else "",
-                          key=str(row["id"]))
+        cells = [(row["id"], row["step"], row["group_index"], row["sample_index"], row["problem_id"], row["n_turns"],
+                  fmt_float(row["total_return"], 3), Text("yes", style=yes) if row["solved"] else "no",
+                  "–" if row["solved_at_turn"] is None else row["solved_at_turn"], fmt_speedup(row["best_speedup"]),
+                  Text("HACK", style=bad) if row["hack"] else "") for row in rows]
+        for row, cell in zip(rows, cells):
+            table.add_row(*cell, key=str(row["id"]))
+        if offset == 0:  # the first page measured here: left to DataTable's idle pass, the problem column was
+            widen_to(table, cells)  # sometimes painted at its header's width (builtin/matmul cut to "builtin")
         self._trajectories_total = total
         if extra.get("in_run") is not None:
             self._trajectories_in_run = extra["in_run"]
