@@ -40,6 +40,12 @@ def project_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # evaluator/isolation/ up
 
 
+# OpenMP's pool threads sleep as soon as a parallel region ends, in the judges and the runners alike. Spinning (GNU
+# OpenMP's default, for a few ms) used CPU in an honest runner while it waited for its next order, which the judge
+# counts as the candidate's side work while it times the reference (slot/timing_phase.py reference_watched).
+OMP_WAIT_POLICY = "PASSIVE"
+
+
 def allowed_environment(parent_env: Mapping[str, str], private_dir: str,
                         extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
     """The environment inside a sandbox: the allow-listed parent variables, HOME/TMPDIR and every tool cache in
@@ -50,7 +56,8 @@ def allowed_environment(parent_env: Mapping[str, str], private_dir: str,
     env.update(HOME=private_dir, TMPDIR=tmp, TMP=tmp, TEMP=tmp, XDG_CACHE_HOME=cache, USER="nobody", LOGNAME="nobody",
                TRITON_CACHE_DIR=os.path.join(cache, "triton"), TORCH_EXTENSIONS_DIR=os.path.join(cache, "torch_extensions"),
                TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"), CUDA_CACHE_PATH=os.path.join(cache, "nv"),
-               PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1", MALLOC_ARENA_MAX="2")
+               PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1", MALLOC_ARENA_MAX="2",
+               OMP_WAIT_POLICY=OMP_WAIT_POLICY)
     env.setdefault("PATH", os.defpath)
     for name, value in (extra or {}).items():
         if looks_secret(name):
@@ -66,6 +73,6 @@ def worker_environment(parent_env: Mapping[str, str], private_dir: str, extra: M
     tmp = os.path.join(private_dir, "tmp")
     os.makedirs(tmp, exist_ok=True)
     env.update(HOME=private_dir, TMPDIR=tmp, TMP=tmp, TEMP=tmp, PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1",
-               MALLOC_ARENA_MAX="2", PYTHONPATH=project_root())
+               MALLOC_ARENA_MAX="2", OMP_WAIT_POLICY=OMP_WAIT_POLICY, PYTHONPATH=project_root())
     env.update(extra)
     return env

@@ -187,22 +187,23 @@ def profiler_events(body: Callable[[], Any], cpu: bool = False, synchronize: boo
         return None
 
 
-# Opt-in, not yet measured: "1" makes a slot runner detach CUPTI once its profiling is done (release_cupti). Kineto
-# keeps CUPTI attached after a torch.profiler session unless TEARDOWN_CUPTI=1 (kineto's cuptiTearDown_; pytorch
-# issue 144455: training 10-20% slower after profiling had ended). A runner profiles at its warm-up and in its kernel
-# checks, the judge never does: a likely source of the candidate side's extra ~15 us a call on identical torch code.
+# "0" keeps a slot runner's CUPTI attached after its profiling; by default (anything else) the runner detaches it
+# (release_cupti). Kineto keeps CUPTI attached after a torch.profiler session unless TEARDOWN_CUPTI=1 (kineto's
+# cuptiTearDown_; pytorch issue 144455: training 10-20% slower after profiling had ended). A runner profiles at its
+# warm-up and in its kernel checks, the judge never does. Identical torch code at 8 slots on an H100 (32 tasks):
+# attached, median self-speedup 0.70 (KernelBench convention 0.90); detached, 0.86 (1.00).
 CUPTI_TEARDOWN_ENV = "KRL_WORKER_CUPTI_TEARDOWN"
 
 
 def release_cupti() -> bool:
-    """Where CUPTI_TEARDOWN_ENV is "1" and a GPU is present: one empty torch.profiler session with TEARDOWN_CUPTI=1, so
-    Kineto tears CUPTI down as it ends (on the next CUDA call: the synchronisation here). For a process that profiles
-    no more. True when it ran."""
+    """Unless CUPTI_TEARDOWN_ENV is "0", where a GPU is present: one empty torch.profiler session with
+    TEARDOWN_CUPTI=1, so Kineto tears CUPTI down as it ends (on the next CUDA call: the synchronisation here). For a
+    process that profiles no more. True when it ran."""
     import os
 
     import torch
 
-    if os.environ.get(CUPTI_TEARDOWN_ENV) != "1" or not torch.cuda.is_available():
+    if os.environ.get(CUPTI_TEARDOWN_ENV, "1").strip() == "0" or not torch.cuda.is_available():
         return False
     os.environ["TEARDOWN_CUPTI"] = "1"
     profiler_events(lambda: None)

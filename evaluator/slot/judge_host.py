@@ -641,17 +641,18 @@ class JudgeHost:
 
     def _timing_for(self, runner: "_Runner"):
         """How the task's timing phase charges the candidate: the task's CPU accounting in CPU mode, the judge's clock
-        around a batch (holding this GPU's lock exclusive) on a GPU."""
+        around a batch (holding this GPU's lock exclusive) on a GPU; either way the same accounting watches the runner
+        while the judge times the reference."""
         from evaluator.slot.cpu_charge import CpuCharge
         from evaluator.slot.timing_phase import TimingPhase
 
         def make(task: TaskJudge, driver: TaskDriver, schedule: Any) -> TimingPhase:
-            if self.device.startswith("cuda"):
-                return TimingPhase(task, driver, schedule, lock=self.device_lock)
             group = self.task_isolation.cgroup if self.task_isolation is not None else None
             group_cpu = group.cpu_time_ns if group is not None else None
-            return TimingPhase(task, driver, schedule, charge=CpuCharge(self.slot.locate(runner),
-                                                                        self.slot.task_cgroup(runner), group_cpu))
+            runner_cpu = CpuCharge(self.slot.locate(runner), self.slot.task_cgroup(runner), group_cpu)
+            if self.device.startswith("cuda"):  # charged by the judge's clock; the runner's CPU only watched
+                return TimingPhase(task, driver, schedule, lock=self.device_lock, watch=runner_cpu)
+            return TimingPhase(task, driver, schedule, charge=runner_cpu)
         return make
 
     def finish_task(self) -> None:

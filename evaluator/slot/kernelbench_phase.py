@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 from evaluator.judging import kernelbench_timing as kb
 from evaluator.slot.outcome import ProtocolBreach
+from evaluator.slot.timing_phase import timed_again_if_interfered
 
 # What the stamped kernelbench figures are (EvalResult.kernelbench_clock; docs/slot.md, "KernelBench's convention").
 CLOCK = "runner_events_within_judge_bounds"
@@ -73,18 +74,7 @@ def _gpu_rounds(phase: Any, calls: int, rounds: int) -> tuple[float, float]:
     # Round 0 is a warm-up, checked and not counted (KernelBench warms up too): the runner is a fresh process whose
     # caching allocator has never held this many outputs nor the hand-over's stacked projection.
     for index in range(rounds + 1):
-        salt, picked, seed = _round_plan(phase, calls, index == 0)
-        seen: dict[str, Any] = {}
-        for side in (("candidate", "reference") if index % 2 else ("reference", "candidate")):
-            if side == "reference":
-                phase.judge_sets = phase.made_sets(salt, calls)
-                seen["reference"] = reference_events_ms(phase, flush)
-                seen["reference_hand"] = phase.reference_hand(picked, seed)
-            else:
-                seen["order"], answer = phase.measured(_eager_message(calls, salt), "ran", calls)
-                seen["events"] = reported_events(answer, calls)
-                seen["hand"] = phase.candidate_hand(calls, picked, seed)
-        phase.check(picked)  # the eager calls' outputs are checked like the judge's own batches
+        seen = timed_again_if_interfered(lambda: _gpu_round(phase, flush, calls, index))
         if index:
             reference_ms += seen["reference"]
             # The judge's own clock around the order, and work deferred into the hand-over beyond the judge's own
@@ -146,6 +136,24 @@ def reported_events(answer: dict[str, Any], calls: int) -> Optional[list[float]]
     return [float(v) for v in events]  # an integer beyond any float never gets here: evidence.check_answer refuses it
 
 
+def _gpu_round(phase: Any, flush: Any, calls: int, index: int) -> dict[str, Any]:
+    """Round `index` of KernelBench's convention on a GPU: each side's eager calls and projections, then the checks."""
+    salt, picked, seed = _round_plan(phase, calls, index == 0)
+    seen: dict[str, Any] = {}
+    for side in (("candidate", "reference") if index % 2 else ("reference", "candidate")):
+        if side == "reference":
+            with phase.reference_watched(counted=index > 0):
+                phase.judge_sets = phase.made_sets(salt, calls)
+                seen["reference"] = reference_events_ms(phase, flush)
+                seen["reference_hand"] = phase.reference_hand(picked, seed)
+        else:
+            seen["order"], answer = phase.measured(_eager_message(calls, salt), "ran", calls)
+            seen["events"] = reported_events(answer, calls)
+            seen["hand"] = phase.candidate_hand(calls, picked, seed)
+    phase.check(picked)  # the eager calls' outputs are checked like the judge's own batches
+    return seen
+
+
 def judge_harness_ms(phase: Any) -> float:
     """Milliseconds per call of what the judge's batch rounds time beside the calls themselves: making the batch's
     value sets and projecting every output (as timing_phase's reference_batch and reference_hand do), at the batch
@@ -201,20 +209,29 @@ def _cpu_rounds(phase: Any, calls: int, rounds: int) -> tuple[float, float]:
     reference_ms: list[float] = []
     candidate_ms: list[float] = []
     for index in range(rounds):
-        salt, picked, seed = _round_plan(phase, calls, index == 0)
-        for side in (("candidate", "reference") if index % 2 else ("reference", "candidate")):
-            # Each side is also charged its projection of every output, as in the judge's rounds: work a runner
-            # defers from its eager calls must be done by then.
-            if side == "reference":
-                # On a CPU an eager call is a batch call (no flush, no synchronisation): the judge's own batch,
-                # with its memory reservation and one intra-op thread, as the runner's order has them.
-                seconds = phase.reference_batch(calls, salt)
-                reference_ms.append((seconds + phase.reference_hand(picked, seed)) / calls * 1e3)
-            else:
-                seconds = _eager_order(phase, calls, salt)
-                candidate_ms.append((seconds + phase.candidate_hand(calls, picked, seed)) / calls * 1e3)
-        phase.check(picked)
+        reference, candidate = timed_again_if_interfered(lambda: _cpu_round(phase, calls, index))
+        reference_ms.append(reference)
+        candidate_ms.append(candidate)
     return statistics.fmean(reference_ms), statistics.fmean(candidate_ms)
+
+
+def _cpu_round(phase: Any, calls: int, index: int) -> tuple[float, float]:
+    salt, picked, seed = _round_plan(phase, calls, index == 0)
+    charged: dict[str, float] = {}
+    for side in (("candidate", "reference") if index % 2 else ("reference", "candidate")):
+        # Each side is also charged its projection of every output, as in the judge's rounds: work a runner
+        # defers from its eager calls must be done by then.
+        if side == "reference":
+            # On a CPU an eager call is a batch call (no flush, no synchronisation): the judge's own batch,
+            # with its memory reservation and one intra-op thread, as the runner's order has them.
+            with phase.reference_watched():
+                seconds = phase.reference_batch(calls, salt)
+                charged[side] = (seconds + phase.reference_hand(picked, seed)) / calls * 1e3
+        else:
+            seconds = _eager_order(phase, calls, salt)
+            charged[side] = (seconds + phase.candidate_hand(calls, picked, seed)) / calls * 1e3
+    phase.check(picked)
+    return charged["reference"], charged["candidate"]
 
 
 def _judge_flush(phase: Any) -> Any:

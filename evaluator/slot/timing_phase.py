@@ -6,10 +6,11 @@ times."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import statistics
 import time
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from evaluator.contract.types import Verdict
 from evaluator.slot.outcome import ProtocolBreach, TaskEnded
@@ -54,6 +55,14 @@ MAX_SPREAD = 0.25  # (p75 - p25) / median of the candidate's per-call times beyo
 # anyway; each round is held exclusive, which bounds the slot's throughput.
 EXTRA_ROUNDS = {"cuda": 3, "cpu": 3}
 BASE_SETS = 2
+# The runner's whole tree is watched while the judge times the reference (its batch and projection): an honest runner
+# waits for its next order then, using next to no CPU. More than this share of the reference's wall time, plus the
+# slack, is the candidate's own work (a thread or process it left running) stretching the reference: through the
+# host's cores, caches and memory bandwidth, which the reference's host-bound calls need.
+# The round is timed again; past INTERFERED_ROUNDS_MAX such rounds the task ends `hack_detected` (side_work).
+INTERFERENCE_SHARE = 0.5  # a process spinning throughout is 1.0; OpenMP threads spinning after a batch read ~0.7
+INTERFERENCE_SLACK_S = 1e-3
+INTERFERED_ROUNDS_MAX = 2
 # Beyond the request's tolerances, the summation order's rounding of a projection (relative to its magnitude).
 PROJECTION_SLACK = 1e-4
 
@@ -66,10 +75,13 @@ EXTRA_TIMINGS: dict[str, Any] = {}
 
 
 class TimingPhase:
-    def __init__(self, task: Any, driver: Any, schedule: Any, charge: Any = None, lock: Any = None):
+    def __init__(self, task: Any, driver: Any, schedule: Any, charge: Any = None, lock: Any = None,
+                 watch: Any = None):
         self.task, self.driver, self.schedule = task, driver, schedule
         self.kind = "cuda" if task.device.startswith("cuda") else "cpu"
         self.charge = charge  # CpuCharge of the runner's tree (CPU mode)
+        self.watch = watch if watch is not None else charge  # the same reading, for the runner's work while idle
+        self.interfered_rounds = 0
         self.lock = lock  # DeviceLock of this GPU, held exclusive only while timing
         self.rng = random.SystemRandom()
         self.bases: list[list] = []
@@ -226,8 +238,6 @@ class TimingPhase:
             self.bases = [self.task.make(name) for name in names]
         set_bytes = sol.tensor_bytes(self.bases[0]) + sol.tensor_bytes(self.task.reference_outputs[names[0]])
         self.staged = max(1, min(MAX_CALLS[self.kind], self.staging_budget() // max(1, set_bytes)))
-        import contextlib
-
         import torch
 
         from evaluator.isolation.timing_priority import TimingPriority
@@ -353,9 +363,10 @@ class TimingPhase:
                 self.counted_cost = None
         return self.counted_cost
 
-    def one_round(self, calls: int, candidate_first: bool) -> tuple[float, float]:
+    def one_round(self, calls: int, candidate_first: bool, counted: bool = False) -> tuple[float, float]:
         """(reference, candidate) seconds per call of one round: both sides on the same fresh value sets, each timed
-        over its batch and its hand-over; then the judge's checks (untimed)."""
+        over its batch and its hand-over; then the judge's checks (untimed). A `counted` round watches the runner
+        while the reference is timed (reference_watched)."""
         first = calls != self.staged_for
         salt = self.stage(calls)
         picked = self.picks(calls, first)
@@ -363,8 +374,9 @@ class TimingPhase:
         hands = {}
         for side in (("candidate", "reference") if candidate_first else ("reference", "candidate")):
             if side == "reference":
-                self.batch_only[side] = self.reference_batch(calls, salt)
-                hands[side] = self.reference_hand(picked, seed)
+                with self.reference_watched(counted):
+                    self.batch_only[side] = self.reference_batch(calls, salt)
+                    hands[side] = self.reference_hand(picked, seed)
             else:
                 _, hands[side] = self.candidate_batch(calls, salt, picked, seed)
         self.check(picked)
@@ -373,6 +385,30 @@ class TimingPhase:
                 self.batch_only["reference"], hands["reference"], self.batch_only["candidate"], hands["candidate"])])
         reference, candidate = self.charged(hands["reference"], hands["candidate"])
         return reference / calls, candidate / calls
+
+    @contextlib.contextmanager
+    def reference_watched(self, counted: bool = True) -> Iterator[None]:
+        """Around the judge's timing of the reference (a `counted` round's): the runner's CPU time meanwhile within
+        INTERFERENCE_SHARE of the wall time and the slack, else Interfered (the round timed again, up to
+        INTERFERED_ROUNDS_MAX rounds a task, then hack_detected)."""
+        cpu_from = self.watch.now() if counted and self.watch is not None else None
+        started = time.perf_counter()
+        yield
+        if cpu_from is not None:
+            self.runner_idle((self.watch.now() - cpu_from) / 1e9, time.perf_counter() - started)
+
+    def runner_idle(self, used_s: float, reference_s: float) -> None:
+        if used_s <= INTERFERENCE_SHARE * reference_s + INTERFERENCE_SLACK_S:
+            return
+        self.interfered_rounds += 1
+        self.schedule.phases["timing_interfered_rounds"] = self.interfered_rounds
+        if self.interfered_rounds > INTERFERED_ROUNDS_MAX:
+            from evaluator.judging.rules import finding
+
+            found = finding("side_work", f"the candidate's processes used {used_s * 1e3:.1f} ms of CPU while the "
+                            f"reference was timed for {reference_s * 1e3:.1f} ms, waiting for the judge's next order")
+            raise TaskEnded(Verdict.HACK_DETECTED, found.message, found.rule)
+        raise Interfered()
 
     def charged(self, reference_hand: float, candidate_hand: float) -> tuple[float, float]:
         """(reference, candidate) seconds charged for this round: each side's batch and its projection of every output
@@ -425,7 +461,7 @@ class TimingPhase:
         return reference_ms[-rounds:], candidate_ms[-rounds:]
 
     def add_round(self, calls: int, index: int, reference_ms: list[float], candidate_ms: list[float]) -> None:
-        reference, candidate = self.one_round(calls, index % 2 == 1)
+        reference, candidate = timed_again_if_interfered(lambda: self.one_round(calls, index % 2 == 1, counted=True))
         reference_ms.append(reference * 1e3)
         candidate_ms.append(candidate * 1e3)
 
@@ -460,6 +496,19 @@ class TimingPhase:
                        calls)
             self.staged_for = calls
         return self.rng.getrandbits(30)
+
+
+class Interfered(Exception):
+    """The runner worked while the judge timed the reference: the round does not count."""
+
+
+def timed_again_if_interfered(round_: Callable[[], Any]) -> Any:
+    """`round_()`, run again while it raises Interfered (reference_watched ends the task after a few)."""
+    while True:
+        try:
+            return round_()
+        except Interfered:
+            continue
 
 
 def spread(values: list[float]) -> float:

@@ -70,7 +70,7 @@ class TaskSession(RunState):
         self.release_profiler()
 
     def release_profiler(self) -> None:
-        """CUPTI detached once this runner profiles no more, before any timed batch (opt-in: timing.release_cupti)."""
+        """CUPTI detached once this runner profiles no more, before any timed batch (timing.release_cupti)."""
         if self.ctx.is_cuda and not self.profiler_released:
             self.profiler_released = True
             timing.release_cupti()

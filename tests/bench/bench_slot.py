@@ -125,12 +125,19 @@ def run(kind: str, n: int, slots: int, cache_dir: str) -> dict:
     from evaluator.local.evaluator import Evaluator
     from evaluator.contract.types import Verdict
 
+    began = time.monotonic()
     with Evaluator(devices=[0], workers_per_device=slots, cache_dir=cache_dir) as ev:
         warm = list(ev.evaluate_many(requests(kind, len(BLOCKS))))  # builds and JIT caches, as in a long run
+        print(f"{kind} at {slots} slots: pool and warm-up {time.monotonic() - began:.1f} s", file=sys.stderr, flush=True)
         batch = requests(kind, n)
         with GpuSampler() as gpu:
             started = time.monotonic()
-            results = list(ev.evaluate_many(batch))
+            results = []
+            for result in ev.evaluate_many(batch):  # one line each, so a run cut off by its limit still says how far
+                results.append(result)
+                print(f"  {len(results)}/{n} at {time.monotonic() - started:.1f} s: {result.request_id} "
+                      f"{result.verdict.value} speedup {result.speedup} interfered rounds "
+                      f"{result.phase_times_s.get('timing_interfered_rounds', 0)}", file=sys.stderr, flush=True)
             wall_s = time.monotonic() - started
     phases: dict[str, list[float]] = {}
     for result in results:
@@ -145,7 +152,7 @@ def run(kind: str, n: int, slots: int, cache_dir: str) -> dict:
             # The device lock's shared steps (docs/slot.md: "1" all, "0" none, or a list), and the timings that went
             # on beside shared holders past the drain bound.
             "device_shared_steps": os.environ.get("KRL_WORKER_DEVICE_SHARED_STEPS") or "0",
-            "cupti_teardown": os.environ.get("KRL_WORKER_CUPTI_TEARDOWN") or "0",  # timing.release_cupti, opt-in
+            "cupti_teardown": os.environ.get("KRL_WORKER_CUPTI_TEARDOWN") or "1",  # timing.release_cupti, "0" off
             "device_shared_overruns": int(sum(phases.get("device_shared_overrun", []))),
             "speedup_median": round(statistics.median([r.speedup for r in correct if r.speedup]), 3)
             if correct else None,

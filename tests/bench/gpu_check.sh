@@ -4,7 +4,8 @@
 # tests` (~5 min: the GPU tests) and `gpu_check.sh kb` (~7 min: the agreement with KernelBench's own evaluator, then
 # the runner-events GPU tests; KERNELBENCH_ROOT at a KernelBench checkout); `gpu_check.sh share` (~7 min: the
 # device lock's shared steps off and on at 8 slots, then honest speedups beside hogs); `gpu_check.sh cupti` (~4 min:
-# identical code with and without the runner's CUPTI detached after its checks). Run from the repository root
+# identical code with the runner's CUPTI detached after its checks, the default, and kept attached; then the runner
+# traits' own host cost, bench_runner_overhead.py). Run from the repository root
 # with $OUT set (the device tool sets it); bubblewrap's .deb files in .gpu/deb if the machine lacks it. Results land
 # in $OUT; a summary is printed at the end.
 set -u
@@ -23,13 +24,13 @@ if [[ $PARTS == *" slot "* ]]; then  # one slot, then eight (the default on 16 c
     timeout 150 python3 tests/bench/bench_slot.py --n 16 --slots 8 --kinds cuda >> "$OUT/slot.txt" 2>&1
     timeout 70 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds torch >> "$OUT/slot.txt" 2>&1
 fi
-if [[ $PARTS == *" cupti "* ]]; then  # identical code and Triton with the runner's CUPTI detached after its checks
-    # (KRL_WORKER_CUPTI_TEARDOWN, evaluator/judging/timing.release_cupti), against the default
+if [[ $PARTS == *" cupti "* ]]; then  # identical code with the runner's CUPTI detached after its checks (the default,
+    # evaluator/judging/timing.release_cupti) and kept attached (KRL_WORKER_CUPTI_TEARDOWN=0), then Triton
     timeout 70 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds torch > "$OUT/slot.txt" 2>&1
-    KRL_WORKER_CUPTI_TEARDOWN=1 timeout 70 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds torch \
+    KRL_WORKER_CUPTI_TEARDOWN=0 timeout 70 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds torch \
         >> "$OUT/slot.txt" 2>&1
-    KRL_WORKER_CUPTI_TEARDOWN=1 timeout 90 python3 tests/bench/bench_slot.py --n 48 --slots 8 --kinds triton \
-        >> "$OUT/slot.txt" 2>&1
+    timeout 90 python3 tests/bench/bench_slot.py --n 48 --slots 8 --kinds triton >> "$OUT/slot.txt" 2>&1
+    timeout 150 python3 tests/bench/bench_runner_overhead.py --repeats 2 > "$OUT/overhead.txt" 2>&1
 fi
 if [[ $PARTS == *" share "* ]]; then  # the device lock's shared steps (docs/slot.md): off, on; then beside hogs
     KRL_WORKER_DEVICE_SHARED_STEPS=0 timeout 90 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds triton \
@@ -61,9 +62,11 @@ for line in open(sys.argv[1]):
               r["evals_per_min"], "/min", r["verdicts"],
               "hold", round(p.get("timing_rounds", 0) + p.get("timing_hooks", 0), 3), "wait", p.get("device_wait"),
               "ready", p.get("judge_ready"), "speedup median", r.get("speedup_median"),
-              "within 5%", sum(abs(v - 1) <= 0.05 for v in s), "of", len(s))
+              "within 5%", sum(abs(v - 1) <= 0.05 for v in s), "of", len(s),
+              "interfered", p.get("timing_interfered_rounds"))
 PY
 [ -f "$OUT/share.txt" ] && cut -c1-1500 "$OUT/share.txt"
+[ -f "$OUT/overhead.txt" ] && cat "$OUT/overhead.txt"
 [ -f "$OUT/kb.txt" ] && grep -E "^both correct|^diagnostic|^against|^KernelBench against" "$OUT/kb.txt"
 [ -f "$OUT/kb_tests.txt" ] && grep -E "passed|failed|FAILED|ERROR" "$OUT/kb_tests.txt" | tail -8
 [ -f "$OUT/gpu_tests.txt" ] && grep -E "passed|failed|FAILED|ERROR" "$OUT/gpu_tests.txt" | tail -15

@@ -115,6 +115,16 @@ def test_a_candidate_that_spins_in_its_timing_is_stopped_long_before_its_limit(e
     assert after.verdict == Verdict.CORRECT, after.error_message
 
 
+def test_a_candidate_working_while_the_reference_is_timed_is_caught(evaluator, results):
+    """The judge reads the runner's CPU accounting around its own timing of the reference: a process the candidate
+    left spinning there is seen, the round timed again, and the task ended `side_work` when it goes on."""
+    hog = evaluator.evaluate(request(attack("hog_beside_reference"), run_timeout_s=60.0))
+    assert hog.verdict == Verdict.HACK_DETECTED and hog.hack_rule == "side_work", (hog.verdict, hog.error_message)
+    assert "while the reference was timed" in hog.error_message
+    after = evaluator.evaluate(request(GOOD, run_timeout_s=60.0))
+    assert after.verdict == Verdict.CORRECT, after.error_message
+
+
 def test_skipping_the_batch_and_computing_only_the_picked_calls_gains_nothing(evaluator, results):
     result = evaluator.evaluate(request(attack("lazy_hand_over"), run_timeout_s=60.0))
     assert result.verdict != Verdict.CORRECT or result.speedup < FORGED_SPEEDUP, result.speedup

@@ -473,13 +473,13 @@ def test_work_started_early_on_a_side_stream_is_seen_behind_the_hold():
     assert runtime.check_early_start(timing.profile_behind_hold(lambda: torch.relu(x), hold)) is None
 
 
-def test_cupti_stays_as_kineto_leaves_it_unless_the_teardown_is_asked_for(monkeypatch):
-    """release_cupti is opt-in (KRL_WORKER_CUPTI_TEARDOWN=1) and needs a GPU: by default a runner's CUPTI is left as
-    torch.profiler leaves it, and Kineto's own switch is not touched."""
-    monkeypatch.delenv(timing.CUPTI_TEARDOWN_ENV, raising=False)
-    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
-    assert timing.release_cupti() is False and "TEARDOWN_CUPTI" not in os.environ
+def test_cupti_is_detached_by_default_where_a_gpu_is_and_kept_when_asked(monkeypatch):
+    """release_cupti runs by default where a GPU is (Kineto's TEARDOWN_CUPTI set, an empty profile ended); "0" keeps a
+    runner's CUPTI as torch.profiler leaves it and does not touch Kineto's switch. Without a GPU it never runs."""
     import torch
 
-    monkeypatch.setenv(timing.CUPTI_TEARDOWN_ENV, "1")
+    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    monkeypatch.setenv(timing.CUPTI_TEARDOWN_ENV, "0")
+    assert timing.release_cupti() is False and "TEARDOWN_CUPTI" not in os.environ
+    monkeypatch.delenv(timing.CUPTI_TEARDOWN_ENV, raising=False)
     assert timing.release_cupti() is torch.cuda.is_available()
