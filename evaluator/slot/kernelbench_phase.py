@@ -10,8 +10,7 @@ import time
 from typing import Any, Optional
 
 from evaluator.judging import kernelbench_timing as kb
-from evaluator.slot.outcome import ProtocolBreach
-from evaluator.slot.timing_phase import timed_again_if_interfered
+from evaluator.slot.outcome import ProtocolBreach, timed_again_if_interfered
 
 # What the stamped kernelbench figures are (EvalResult.kernelbench_clock; docs/slot.md, "KernelBench's convention").
 CLOCK = "runner_events_within_judge_bounds"

@@ -76,12 +76,15 @@ def serve_orders(read_message, write_message, session: Any, exchange: Exchange) 
                     answer["events_ms"] = session.run_eager(int(order["calls"]), int(order["salt"]))
                 else:
                     session.run(int(order["calls"]), int(order["salt"]))
-            elif kind == "hand":  # the projection of every output (seed), or the picked outputs (calls), or both
+            elif kind == "hand":  # the projection of every output (seed), or kept outputs (kept), or both
                 answer = {"type": "handed"}
                 if "seed" in order:
                     answer["projections"] = session.projections(int(order["seed"]))
-                for call in order.get("calls", ()):
-                    exchange.hand(f"call-{int(call)}", session.output_of(int(call)))
+                for name in order.get("kept", ()):
+                    exchange.hand(_plain(name), session.kept_output(_plain(name)))
+            elif kind == "keep":  # picked outputs of the last batch, kept by name until the judge asks for them
+                session.keep({_plain(name): int(call) for name, call in order["calls"].items()})
+                answer = {"type": "kept"}
             elif kind == "finish":
                 session.finish()
                 write_message({"type": "evidence", **session.evidence()})

@@ -1,9 +1,10 @@
-"""How one task of a slot ends, seen from the judge: a verdict the judge decided, or its own infrastructure failure.
-The runner's misbehaviour (garbage, silence, unsolicited or out-of-order messages) is always the candidate's fault."""
+"""How one task of a slot ends, seen from the judge: a verdict the judge decided, or its own infrastructure failure; and
+a timed round that does not count. The runner's misbehaviour (garbage, silence, unsolicited or out-of-order messages)
+is always the candidate's fault."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from evaluator.contract.types import EvalRequest, EvalResult, Verdict
 
@@ -25,6 +26,20 @@ class ProtocolBreach(TaskEnded):
     def __init__(self, why: str):
         super().__init__(Verdict.CRASHED,
                          f"The candidate's process broke the judge's protocol ({why}) and was stopped.")
+
+
+class Interfered(Exception):
+    """The runner worked while the judge timed the reference (timing_phase.reference_watched): the round does not
+    count."""
+
+
+def timed_again_if_interfered(round_: Callable[[], Any]) -> Any:
+    """`round_()`, run again while it raises Interfered (reference_watched ends the task after a few)."""
+    while True:
+        try:
+            return round_()
+        except Interfered:
+            continue
 
 
 class RunnerGone(Exception):

@@ -10,10 +10,10 @@ import contextlib
 import random
 import statistics
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from evaluator.contract.types import Verdict
-from evaluator.slot.outcome import ProtocolBreach, TaskEnded
+from evaluator.slot.outcome import Interfered, ProtocolBreach, TaskEnded, timed_again_if_interfered
 
 CLOCK_JUDGE_WALL = "judge_wall"  # the judge's clock around a synchronised batch (GPU)
 CLOCK_TASK_CPU = "task_cpu"  # CPU time of the task's processes, from the kernel (CPU mode)
@@ -56,11 +56,11 @@ MAX_SPREAD = 0.25  # (p75 - p25) / median of the candidate's per-call times beyo
 EXTRA_ROUNDS = {"cuda": 3, "cpu": 3}
 BASE_SETS = 2
 # The runner's whole tree is watched while the judge times the reference (its batch and projection): an honest runner
-# waits for its next order then, using next to no CPU. More than this share of the reference's wall time, plus the
-# slack, is the candidate's own work (a thread or process it left running) stretching the reference: through the
-# host's cores, caches and memory bandwidth, which the reference's host-bound calls need.
+# waits for its next order then, using next to no CPU. More than this share of the CPU time the judge's timing thread
+# used meanwhile, plus the slack, is the candidate's own work (a thread or process it left running) stretching the
+# reference through the host's cores, caches and memory bandwidth, which the reference's host-bound calls need.
 # The round is timed again; past INTERFERED_ROUNDS_MAX such rounds the task ends `hack_detected` (side_work).
-INTERFERENCE_SHARE = 0.5  # a process spinning throughout is 1.0; OpenMP threads spinning after a batch read ~0.7
+INTERFERENCE_SHARE = 0.5  # a process spinning throughout is ~1.0 (more on idle cores); spinning OpenMP threads ~0.7
 INTERFERENCE_SLACK_S = 1e-3
 INTERFERED_ROUNDS_MAX = 2
 # Beyond the request's tolerances, the summation order's rounding of a projection (relative to its magnitude).
@@ -88,6 +88,10 @@ class TimingPhase:
         self.judge_sets: list[list] = []  # this round's value sets, made as the runner makes its own
         self.outputs: list = []  # the reference's outputs of this round's batch
         self.reference_projection: tuple = ([], [], [])
+        # Picked calls of the batches so far, by batch: (the name the runner keeps the output under, the judge's
+        # reference output, the values), compared after the hold (check_kept); kept_names: the last batch's names.
+        self.kept: list[list[tuple[str, Any, list]]] = []
+        self.kept_names: list[str] = []
         self.candidate_projection: list[float] = []
         self.batch_only: dict[str, float] = {}
         self.calls = 1  # calls per timed batch, once sized
@@ -208,26 +212,45 @@ class TimingPhase:
                 not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in projected):
             raise ProtocolBreach("its hand-over did not project every call of the batch")
         self.candidate_projection = [float(v) for v in projected]
+        self.kept_names = []
         if picked:
-            self.order({"type": "hand", "calls": picked}, "handed", len(picked))
+            self.kept_names = [f"kept-{len(self.kept) + 1}-{call}" for call in picked]
+            self.order({"type": "keep", "calls": dict(zip(self.kept_names, picked))}, "kept", len(picked))
         return hand_s
 
     def check(self, picked: list[int]) -> None:
-        """The picked outputs against the reference outputs of the same values; every call through its projection."""
-        checked = [self.task.compare(f"call-{call}", self.outputs[call], lambda call=call: self.judge_sets[call])
-                   for call in picked]
-        outputs = [output for _, output in checked]
-        for index, (comparison, output) in enumerate(checked):
-            if not comparison.ok:  # the same answer handed for another call's values too is a replay, a hack
-                self.schedule.wrong(comparison, output, "while being timed", outputs[:index] + outputs[index + 1:])
-        self.schedule.earlier.extend(o for o in outputs if o is not None)
+        """Every call through its projection, now; the picked outputs, kept in the runner, against the reference outputs
+        of the same values after the exclusive hold (check_kept), or at once when a projection is wrong."""
+        if picked:
+            self.kept.append([(name, self.outputs[call], self.judge_sets[call])
+                              for name, call in zip(self.kept_names, picked)])
         atol, rtol = self.task.request.tolerances()
         sums, magnitudes, weights = self.reference_projection
         for call, (got, want, size, scale) in enumerate(zip(self.candidate_projection, sums, magnitudes, weights)):
             allowed = atol * scale + (rtol + PROJECTION_SLACK) * size + 1e-6
             if not abs(got - want) <= allowed:  # NaN fails too
+                self.check_kept()  # a replay among the picked outputs says more (cached_output) than a wrong sum
                 raise TaskEnded(Verdict.WRONG_OUTPUT, f"Wrong while being timed: the output of timed call {call} "
                                 f"does not match the reference (projection {got:.6g}, expected {want:.6g}).")
+
+    def check_kept(self) -> None:
+        """The picked outputs the runner kept during the timing, handed over in one order and compared with the
+        reference outputs the judge kept: after the exclusive hold, whose throughput the files and comparisons cost
+        (most of the 0.21 s a task spent in hand-over orders at one slot on an H100). The same answer handed for
+        another call of its batch too is a replay (schedule.wrong)."""
+        kept, self.kept = self.kept, []
+        names = [name for batch in kept for name, _, _ in batch]
+        if not names:
+            return
+        self.order({"type": "hand", "kept": names}, "handed", len(names))
+        for batch in kept:
+            checked = [self.task.compare(name, reference, lambda values=values: values)
+                       for name, reference, values in batch]
+            outputs = [output for _, output in checked]
+            for index, (comparison, output) in enumerate(checked):
+                if not comparison.ok:
+                    self.schedule.wrong(comparison, output, "while being timed", outputs[:index] + outputs[index + 1:])
+            self.schedule.earlier.extend(o for o in outputs if o is not None)
 
     # ---- the rounds
     def run(self, result: Any) -> None:
@@ -273,6 +296,8 @@ class TimingPhase:
                 torch.cuda.empty_cache()
             if held:
                 self.lock.release()
+        with self.schedule.on_device("timing_checks"):  # the picked outputs' files and comparisons: GPU work, shared
+            self.check_kept()
         self.schedule.phases["round_trip"] = round(self.driver.round_trip, 6)
         self.schedule.phases["timing_spread"] = round(max(spread(candidate_ms), spread(reference_ms)), 4)
         result.kernel_runtime = timing.summarize(candidate_ms)
@@ -389,13 +414,14 @@ class TimingPhase:
     @contextlib.contextmanager
     def reference_watched(self, counted: bool = True) -> Iterator[None]:
         """Around the judge's timing of the reference (a `counted` round's): the runner's CPU time meanwhile within
-        INTERFERENCE_SHARE of the wall time and the slack, else Interfered (the round timed again, up to
-        INTERFERED_ROUNDS_MAX rounds a task, then hack_detected)."""
+        INTERFERENCE_SHARE of the judge's own (its timing thread's CPU time, not the wall time: on a loaded host a
+        process working beside it gets a share of a core, as the judge does) and the slack, else Interfered (the round
+        timed again, up to INTERFERED_ROUNDS_MAX rounds a task, then hack_detected)."""
         cpu_from = self.watch.now() if counted and self.watch is not None else None
-        started = time.perf_counter()
+        started = time.thread_time()
         yield
         if cpu_from is not None:
-            self.runner_idle((self.watch.now() - cpu_from) / 1e9, time.perf_counter() - started)
+            self.runner_idle((self.watch.now() - cpu_from) / 1e9, time.thread_time() - started)
 
     def runner_idle(self, used_s: float, reference_s: float) -> None:
         if used_s <= INTERFERENCE_SHARE * reference_s + INTERFERENCE_SLACK_S:
@@ -406,7 +432,7 @@ class TimingPhase:
             from evaluator.judging.rules import finding
 
             found = finding("side_work", f"the candidate's processes used {used_s * 1e3:.1f} ms of CPU while the "
-                            f"reference was timed for {reference_s * 1e3:.1f} ms, waiting for the judge's next order")
+                            f"judge used {reference_s * 1e3:.1f} ms timing the reference, waiting for its next order")
             raise TaskEnded(Verdict.HACK_DETECTED, found.message, found.rule)
         raise Interfered()
 
@@ -496,19 +522,6 @@ class TimingPhase:
                        calls)
             self.staged_for = calls
         return self.rng.getrandbits(30)
-
-
-class Interfered(Exception):
-    """The runner worked while the judge timed the reference: the round does not count."""
-
-
-def timed_again_if_interfered(round_: Callable[[], Any]) -> Any:
-    """`round_()`, run again while it raises Interfered (reference_watched ends the task after a few)."""
-    while True:
-        try:
-            return round_()
-        except Interfered:
-            continue
 
 
 def spread(values: list[float]) -> float:

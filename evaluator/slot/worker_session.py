@@ -32,6 +32,7 @@ class TaskSession(RunState):
         self.outputs: list = []
         self.profiler_released = False  # CUPTI detached after the last profile (release_profiler)
         self.kernelbench_flush: Any = None  # KernelBench's flush buffer, made by the first eager order
+        self.kept: dict[str, Any] = {}  # picked outputs kept for the judge (keep), by name
 
     # ---- orders
     def load(self, prebuilt: Optional[dict] = None) -> tuple:
@@ -150,9 +151,16 @@ class TaskSession(RunState):
             self._sync()
         return flush
 
-    def output_of(self, call: int) -> Any:
-        hack(runtime_rules.check_plain_outputs(self.outputs[call]))
-        return self.outputs[call]
+    def keep(self, calls: dict[str, int]) -> None:
+        """Copies of the last batch's picked outputs, by name: the next batch frees the batch's outputs, and the judge
+        asks for these only after its exclusive timing."""
+        for name, call in calls.items():
+            output = self.outputs[call]
+            hack(runtime_rules.check_plain_outputs(output))
+            self.kept[name] = judge.clone_output(output)
+
+    def kept_output(self, name: str) -> Any:
+        return self.kept.pop(name)
 
     def projections(self, seed: int) -> list[float]:
         """Every batch call's output projected on weights drawn from `seed` (evaluator/slot/projection.py)."""

@@ -73,13 +73,14 @@ def evaluate_in_process(request: EvalRequest, ctx, prebuilt=None) -> EvalResult:
 
 
 class StandinSession:
-    """The judge's orders, served by the stand-in: load, call, stage/run/hand, finish (evaluator/slot/order_loop.py)."""
+    """The judge's orders, served by the stand-in: load, call, stage/run/hand/keep, finish (evaluator/slot/order_loop.py)."""
 
     def __init__(self, request: EvalRequest, ctx, prebuilt=None):
         self.request, self.ctx = request, ctx
         self.model = None
         self.sets: list = []
         self.outputs: list = []
+        self.kept: dict = {}
         self.last_inputs: list = []
 
     def load(self) -> None:
@@ -125,8 +126,11 @@ class StandinSession:
         self.run(calls, salt)
         return []  # no event times (CPU): what the real worker reports there too
 
-    def output_of(self, call: int):
-        return self.outputs[call]
+    def keep(self, calls: dict) -> None:
+        self.kept.update({name: self.outputs[call] for name, call in calls.items()})
+
+    def kept_output(self, name: str):
+        return self.kept.pop(name)
 
     def projections(self, seed: int) -> list:
         from evaluator.slot.projection import projections

@@ -1,6 +1,7 @@
 """Which timed batches show picked outputs: the projection checks every call of every batch, but it sees only
 floating-point outputs, so an index or mask output (argmax, a comparison) has its picked calls checked on every batch,
-while a floating-point one may skip them on most. Read from the judge's own record of its orders (KRL_EVAL_TRACE)."""
+while a floating-point one may skip them on most. Picked outputs are kept in the runner and handed over after the
+timing's exclusive hold, in one order. Read from the judge's own record of its orders (KRL_EVAL_TRACE)."""
 
 from __future__ import annotations
 
@@ -60,12 +61,14 @@ def monkeypatch_module():
 def test_an_index_output_shows_picked_calls_after_every_batch(traced):
     results, orders = traced
     assert results["argmax"].verdict == Verdict.CORRECT, results["argmax"].error_message
-    runs, hands = orders["argmax"].count("run"), orders["argmax"].count("hand")
-    assert runs >= 4 and hands == 2 * runs  # every batch: the projection, then the picked outputs
+    runs, keeps, hands = (orders["argmax"].count(kind) for kind in ("run", "keep", "hand"))
+    # every batch: the projection, then the picked outputs kept; all of them handed over in one order after the hold
+    assert runs >= 4 and keeps == runs and hands == runs + 1
 
 
 def test_a_floating_point_output_is_projected_after_every_batch(traced):
     results, orders = traced
     assert results["softmax"].verdict == Verdict.CORRECT, results["softmax"].error_message
-    runs, hands = orders["softmax"].count("run"), orders["softmax"].count("hand")
-    assert runs >= 4 and runs + 1 <= hands <= 2 * runs  # the projection always; picks on the first batches at least
+    runs, keeps, hands = (orders["softmax"].count(kind) for kind in ("run", "keep", "hand"))
+    assert runs >= 4 and hands == runs + 1  # the projection always, the kept outputs once
+    assert 1 <= keeps < runs  # picks on the first batches at least, then at PICK_SHARE

@@ -117,12 +117,23 @@ def test_a_candidate_that_spins_in_its_timing_is_stopped_long_before_its_limit(e
 
 def test_a_candidate_working_while_the_reference_is_timed_is_caught(evaluator, results):
     """The judge reads the runner's CPU accounting around its own timing of the reference: a process the candidate
-    left spinning there is seen, the round timed again, and the task ended `side_work` when it goes on."""
-    hog = evaluator.evaluate(request(attack("hog_beside_reference"), run_timeout_s=60.0))
-    assert hog.verdict == Verdict.HACK_DETECTED and hog.hack_rule == "side_work", (hog.verdict, hog.error_message)
-    assert "while the reference was timed" in hog.error_message
+    left working there is seen and the round timed again; the third such round ends the task `side_work`. (On a
+    loaded host the process gets less of a core, and may touch fewer rounds than that: then only clean rounds count.)
+    On the heavy problem, whose reference batches take ~10 ms of the judge's CPU: on the ReLU they took ~1 ms, within
+    the check's slack."""
+    heavy_body = "out = x\n        for _ in range(64):\n            out = torch.tanh(out * 1.5)"
+    source = attack("hog_beside_reference").replace("out = x.clamp_min(0)", heavy_body)
+    hog = evaluator.evaluate(EvalRequest(reference_source=HEAVY_REFERENCE, candidate_source=source,
+                                         problem_id="test/heavy", correctness_trials=2, timing_trials=3,
+                                         warmup_trials=1, run_timeout_s=60.0))
+    if hog.verdict == Verdict.HACK_DETECTED:
+        assert hog.hack_rule == "side_work" and "timing the reference" in hog.error_message, hog.error_message
+    else:
+        assert hog.verdict == Verdict.CORRECT, (hog.verdict, hog.error_message)
+        assert hog.phase_times_s.get("timing_interfered_rounds", 0) >= 1
     after = evaluator.evaluate(request(GOOD, run_timeout_s=60.0))
     assert after.verdict == Verdict.CORRECT, after.error_message
+    assert "timing_interfered_rounds" not in after.phase_times_s
 
 
 def test_skipping_the_batch_and_computing_only_the_picked_calls_gains_nothing(evaluator, results):

@@ -1,5 +1,5 @@
 # Class: work deferred out of the timed batch. Its runner answers the batch at once and computes every call's output
-# when the judge asks for their projection or the picked outputs: all the work, off the batch's charge. The judge
+# when the judge asks for their projection or to keep the picked outputs: all the work, off the batch's charge. The judge
 # charges the projection order in full (evaluator/slot/timing_phase.py candidate_hand), so this gains nothing.
 import importlib
 
@@ -22,8 +22,9 @@ def _computed(self):
     return self.outputs
 
 
-def _output_of(self, call):
-    return _computed(self)[call]
+def _keep(self, calls):
+    for name, call in calls.items():
+        self.kept[name] = _computed(self)[call]
 
 
 def _projections(self, seed):
@@ -33,7 +34,7 @@ def _projections(self, seed):
 
 
 _session.run = _run
-_session.output_of = _output_of
+_session.keep = _keep
 _session.projections = _projections
 
 
