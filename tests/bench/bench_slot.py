@@ -153,6 +153,7 @@ def run(kind: str, n: int, slots: int, cache_dir: str) -> dict:
             # on beside shared holders past the drain bound.
             "device_shared_steps": os.environ.get("KRL_WORKER_DEVICE_SHARED_STEPS") or "0",
             "cupti_teardown": os.environ.get("KRL_WORKER_CUPTI_TEARDOWN") or "1",  # timing.release_cupti, "0" off
+            "same_cpu": os.environ.get("KRL_TIMING_SAME_CPU") or "0",  # isolation/timing_priority.py, opt-in
             "device_shared_overruns": int(sum(phases.get("device_shared_overrun", []))),
             "speedup_median": round(statistics.median([r.speedup for r in correct if r.speedup]), 3)
             if correct else None,

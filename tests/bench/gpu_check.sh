@@ -5,7 +5,8 @@
 # the runner-events GPU tests; KERNELBENCH_ROOT at a KernelBench checkout); `gpu_check.sh share` (~7 min: the
 # device lock's shared steps off and on at 8 slots, then honest speedups beside hogs); `gpu_check.sh cupti` (~4 min:
 # identical code with the runner's CUPTI detached after its checks, the default, and kept attached; then the runner
-# traits' own host cost, bench_runner_overhead.py). Run from the repository root
+# traits' own host cost, bench_runner_overhead.py); `gpu_check.sh pin` (~4 min: identical code and Triton with the
+# timed pair on one CPU, KRL_TIMING_SAME_CPU=1, at one slot and eight). Run from the repository root
 # with $OUT set (the device tool sets it); bubblewrap's .deb files in .gpu/deb if the machine lacks it. Results land
 # in $OUT; a summary is printed at the end.
 set -u
@@ -31,6 +32,16 @@ if [[ $PARTS == *" cupti "* ]]; then  # identical code with the runner's CUPTI d
         >> "$OUT/slot.txt" 2>&1
     timeout 90 python3 tests/bench/bench_slot.py --n 48 --slots 8 --kinds triton >> "$OUT/slot.txt" 2>&1
     timeout 150 python3 tests/bench/bench_runner_overhead.py --repeats 2 > "$OUT/overhead.txt" 2>&1
+fi
+if [[ $PARTS == *" pin "* ]]; then  # the judge's timing thread and the runner on one CPU while the device is held
+    # (isolation/timing_priority.py, opt-in), against the default at one slot, then at eight with Triton too
+    timeout 60 python3 tests/bench/bench_slot.py --n 12 --slots 1 --kinds torch > "$OUT/slot.txt" 2>&1
+    KRL_TIMING_SAME_CPU=1 timeout 60 python3 tests/bench/bench_slot.py --n 12 --slots 1 --kinds torch \
+        >> "$OUT/slot.txt" 2>&1
+    KRL_TIMING_SAME_CPU=1 timeout 80 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds torch \
+        >> "$OUT/slot.txt" 2>&1
+    KRL_TIMING_SAME_CPU=1 timeout 90 python3 tests/bench/bench_slot.py --n 48 --slots 8 --kinds triton \
+        >> "$OUT/slot.txt" 2>&1
 fi
 if [[ $PARTS == *" share "* ]]; then  # the device lock's shared steps (docs/slot.md): off, on; then beside hogs
     KRL_WORKER_DEVICE_SHARED_STEPS=0 timeout 90 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds triton \
@@ -58,7 +69,8 @@ import json, sys  # per run: rate, verdicts, the exclusive hold's split, and ide
 for line in open(sys.argv[1]):
     if line.startswith("{"):
         r = json.loads(line); p = r["phase_mean_s"]; s = r.get("speedups") or []
-        print(r["kind"], r["slots"], "cupti_teardown", r.get("cupti_teardown"), f"{r['correct']}/{r['n']}",
+        print(r["kind"], r["slots"], "cupti_teardown", r.get("cupti_teardown"), "same_cpu", r.get("same_cpu"),
+              f"{r['correct']}/{r['n']}",
               r["evals_per_min"], "/min", r["verdicts"],
               "hold", round(p.get("timing_rounds", 0) + p.get("timing_hooks", 0), 3), "wait", p.get("device_wait"),
               "ready", p.get("judge_ready"), "speedup median", r.get("speedup_median"),
