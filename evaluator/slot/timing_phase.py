@@ -63,6 +63,10 @@ BASE_SETS = 2
 INTERFERENCE_SHARE = 0.5  # a process spinning throughout is ~1.0 (more on idle cores); spinning OpenMP threads ~0.7
 INTERFERENCE_SLACK_S = 1e-3
 INTERFERED_ROUNDS_MAX = 2
+# Picked outputs wait for the end of the hold (check_kept) while the judge's copies of them and of their values stay
+# under this many bytes (the runner's copies match them); beyond it they are checked at once, inside the hold: on a GPU
+# eight judges' caches filled the device before (an honest candidate out of memory at 8 slots on an H100).
+KEPT_BYTES_MAX = 512 << 20
 # Beyond the request's tolerances, the summation order's rounding of a projection (relative to its magnitude).
 PROJECTION_SLACK = 1e-4
 
@@ -92,6 +96,7 @@ class TimingPhase:
         # reference output, the values), compared after the hold (check_kept); kept_names: the last batch's names.
         self.kept: list[list[tuple[str, Any, list]]] = []
         self.kept_names: list[str] = []
+        self.kept_bytes = 0
         self.candidate_projection: list[float] = []
         self.batch_only: dict[str, float] = {}
         self.calls = 1  # calls per timed batch, once sized
@@ -222,8 +227,13 @@ class TimingPhase:
         """Every call through its projection, now; the picked outputs, kept in the runner, against the reference outputs
         of the same values after the exclusive hold (check_kept), or at once when a projection is wrong."""
         if picked:
-            self.kept.append([(name, self.outputs[call], self.judge_sets[call])
-                              for name, call in zip(self.kept_names, picked)])
+            from evaluator.judging.sol import tensor_bytes
+
+            batch = [(name, self.outputs[call], self.judge_sets[call]) for name, call in zip(self.kept_names, picked)]
+            self.kept.append(batch)
+            self.kept_bytes += sum(tensor_bytes(output) + tensor_bytes(values) for _, output, values in batch)
+            if self.kept_bytes > KEPT_BYTES_MAX:
+                self.check_kept()
         atol, rtol = self.task.request.tolerances()
         sums, magnitudes, weights = self.reference_projection
         for call, (got, want, size, scale) in enumerate(zip(self.candidate_projection, sums, magnitudes, weights)):
@@ -238,7 +248,7 @@ class TimingPhase:
         reference outputs the judge kept: after the exclusive hold, whose throughput the files and comparisons cost
         (most of the 0.21 s a task spent in hand-over orders at one slot on an H100). The same answer handed for
         another call of its batch too is a replay (schedule.wrong)."""
-        kept, self.kept = self.kept, []
+        kept, self.kept, self.kept_bytes = self.kept, [], 0
         names = [name for batch in kept for name, _, _ in batch]
         if not names:
             return
@@ -298,6 +308,8 @@ class TimingPhase:
                 self.lock.release()
         with self.schedule.on_device("timing_checks"):  # the picked outputs' files and comparisons: GPU work, shared
             self.check_kept()
+            if self.kind == "cuda":  # the judge's copies back to the device, as the hold's end does with the rest
+                torch.cuda.empty_cache()
         self.schedule.phases["round_trip"] = round(self.driver.round_trip, 6)
         self.schedule.phases["timing_spread"] = round(max(spread(candidate_ms), spread(reference_ms)), 4)
         result.kernel_runtime = timing.summarize(candidate_ms)
