@@ -215,6 +215,7 @@ def _cpu_rounds(phase: Any, calls: int, rounds: int) -> tuple[float, float]:
 
 
 def _cpu_round(phase: Any, calls: int, index: int) -> tuple[float, float]:
+    """Round `index` of KernelBench's convention on a CPU: (reference, candidate) milliseconds a call, charged."""
     salt, picked, seed = _round_plan(phase, calls, index == 0)
     charged: dict[str, float] = {}
     for side in (("candidate", "reference") if index % 2 else ("reference", "candidate")):
