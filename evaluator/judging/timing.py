@@ -195,15 +195,22 @@ def profiler_events(body: Callable[[], Any], cpu: bool = False, synchronize: boo
 CUPTI_TEARDOWN_ENV = "KRL_WORKER_CUPTI_TEARDOWN"
 
 
+def cupti_teardown_wanted() -> bool:
+    """Whether a runner detaches CUPTI after its profiling: yes unless CUPTI_TEARDOWN_ENV is "0"."""
+    import os
+
+    return os.environ.get(CUPTI_TEARDOWN_ENV, "1").strip() != "0"
+
+
 def release_cupti() -> bool:
-    """Unless CUPTI_TEARDOWN_ENV is "0", where a GPU is present: one empty torch.profiler session with
+    """Where wanted (cupti_teardown_wanted) and a GPU is present: one empty torch.profiler session with
     TEARDOWN_CUPTI=1, so Kineto tears CUPTI down as it ends (on the next CUDA call: the synchronisation here). For a
     process that profiles no more. True when it ran."""
     import os
 
     import torch
 
-    if os.environ.get(CUPTI_TEARDOWN_ENV, "1").strip() == "0" or not torch.cuda.is_available():
+    if not cupti_teardown_wanted() or not torch.cuda.is_available():
         return False
     os.environ["TEARDOWN_CUPTI"] = "1"
     profiler_events(lambda: None)

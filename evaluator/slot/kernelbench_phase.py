@@ -139,7 +139,7 @@ def _gpu_round(phase: Any, flush: Any, calls: int, index: int) -> dict[str, Any]
     """Round `index` of KernelBench's convention on a GPU: each side's eager calls and projections, then the checks."""
     salt, picked, seed = _round_plan(phase, calls, index == 0)
     seen: dict[str, Any] = {}
-    for side in (("candidate", "reference") if index % 2 else ("reference", "candidate")):
+    for side in phase.sides(index % 2 == 1):
         if side == "reference":
             with phase.reference_watched(counted=index > 0):
                 phase.judge_sets = phase.made_sets(salt, calls)
@@ -218,7 +218,7 @@ def _cpu_round(phase: Any, calls: int, index: int) -> tuple[float, float]:
     """Round `index` of KernelBench's convention on a CPU: (reference, candidate) milliseconds a call, charged."""
     salt, picked, seed = _round_plan(phase, calls, index == 0)
     charged: dict[str, float] = {}
-    for side in (("candidate", "reference") if index % 2 else ("reference", "candidate")):
+    for side in phase.sides(index % 2 == 1):
         # Each side is also charged its projection of every output, as in the judge's rounds: work a runner
         # defers from its eager calls must be done by then.
         if side == "reference":

@@ -286,8 +286,8 @@ class Schedule:
             with self.on_device("trials" if trial else "first_trial"):
                 self.task.make(name)
                 self.driver.order({"type": "trial", "name": name}, "output", name)
-                took = self.driver.answered_at - self.driver.sent_at
-                self.fastest_trial_s = min(self.fastest_trial_s or took, took)  # the pace timing orders are bounded by
+                took = self.driver.answered_at - self.driver.sent_at  # the pace timing orders are bounded by
+                self.fastest_trial_s = took if self.fastest_trial_s is None else min(self.fastest_trial_s, took)
                 comparison, output = self.task.compare(name, self.task.reference_outputs[name])
             if not comparison.ok:
                 self.replayed(output)

@@ -93,9 +93,8 @@ class TimingPhase:
         self.outputs: list = []  # the reference's outputs of this round's batch
         self.reference_projection: tuple = ([], [], [])
         # Picked calls of the batches so far, by batch: (the name the runner keeps the output under, the judge's
-        # reference output, the values), compared after the hold (check_kept); kept_names: the last batch's names.
+        # reference output, the values), compared after the hold (check_kept).
         self.kept: list[list[tuple[str, Any, list]]] = []
-        self.kept_names: list[str] = []
         self.kept_bytes = 0
         self.candidate_projection: list[float] = []
         self.batch_only: dict[str, float] = {}
@@ -163,10 +162,10 @@ class TimingPhase:
         return (time.perf_counter() if cuda else time.thread_time_ns() / 1e9) - start
 
     def order(self, message: dict[str, Any], expected: str, calls: int) -> dict[str, Any]:
-        """The runner's answer to an order of the timing that covers `calls` calls, within a bound of its own: ORDER_BASE_S
-        plus ORDER_FACTOR times the calls at the pace of its fastest correctness trial. A candidate that hangs or spins
-        in its timing (an honest loop bound that the nudged values break, or a hostile one) otherwise held the device
-        exclusive, and every other slot's timing with it, until its task's limit (60 s)."""
+        """The runner's answer to an order of the timing that covers `calls` calls, within a bound of its own:
+        ORDER_BASE_S plus ORDER_FACTOR times the calls at the pace of its fastest correctness trial. A candidate that
+        hangs or spins in its timing (an honest loop bound that the nudged values break, or a hostile one) otherwise
+        held the device exclusive, and every other slot's timing with it, until its task's limit (60 s)."""
         from evaluator.slot.task_driver import Deadline
 
         trial_s = self.schedule.fastest_trial_s
@@ -217,11 +216,14 @@ class TimingPhase:
                 not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in projected):
             raise ProtocolBreach("its hand-over did not project every call of the batch")
         self.candidate_projection = [float(v) for v in projected]
-        self.kept_names = []
         if picked:
-            self.kept_names = [f"kept-{len(self.kept) + 1}-{call}" for call in picked]
-            self.order({"type": "keep", "calls": dict(zip(self.kept_names, picked))}, "kept", len(picked))
+            self.order({"type": "keep", "calls": {self.kept_name(call): call for call in picked}}, "kept", len(picked))
         return hand_s
+
+    def kept_name(self, call: int) -> str:
+        """The name call `call` of the current batch is kept under. Numbered from 1 again after each check_kept, so
+        the runner's outputs folder holds no more kept files than one pending set (they stay until the task ends)."""
+        return f"kept-{len(self.kept) + 1}-{call}"
 
     def check(self, picked: list[int]) -> None:
         """Every call through its projection, now; the picked outputs, kept in the runner, against the reference outputs
@@ -229,7 +231,7 @@ class TimingPhase:
         if picked:
             from evaluator.judging.sol import tensor_bytes
 
-            batch = [(name, self.outputs[call], self.judge_sets[call]) for name, call in zip(self.kept_names, picked)]
+            batch = [(self.kept_name(call), self.outputs[call], self.judge_sets[call]) for call in picked]
             self.kept.append(batch)
             self.kept_bytes += sum(tensor_bytes(output) + tensor_bytes(values) for _, output, values in batch)
             if self.kept_bytes > KEPT_BYTES_MAX:
@@ -369,7 +371,8 @@ class TimingPhase:
         return self.driver.runner.host_pid
 
     def speed_of_light(self, result: Any, measured_ms: float) -> None:
-        """The speed-of-light time and fraction on this GPU, reported from the judge's own reference (evaluator/judging/sol.py).
+        """The speed-of-light time and fraction on this GPU, reported from the judge's own reference
+        (evaluator/judging/sol.py).
         Not judged here: the batch's inputs may sit in L2, which sol.hack_floor_ms assumes flushed."""
         from evaluator.judging import sol
 
@@ -409,7 +412,7 @@ class TimingPhase:
         picked = self.picks(calls, first)
         seed = self.rng.getrandbits(30)
         hands = {}
-        for side in (("candidate", "reference") if candidate_first else ("reference", "candidate")):
+        for side in self.sides(candidate_first):
             if side == "reference":
                 with self.reference_watched(counted):
                     self.batch_only[side] = self.reference_batch(calls, salt)
@@ -429,14 +432,13 @@ class TimingPhase:
         INTERFERENCE_SHARE of the judge's own (its timing thread's CPU time, not the wall time: on a loaded host a
         process working beside it gets a share of a core, as the judge does) and the slack, else Interfered (the round
         timed again, up to INTERFERED_ROUNDS_MAX rounds a task, then hack_detected)."""
-        cpu_from = self.watch.now() if counted and self.watch is not None else None
-        started = time.thread_time()
+        if not counted or self.watch is None:
+            yield
+            return
+        runner_from, judge_from = self.watch.now(), time.thread_time()
         yield
-        if cpu_from is not None:
-            self.runner_idle((self.watch.now() - cpu_from) / 1e9, time.thread_time() - started)
-
-    def runner_idle(self, used_s: float, reference_s: float) -> None:
-        if used_s <= INTERFERENCE_SHARE * reference_s + INTERFERENCE_SLACK_S:
+        used_s, judge_s = (self.watch.now() - runner_from) / 1e9, time.thread_time() - judge_from
+        if used_s <= INTERFERENCE_SHARE * judge_s + INTERFERENCE_SLACK_S:
             return
         self.interfered_rounds += 1
         self.schedule.phases["timing_interfered_rounds"] = self.interfered_rounds
@@ -444,9 +446,14 @@ class TimingPhase:
             from evaluator.judging.rules import finding
 
             found = finding("side_work", f"the candidate's processes used {used_s * 1e3:.1f} ms of CPU while the "
-                            f"judge used {reference_s * 1e3:.1f} ms timing the reference, waiting for its next order")
+                            f"judge used {judge_s * 1e3:.1f} ms timing the reference, waiting for its next order")
             raise TaskEnded(Verdict.HACK_DETECTED, found.message, found.rule)
         raise Interfered()
+
+    @staticmethod
+    def sides(candidate_first: bool) -> tuple[str, str]:
+        """The two sides of a round in the order they run (rounds alternate it)."""
+        return ("candidate", "reference") if candidate_first else ("reference", "candidate")
 
     def charged(self, reference_hand: float, candidate_hand: float) -> tuple[float, float]:
         """(reference, candidate) seconds charged for this round: each side's batch and its projection of every output
@@ -469,7 +476,8 @@ class TimingPhase:
         return calls
 
     def rounds(self, calls: int) -> tuple[list[float], list[float]]:
-        """Per-call milliseconds of every counted round, (reference, candidate), batches sized from a probe of `calls`."""
+        """Per-call milliseconds of every counted round, (reference, candidate), batches sized from a probe of
+        `calls`."""
         warm = min(self.staged, PROBE_CALLS)
         if calls > warm:
             # The first calls are cold and carry the batch's fixed costs (its sets made, first allocations): sized on

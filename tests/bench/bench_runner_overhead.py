@@ -30,7 +30,7 @@ def _seccomp_spec_allow(program: bytes) -> None:
     from evaluator.isolation import pid_filter
 
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+    libc.prctl(pid_filter.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     buffer = ctypes.create_string_buffer(program, len(program))
     fprog = pid_filter._SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
     if libc.syscall(317, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_SPEC_ALLOW, ctypes.byref(fprog)) != 0:

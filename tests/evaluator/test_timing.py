@@ -474,12 +474,15 @@ def test_work_started_early_on_a_side_stream_is_seen_behind_the_hold():
 
 
 def test_cupti_is_detached_by_default_where_a_gpu_is_and_kept_when_asked(monkeypatch):
-    """release_cupti runs by default where a GPU is (Kineto's TEARDOWN_CUPTI set, an empty profile ended); "0" keeps a
-    runner's CUPTI as torch.profiler leaves it and does not touch Kineto's switch. Without a GPU it never runs."""
+    """Runners detach CUPTI unless KRL_WORKER_CUPTI_TEARDOWN is "0"; "0" leaves Kineto's switch untouched. The
+    detaching itself needs a GPU: without one release_cupti never runs."""
     import torch
 
     monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
-    monkeypatch.setenv(timing.CUPTI_TEARDOWN_ENV, "0")
-    assert timing.release_cupti() is False and "TEARDOWN_CUPTI" not in os.environ
     monkeypatch.delenv(timing.CUPTI_TEARDOWN_ENV, raising=False)
+    assert timing.cupti_teardown_wanted()
     assert timing.release_cupti() is torch.cuda.is_available()
+    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    monkeypatch.setenv(timing.CUPTI_TEARDOWN_ENV, "0")
+    assert not timing.cupti_teardown_wanted()
+    assert timing.release_cupti() is False and "TEARDOWN_CUPTI" not in os.environ
