@@ -49,8 +49,8 @@ def _affinity(tid: int) -> set[int]:
 
 
 def test_asked_to_the_judge_and_every_runner_thread_share_one_cpu_and_get_theirs_back_after(runner, monkeypatch):
-    """KRL_TIMING_SAME_CPU=1: the two sides take turns on one CPU while the device is held; a thread the runner starts
-    meanwhile inherits it, and is given the runner's former affinity back too."""
+    """KRL_TIMING_SAME_CPU=1: the judge's thread and every thread of the runner on one CPU while the device is held,
+    each given its former affinity back after."""
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one CPU: nothing to pin")
     monkeypatch.setenv("KRL_TIMING_SAME_CPU", "1")
