@@ -62,11 +62,12 @@ def _gpu_rounds(phase: Any, calls: int, rounds: int) -> tuple[float, float]:
     import torch
 
     flush = _judge_flush(phase)  # made by prepare, with the runner's
-    flush_ms = kb.shortest_event_ms(flush.flush)
     tiny = torch.zeros(1, device=phase.task.device)
-    # Behind a flush, as KernelBench's events see a call: timed from an idle GPU, the host's launch latency (10-17 us
-    # on a loaded H100) counted too, and this floor raised honest 6 us kernels' reports to ~17 us (4 of 27 pairs).
-    launch_ms = kb.shortest_event_ms(lambda: tiny.add_(1), behind=flush.flush)
+    with phase.held():  # the device alone, as for every figure a bound is made of
+        flush_ms = kb.shortest_event_ms(flush.flush)
+        # Behind a flush, as KernelBench's events see a call: timed from an idle GPU, the host's launch latency (10-17
+        # us on a loaded H100) counted too, and this floor raised honest 6 us kernels' reports to ~17 us (4 of 27).
+        launch_ms = kb.shortest_event_ms(lambda: tiny.add_(1), behind=flush.flush)
     reference_ms: list[float] = []
     reported: Optional[list[float]] = []
     upper_ms: list[float] = []
@@ -139,16 +140,17 @@ def _gpu_round(phase: Any, flush: Any, calls: int, index: int) -> dict[str, Any]
     """Round `index` of KernelBench's convention on a GPU: each side's eager calls and projections, then the checks."""
     salt, picked, seed = _round_plan(phase, calls, index == 0)
     seen: dict[str, Any] = {}
-    for side in phase.sides(index % 2 == 1):
-        if side == "reference":
-            with phase.reference_watched(counted=index > 0):
-                phase.judge_sets = phase.made_sets(salt, calls)
-                seen["reference"] = reference_events_ms(phase, flush)
-                seen["reference_hand"] = phase.reference_hand(picked, seed)
-        else:
-            seen["order"], answer = phase.measured(_eager_message(calls, salt), "ran", calls)
-            seen["events"] = reported_events(answer, calls)
-            seen["hand"] = phase.candidate_hand(calls, picked, seed)
+    with phase.held():
+        for side in phase.sides(index % 2 == 1):
+            if side == "reference":
+                with phase.reference_watched(counted=index > 0):
+                    phase.judge_sets = phase.made_sets(salt, calls)
+                    seen["reference"] = reference_events_ms(phase, flush)
+                    seen["reference_hand"] = phase.reference_hand(picked, seed)
+            else:
+                seen["order"], answer = phase.measured(_eager_message(calls, salt), "ran", calls)
+                seen["events"] = reported_events(answer, calls)
+                seen["hand"] = phase.candidate_hand(calls, picked, seed)
     phase.check(picked)  # the eager calls' outputs are checked like the judge's own batches
     return seen
 
@@ -160,7 +162,7 @@ def judge_harness_ms(phase: Any) -> float:
     import torch
 
     calls, model, worst = phase.calls, phase.task.model, 0.0
-    with torch.no_grad():
+    with torch.no_grad(), phase.held():
         for _ in range(HARNESS_REPEATS):
             salt, seed = phase.rng.getrandbits(30), phase.rng.getrandbits(30)
             phase.outputs = []

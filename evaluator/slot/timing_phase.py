@@ -63,8 +63,8 @@ BASE_SETS = 2
 INTERFERENCE_SHARE = 0.5  # a process spinning throughout is ~1.0 (more on idle cores); spinning OpenMP threads ~0.7
 INTERFERENCE_SLACK_S = 1e-3
 INTERFERED_ROUNDS_MAX = 2
-# Picked outputs wait for the end of the hold (check_kept) while the judge's copies of them and of their values stay
-# under this many bytes (the runner's copies match them); beyond it they are checked at once, inside the hold: on a GPU
+# Picked outputs wait for the end of the rounds (check_kept) while the judge's copies of them and of their values stay
+# under this many bytes (the runner's copies match them); beyond it they are checked at once, after the round: on a GPU
 # eight judges' caches filled the device before (an honest candidate out of memory at 8 slots on an H100).
 KEPT_BYTES_MAX = 512 << 20
 # Beyond the request's tolerances, the summation order's rounding of a projection (relative to its magnitude).
@@ -86,7 +86,7 @@ class TimingPhase:
         self.charge = charge  # CpuCharge of the runner's tree (CPU mode)
         self.watch = watch if watch is not None else charge  # the same reading, for the runner's work while idle
         self.interfered_rounds = 0
-        self.lock = lock  # DeviceLock of this GPU, held exclusive only while timing
+        self.lock = lock  # DeviceLock of this GPU, held exclusive only for timed windows (held)
         self.rng = random.SystemRandom()
         self.bases: list[list] = []
         self.judge_sets: list[list] = []  # this round's value sets, made as the runner makes its own
@@ -247,9 +247,9 @@ class TimingPhase:
 
     def check_kept(self) -> None:
         """The picked outputs the runner kept during the timing, handed over in one order and compared with the
-        reference outputs the judge kept: after the exclusive hold, whose throughput the files and comparisons cost
-        (most of the 0.21 s a task spent in hand-over orders at one slot on an H100). The same answer handed for
-        another call of its batch too is a replay (schedule.wrong)."""
+        reference outputs the judge kept: after the rounds, in one order rather than one a round (the files and
+        comparisons were most of the 0.21 s a task spent in hand-over orders at one slot on an H100). The same answer
+        handed for another call of its batch too is a replay (schedule.wrong)."""
         kept, self.kept, self.kept_bytes = self.kept, [], 0
         names = [name for batch in kept for name, _, _ in batch]
         if not names:
@@ -275,30 +275,22 @@ class TimingPhase:
         self.staged = max(1, min(MAX_CALLS[self.kind], self.staging_budget() // max(1, set_bytes)))
         import torch
 
-        from evaluator.isolation.timing_priority import TimingPriority
-
         threads = torch.get_num_threads()
         if self.kind == "cpu":  # the judge's own work on one thread: on a loaded host a pool per small op stalls
             torch.set_num_threads(1)  # (0.5-1.9 s to make 32 MiB of value sets with two threads, 30 ms with one)
-        held = False
         try:
             if self.kind == "cuda":
-                self.problem_cost()  # counted before the device is held (the flop counter runs the reference)
-            held = self.hold_device()
-            held_from = time.perf_counter()
-            # The timed pair ahead of the rest of the pool for CPU while it holds the GPU.
-            with TimingPriority(self.runner_pid()) if held else contextlib.nullcontext():
-                # The untimed start held too. Moved before the hold it saved ~0.1 s of a ~1 s hold at 8 slots on an
-                # H100 (54.5 evaluations a minute against 52.7, within run-to-run noise), but put every other slot's
-                # cold round and 256 MiB flush fills beside this one's timing.
-                probe_calls = self.warmed()
-                reference_ms, candidate_ms = self.rounds(probe_calls)
-                self.round_ms = reference_ms, candidate_ms  # per call, for the hooks (kernelbench_phase's lower bound)
-                rounds_done = time.perf_counter()
-                for hook in EXTRA_TIMINGS.values():
-                    hook.measure(self, result)
-            # Where the exclusive hold goes (the slot's throughput is bounded by it): the rounds, then the hooks.
-            self.schedule.phases["timing_rounds"] = round(rounds_done - held_from, 6)
+                self.problem_cost()  # counted before any round (the flop counter runs the reference)
+            started = time.perf_counter()
+            probe_calls = self.warmed()
+            reference_ms, candidate_ms = self.rounds(probe_calls)
+            self.round_ms = reference_ms, candidate_ms  # per call, for the hooks (kernelbench_phase's lower bound)
+            rounds_done = time.perf_counter()
+            for hook in EXTRA_TIMINGS.values():
+                hook.measure(self, result)
+            # Where the timing's time goes (waits for the device included): the rounds, then the hooks; the device's
+            # exclusive holds alone add up in timing_held (the slot's throughput is bounded by their sum).
+            self.schedule.phases["timing_rounds"] = round(rounds_done - started, 6)
             self.schedule.phases["timing_hooks"] = round(time.perf_counter() - rounds_done, 6)
         finally:
             torch.set_num_threads(threads)
@@ -306,11 +298,9 @@ class TimingPhase:
                 # judges each keeping 2+ GiB cached left an honest candidate out of memory at 8 slots on an H100
                 self.judge_sets, self.outputs = [], []
                 torch.cuda.empty_cache()
-            if held:
-                self.lock.release()
         with self.schedule.on_device("timing_checks"):  # the picked outputs' files and comparisons: GPU work, shared
             self.check_kept()
-            if self.kind == "cuda":  # the judge's copies back to the device, as the hold's end does with the rest
+            if self.kind == "cuda":  # the judge's copies back to the device, as the timing's end does with the rest
                 torch.cuda.empty_cache()
         self.schedule.phases["round_trip"] = round(self.driver.round_trip, 6)
         self.schedule.phases["timing_spread"] = round(max(spread(candidate_ms), spread(reference_ms)), 4)
@@ -322,19 +312,33 @@ class TimingPhase:
         result.speedup = statistics.median(reference_ms) / candidate if candidate > 0 else None
         self.speed_of_light(result, candidate)
 
-    def hold_device(self) -> bool:
-        """This GPU held exclusive for the timing (False without a lock: CPU mode); TaskEnded when it is not had
-        within the task's limit."""
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """This GPU held exclusive for one timed window (a round's two sides, a measurement the hooks compare with), and
+        the timed pair ahead of the rest of the pool for CPU meanwhile; nothing on the CPU (no lock). TaskEnded when
+        the device is not had within the task's limit. Only the timed windows are held, not the whole timing: held
+        whole, a task kept the device ~0.7-1 s at 8 slots on an H100, of which the batches were a small part (the
+        judge's checks, sizing and orders between them), and tasks went through that hold one at a time."""
         if self.lock is None:
-            return False
+            yield
+            return
+        from evaluator.isolation.timing_priority import TimingPriority
+
         waited = self.lock.acquire(self.driver.deadline)
         if waited is None:
             raise TaskEnded(Verdict.TIMEOUT, "The evaluation did not get the GPU for timing within its limit.")
-        self.schedule.phases["device_wait"] = round(waited, 6)
+        phases = self.schedule.phases
+        phases["device_wait"] = round(phases.get("device_wait", 0.0) + waited, 6)
         # 1: shared holders (another slot's order, a hostile spin) still on the device when the drain's bound passed,
-        # so this timing ran beside them (isolation/device_lock.SHARED_DRAIN_MAX_S); the bench counts it.
-        self.schedule.phases["device_shared_overrun"] = int(self.lock.overran)
-        return True
+        # so a window of this timing ran beside them (isolation/device_lock.SHARED_DRAIN_MAX_S); the bench counts it.
+        phases["device_shared_overrun"] = max(phases.get("device_shared_overrun", 0), int(self.lock.overran))
+        since = time.perf_counter()
+        try:
+            with TimingPriority(self.runner_pid()):
+                yield
+        finally:
+            self.lock.release()
+            phases["timing_held"] = round(phases.get("timing_held", 0.0) + time.perf_counter() - since, 6)
 
     def staging_budget(self) -> int:
         """Bytes of value sets and outputs each side may stage: STAGING_BUDGET_BYTES, and on a GPU at most a share of
@@ -361,7 +365,8 @@ class TimingPhase:
     def picks(self, calls: int, first: bool) -> list[int]:
         """The calls of a batch whose whole outputs the runner hands over: PICKED_PER_BATCH of them on a `first` batch
         (of its size, or of a phase), on every batch whose outputs the projection cannot see whole, else at PICK_SHARE.
-        Each pick is a file hand-over inside the exclusive hold; every output is projected either way."""
+        Each pick is a copy the runner keeps on the device, handed over as a file after the rounds; every output is
+        projected either way."""
         if first or not self.projected_whole() or self.rng.random() < PICK_SHARE:
             return sorted(self.rng.sample(range(calls), min(PICKED_PER_BATCH, calls)))
         return []
@@ -412,13 +417,14 @@ class TimingPhase:
         picked = self.picks(calls, first)
         seed = self.rng.getrandbits(30)
         hands = {}
-        for side in self.sides(candidate_first):
-            if side == "reference":
-                with self.reference_watched(counted):
-                    self.batch_only[side] = self.reference_batch(calls, salt)
-                    hands[side] = self.reference_hand(picked, seed)
-            else:
-                _, hands[side] = self.candidate_batch(calls, salt, picked, seed)
+        with self.held():
+            for side in self.sides(candidate_first):
+                if side == "reference":
+                    with self.reference_watched(counted):
+                        self.batch_only[side] = self.reference_batch(calls, salt)
+                        hands[side] = self.reference_hand(picked, seed)
+                else:
+                    _, hands[side] = self.candidate_batch(calls, salt, picked, seed)
         self.check(picked)
         if self.driver.trace is not None:  # per round for the benchmark's trace: batch and hand-over of each side, ms
             self.driver.rounds.append([calls] + [round(v * 1e3, 4) for v in (

@@ -160,12 +160,14 @@ def run(kind: str, n: int, slots: int, cache_dir: str) -> dict:
             # Identical code (--kinds torch): the share within ±5% of 1 is the self-speedup target's figure.
             "speedups": [round(r.speedup, 3) for r in correct if r.speedup],
             "speedups_kernelbench": [round(r.speedup_kernelbench, 3) for r in correct if r.speedup_kernelbench],
-            "gpu_idle_share": gpu.idle_share()}
+            "gpu_idle_share": gpu.idle_share(),
+            # Far from what an honest ReLU reads (0.5-2x): their rounds are printed from the trace (trace_summary).
+            "outliers": sorted(r.request_id for r in correct if r.speedup and not 0.5 <= r.speedup <= 2.0)}
 
 
-def trace_summary(path: str) -> dict:
+def trace_summary(path: str, outliers: tuple = ()) -> dict:
     """Per task, from the judge's trace (KRL_EVAL_TRACE): mean count and seconds of each order type, and the judge's
-    own time between orders."""
+    own time between orders; the rounds of the first tasks and of the `outliers` (request ids)."""
     if not os.path.exists(path):
         return {}
     tasks = [json.loads(line) for line in open(path)]
@@ -185,6 +187,8 @@ def trace_summary(path: str) -> dict:
     # The timing's rounds of the first tasks: [calls, reference batch, reference hand-over, candidate batch,
     # candidate hand-over] in ms, sizing rounds first (what makes a timing unsteady, and which side).
     summary["rounds_sample"] = [task.get("rounds", []) for task in tasks[:2]]
+    summary["rounds_outliers"] = {task["request_id"]: task.get("rounds", []) for task in tasks
+                                  if task.get("request_id") in outliers}
     os.remove(path)
     return summary
 
@@ -202,8 +206,8 @@ def main() -> None:
             for slots in [int(s) for s in args.slots.split(",")]:
                 trace = os.path.join(cache_dir, f"trace-{kind}-{slots}.jsonl")
                 os.environ["KRL_EVAL_TRACE"] = trace  # read by the judge hosts the evaluator starts
-                row = {"machine": platform.node(), **run(kind, args.n, slots, cache_dir),
-                       "orders": trace_summary(trace)}
+                row = {"machine": platform.node(), **run(kind, args.n, slots, cache_dir)}
+                row["orders"] = trace_summary(trace, tuple(row["outliers"]))
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     if args.out:

@@ -72,7 +72,7 @@ for line in open(sys.argv[1]):
         print(r["kind"], r["slots"], "cupti_teardown", r.get("cupti_teardown"), "same_cpu", r.get("same_cpu"),
               f"{r['correct']}/{r['n']}",
               r["evals_per_min"], "/min", r["verdicts"],
-              "hold", round(p.get("timing_rounds", 0) + p.get("timing_hooks", 0), 3), "wait", p.get("device_wait"),
+              "held", p.get("timing_held"), "rounds+hooks", round(p.get("timing_rounds", 0) + p.get("timing_hooks", 0), 3), "wait", p.get("device_wait"),
               "ready", p.get("judge_ready"), "speedup median", r.get("speedup_median"),
               "within 5%", sum(abs(v - 1) <= 0.05 for v in s), "of", len(s),
               "interfered", p.get("timing_interfered_rounds"))
