@@ -623,6 +623,7 @@ def rotation_sizes(input_bytes: int, budget_bytes: int = 2 * 2**30) -> tuple[int
 # quiet run for 89% of kernels unpinned but 33-44% pinned to the 2 reserved cores (tests/bench/results/h100/).
 RESERVE_ENV = "KRL_TIMING_RESERVE"
 PLACEMENT_ENV = "KRL_WORKER_CPUS"  # set by the pool per worker, applied and removed at the worker's entry
+DEVICE_SLOTS_ENV = "KRL_WORKER_DEVICE_SLOTS"  # set by the pool: the judges sharing a GPU (slot/timing_phase.py)
 
 
 def _available_cpus() -> list[int]:

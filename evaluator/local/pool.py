@@ -247,6 +247,8 @@ class Pool:
             extra["OMP_NUM_THREADS"] = str(threads)
         else:
             extra["CUDA_VISIBLE_DEVICES"] = _physical_gpu(int(device.split(":")[1]))
+            # The judges that may time on this GPU at once (slot/timing_phase.staging_budget shares it among them).
+            extra[timing.DEVICE_SLOTS_ENV] = str(self.config.active_target(device) + self.config.spare_per_device)
         env = worker_environment(self._parent_env, workdir, extra)
         result_r, result_w = os.pipe()
         out_file, err_file = open(out_path, "ab"), open(err_path, "ab")

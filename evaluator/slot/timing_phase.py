@@ -29,7 +29,11 @@ BATCH_TARGET_S = {"cuda": 0.005, "cpu": 0.010}
 # projected after the batch), so a smaller budget shortens its batches until the round trip's jitter dominates:
 # 512 MiB gave a 4M-element op 16-call batches of ~0.3 ms on an H100.
 STAGING_BUDGET_BYTES = {"cuda": 2 << 30, "cpu": 64 << 20}
-STAGING_FREE_SHARE = 6  # GPU: each side's staging at most this fraction of the device's free memory at timing time
+# GPU: each side's staging at most this fraction of the device's free memory at timing time, divided among the judges
+# that may stage on the device at once (judging/timing.DEVICE_SLOTS_ENV, set by the pool): timings hold the device a
+# round at a time, so every slot's sets can be staged together (at free/6 each, 8 slots left an honest 4M-element
+# ReLU out of memory on an H100).
+STAGING_FREE_SHARE = 6
 # CPU: each call's value set is made on both sides (~25 us a set here), which at 4096 calls cost ~0.8 s per evaluation
 # of a 256-element problem; 2048 keeps a batch >= ~5 ms there.
 MAX_CALLS = {"cuda": 1024, "cpu": 2048}
@@ -346,10 +350,18 @@ class TimingPhase:
         batch's temporaries all come out of it, beside the other slots' processes)."""
         budget = STAGING_BUDGET_BYTES[self.kind]
         if self.kind == "cuda":
+            import os
+
             import torch
 
+            from evaluator.judging.timing import DEVICE_SLOTS_ENV
+
+            try:
+                slots = max(1, int(os.environ.get(DEVICE_SLOTS_ENV, "1")))
+            except ValueError:
+                slots = 1
             free, _total = torch.cuda.mem_get_info()
-            budget = min(budget, free // STAGING_FREE_SHARE)
+            budget = min(budget, free // (STAGING_FREE_SHARE * slots))
         return budget
 
     def projected_whole(self) -> bool:
@@ -410,14 +422,15 @@ class TimingPhase:
 
     def one_round(self, calls: int, candidate_first: bool, counted: bool = False) -> tuple[float, float]:
         """(reference, candidate) seconds per call of one round: both sides on the same fresh value sets, each timed
-        over its batch and its hand-over; then the judge's checks (untimed). A `counted` round watches the runner
-        while the reference is timed (reference_watched)."""
+        over its batch and its hand-over; then the judge's checks (untimed). A `counted` round holds the device
+        exclusive (held) and watches the runner while the reference is timed (reference_watched); the others (cold,
+        probe, sizing, warm) only size batches and warm both sides, beside whatever the other slots do."""
         first = calls != self.staged_for
         salt = self.stage(calls)
         picked = self.picks(calls, first)
         seed = self.rng.getrandbits(30)
         hands = {}
-        with self.held():
+        with self.held() if counted else contextlib.nullcontext():
             for side in self.sides(candidate_first):
                 if side == "reference":
                     with self.reference_watched(counted):
@@ -492,6 +505,10 @@ class TimingPhase:
             # per call on both sides and speedups of identical torch ops from 0.44 to 1.05. Sized again on a batch of
             # the estimated length.
             calls = self.sized(calls)
+        if self.kind == "cuda":
+            # Warm at the batch size the counted rounds use, outside the hold: a size's first round allocates its
+            # sets and outputs on both sides (the caching allocator grows), 20-80 ms a side on an H100 at 8 slots.
+            self.one_round(calls, False)
         self.calls = calls
         reference_ms: list[float] = []
         candidate_ms: list[float] = []
