@@ -420,17 +420,19 @@ class TimingPhase:
                 self.counted_cost = None
         return self.counted_cost
 
-    def one_round(self, calls: int, candidate_first: bool, counted: bool = False) -> tuple[float, float]:
+    def one_round(self, calls: int, candidate_first: bool, counted: bool = False,
+                  exclusive: bool = True) -> tuple[float, float]:
         """(reference, candidate) seconds per call of one round: both sides on the same fresh value sets, each timed
-        over its batch and its hand-over; then the judge's checks (untimed). A `counted` round holds the device
-        exclusive (held) and watches the runner while the reference is timed (reference_watched); the others (cold,
-        probe, sizing, warm) only size batches and warm both sides, beside whatever the other slots do."""
+        over its batch and its hand-over; then the judge's checks (untimed). An `exclusive` round holds the device
+        (held): the counted rounds and the sizing ones (sized beside another slot's round, a probe read 3 ms a call
+        of a 20 us ReLU and gave it 1-call batches); the cold and warm rounds only warm both sides, beside whatever
+        the other slots do. A `counted` round watches the runner while the reference is timed (reference_watched)."""
         first = calls != self.staged_for
         salt = self.stage(calls)
         picked = self.picks(calls, first)
         seed = self.rng.getrandbits(30)
         hands = {}
-        with self.held() if counted else contextlib.nullcontext():
+        with self.held() if exclusive else contextlib.nullcontext():
             for side in self.sides(candidate_first):
                 if side == "reference":
                     with self.reference_watched(counted):
@@ -486,9 +488,10 @@ class TimingPhase:
         if self.kind == "cuda":
             # The very first round of a task is colder still (each side's first launches at this size, the runner's
             # first staging): sized on it, 8 slots on an H100 gave a ~6 us kernel 1-call batches (24 ms for 3 calls),
-            # timed at ~0.5 ms a call of fixed costs on both sides and unsteady to the end. Run once, unused. (CPU:
-            # the sizing already settles, and a round there is charged CPU time on a 2-core host.)
-            self.one_round(warm, False)
+            # timed at ~0.5 ms a call of fixed costs on both sides and unsteady to the end. Run once, unused, outside
+            # the hold (it took 50-300 ms there at 8 slots). (CPU: the sizing already settles, and a round there is
+            # charged CPU time on a 2-core host.)
+            self.one_round(warm, False, exclusive=False)
         calls = self.sized(warm, probe=True)
         for hook in EXTRA_TIMINGS.values():
             hook.prepare(self)
@@ -508,7 +511,7 @@ class TimingPhase:
         if self.kind == "cuda":
             # Warm at the batch size the counted rounds use, outside the hold: a size's first round allocates its
             # sets and outputs on both sides (the caching allocator grows), 20-80 ms a side on an H100 at 8 slots.
-            self.one_round(calls, False)
+            self.one_round(calls, False, exclusive=False)
         self.calls = calls
         reference_ms: list[float] = []
         candidate_ms: list[float] = []
