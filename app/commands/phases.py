@@ -17,7 +17,8 @@ STAGES = {
 ORDER = ("evaluator start-up", "waiting for the GPU", "build", "loading", "checking", "timing", "other")
 # Counts, ratios, copies, the timing's per-call yardsticks and its split (parts of "timing"): not durations of a stage.
 NOT_TIMES = {"timing_retries", "timing_extra_rounds", "timing_spread", "round_trip", "seconds", "timing_rounds",
-             "timing_hooks", "timing_held", "timing_interfered_rounds", "device_shared_overrun"}
+             "timing_hooks", "timing_held", "timing_setup", "timing_kept", "timing_interfered_rounds",
+             "device_shared_overrun"}
 NOT_TIMES_PREFIX = "kernelbench_"
 WHOLE = ("end_to_end", "total")  # the whole wall time, in the order trusted
 

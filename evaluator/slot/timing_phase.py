@@ -272,6 +272,7 @@ class TimingPhase:
     def run(self, result: Any) -> None:
         from evaluator.judging import sol, timing
 
+        setup_from = time.perf_counter()
         names = [f"timing-{j}" for j in range(BASE_SETS)]
         with self.schedule.on_device("timing_inputs"):  # the judge's inputs: GPU work, not yet exclusive
             self.bases = [self.task.make(name) for name in names]
@@ -286,6 +287,7 @@ class TimingPhase:
             if self.kind == "cuda":
                 self.problem_cost()  # counted before any round (the flop counter runs the reference)
             started = time.perf_counter()
+            self.schedule.phases["timing_setup"] = round(started - setup_from, 6)  # inputs, staging, flop count
             probe_calls = self.warmed()
             reference_ms, candidate_ms = self.rounds(probe_calls)
             self.round_ms = reference_ms, candidate_ms  # per call, for the hooks (kernelbench_phase's lower bound)
@@ -302,10 +304,12 @@ class TimingPhase:
                 # judges each keeping 2+ GiB cached left an honest candidate out of memory at 8 slots on an H100
                 self.judge_sets, self.outputs = [], []
                 torch.cuda.empty_cache()
+        kept_from = time.perf_counter()
         with self.schedule.on_device("timing_checks"):  # the picked outputs' files and comparisons: GPU work, shared
             self.check_kept()
             if self.kind == "cuda":  # the judge's copies back to the device, as the timing's end does with the rest
                 torch.cuda.empty_cache()
+        self.schedule.phases["timing_kept"] = round(time.perf_counter() - kept_from, 6)
         self.schedule.phases["round_trip"] = round(self.driver.round_trip, 6)
         self.schedule.phases["timing_spread"] = round(max(spread(candidate_ms), spread(reference_ms)), 4)
         result.kernel_runtime = timing.summarize(candidate_ms)

@@ -107,6 +107,15 @@ class GpuSampler:
         return round(1 - statistics.mean(self.samples) / 100, 3) if self.samples else None
 
 
+def host_cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of every CPU so far, from /proc/stat: the host's busy share over the batch is the
+    difference of two reads (is the slot's throughput bound by the host's cores rather than the GPU?)."""
+    with open("/proc/stat") as handle:
+        fields = [int(v) for v in handle.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and iowait
+    return sum(fields) - idle, sum(fields)
+
+
 def requests(kind: str, n: int):
     """n requests of one kind: "triton" and "cuda" honest ReLU kernels, or "torch": the reference's own code, whose
     speedups are the self-speedup distribution (each should read 1)."""
@@ -131,7 +140,7 @@ def run(kind: str, n: int, slots: int, cache_dir: str) -> dict:
         print(f"{kind} at {slots} slots: pool and warm-up {time.monotonic() - began:.1f} s", file=sys.stderr, flush=True)
         batch = requests(kind, n)
         with GpuSampler() as gpu:
-            started = time.monotonic()
+            started, cpu_from = time.monotonic(), host_cpu_ticks()
             results = []
             for result in ev.evaluate_many(batch):  # one line each, so a run cut off by its limit still says how far
                 results.append(result)
@@ -139,6 +148,7 @@ def run(kind: str, n: int, slots: int, cache_dir: str) -> dict:
                       f"{result.verdict.value} speedup {result.speedup} interfered rounds "
                       f"{result.phase_times_s.get('timing_interfered_rounds', 0)}", file=sys.stderr, flush=True)
             wall_s = time.monotonic() - started
+            cpu_to = host_cpu_ticks()
     phases: dict[str, list[float]] = {}
     for result in results:
         for name, value in result.phase_times_s.items():
@@ -161,6 +171,7 @@ def run(kind: str, n: int, slots: int, cache_dir: str) -> dict:
             "speedups": [round(r.speedup, 3) for r in correct if r.speedup],
             "speedups_kernelbench": [round(r.speedup_kernelbench, 3) for r in correct if r.speedup_kernelbench],
             "gpu_idle_share": gpu.idle_share(),
+            "host_cpu_busy_share": round((cpu_to[0] - cpu_from[0]) / max(1, cpu_to[1] - cpu_from[1]), 3),
             # Far from what an honest ReLU reads (0.5-2x): their rounds are printed from the trace (trace_summary).
             "outliers": sorted(r.request_id for r in correct if r.speedup and not 0.5 <= r.speedup <= 2.0)}
 
