@@ -1,5 +1,6 @@
 """The GPU's device lock between real processes: shared steps together, a timing alone, writer preference, a bounded
-drain, one process nesting both kinds without waiting on itself; and the judge's hooks, inert without a lock (CPU)."""
+drain, one process nesting both kinds without waiting on itself; the judge's hooks, inert without a lock (CPU); a
+timing's hold, one window at a time."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from evaluator.isolation.device_lock import LOCK_DIR_ENV, DeviceLock
+from evaluator.slot.outcome import TaskEnded
 from evaluator.slot.task_driver import Deadline
 from evaluator.slot.task_judge import SHARED_STEPS, shared_device, shared_steps_from
 
@@ -165,6 +167,35 @@ def test_the_judges_hooks_do_nothing_without_a_lock_and_end_a_task_that_cannot_g
             ran.append("gpu")
         assert ran == ["cpu", "gpu"] and lock.shared_depth == 0
         assert phases["device_shared_wait"] >= 0 and phases["device_shared_hold"] >= 0
+    finally:
+        lock.close()
+
+
+def test_a_timing_holds_the_device_one_window_at_a_time(holders, lock_dir):
+    """Another slot's timing gets the device between two of this one's windows (its rounds), never inside one."""
+    from types import SimpleNamespace
+
+    from evaluator.slot.timing_phase import TimingPhase
+
+    other, lock = holders[0], DeviceLock("gpu-test")
+    # The judge's own task, driver and schedule, reduced to what the hold reads (no runner: pid 0, the judge alone
+    # boosted).
+    driver = SimpleNamespace(deadline=time.monotonic() + LONG_S, runner=SimpleNamespace(host_pid=0))
+    phase = TimingPhase(SimpleNamespace(device="cuda:0"), driver, SimpleNamespace(phases={}), lock=lock)
+    try:
+        with phase.held():
+            assert other.ask("exclusive", SHORT_S, SHORT_S)[0] is None
+        assert other.ask("exclusive", LONG_S, LONG_S)[0] is not None
+        driver.deadline = time.monotonic() + SHORT_S
+        with pytest.raises(TaskEnded):  # not had within the task's limit: the task ends (timeout)
+            with phase.held():
+                pass
+        other.ask("release")
+        driver.deadline = time.monotonic() + LONG_S
+        with phase.held():
+            pass
+        phases = phase.schedule.phases
+        assert phases["timing_held"] > 0 and phases["device_wait"] >= 0 and phases["device_shared_overrun"] == 0
     finally:
         lock.close()
 
