@@ -626,6 +626,16 @@ PLACEMENT_ENV = "KRL_WORKER_CPUS"  # set by the pool per worker, applied and rem
 DEVICE_SLOTS_ENV = "KRL_WORKER_DEVICE_SLOTS"  # set by the pool: the judges sharing a GPU (slot/timing_phase.py)
 
 
+def device_slots() -> int:
+    """How many judges share this process's GPU (DEVICE_SLOTS_ENV); 1 where unset or unreadable."""
+    import os
+
+    try:
+        return max(1, int(os.environ.get(DEVICE_SLOTS_ENV, "1")))
+    except ValueError:
+        return 1
+
+
 def _available_cpus() -> list[int]:
     import os
 

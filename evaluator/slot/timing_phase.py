@@ -76,9 +76,9 @@ PROJECTION_SLACK = 1e-4
 
 # Further measurements of the same task by other conventions (KernelBench's: evaluator/slot/kernelbench_phase.py, set
 # at the end of this module): each hook's prepare(phase) runs with the untimed start of the timing and its
-# measure(phase, result) after the judge's own rounds, both while the device is held; measure may add fields to the
-# result. Both run in the judge and may order the runner through phase.driver (phase.measured, phase.stage) like the
-# rounds do. A hook's figures are reported, never the reward's default.
+# measure(phase, result) after the judge's own rounds; measure may add fields to the result and holds the device for
+# each of its timed windows itself (phase.held). Both run in the judge and may order the runner through phase.driver
+# (phase.measured, phase.stage) like the rounds do. A hook's figures are reported, never the reward's default.
 EXTRA_TIMINGS: dict[str, Any] = {}
 
 
@@ -325,8 +325,9 @@ class TimingPhase:
         """This GPU held exclusive for one timed window (a round's two sides, a measurement the hooks compare with), and
         the timed pair ahead of the rest of the pool for CPU meanwhile; nothing on the CPU (no lock). TaskEnded when
         the device is not had within the task's limit. Only the timed windows are held, not the whole timing: held
-        whole, a task kept the device ~0.7-1 s at 8 slots on an H100, of which the batches were a small part (the
-        judge's checks, sizing and orders between them), and tasks went through that hold one at a time."""
+        whole, a task kept the device 0.65-0.73 s at 8 slots on an H100, most of it in rounds that only warm (the
+        cold round, each batch size's first), and tasks went through that hold one at a time; a window at a time,
+        0.29-0.38 s."""
         if self.lock is None:
             yield
             return
@@ -354,18 +355,12 @@ class TimingPhase:
         batch's temporaries all come out of it, beside the other slots' processes)."""
         budget = STAGING_BUDGET_BYTES[self.kind]
         if self.kind == "cuda":
-            import os
-
             import torch
 
-            from evaluator.judging.timing import DEVICE_SLOTS_ENV
+            from evaluator.judging.timing import device_slots
 
-            try:
-                slots = max(1, int(os.environ.get(DEVICE_SLOTS_ENV, "1")))
-            except ValueError:
-                slots = 1
             free, _total = torch.cuda.mem_get_info()
-            budget = min(budget, free // (STAGING_FREE_SHARE * slots))
+            budget = min(budget, free // (STAGING_FREE_SHARE * device_slots()))
         return budget
 
     def projected_whole(self) -> bool:

@@ -486,3 +486,14 @@ def test_cupti_is_detached_by_default_where_a_gpu_is_and_kept_when_asked(monkeyp
     monkeypatch.setenv(timing.CUPTI_TEARDOWN_ENV, "0")
     assert not timing.cupti_teardown_wanted()
     assert timing.release_cupti() is False and "TEARDOWN_CUPTI" not in os.environ
+
+
+def test_the_judges_sharing_a_gpu_are_read_from_the_pools_setting(monkeypatch):
+    """The staging budget is shared among them (slot/timing_phase.staging_budget); unset or garbled reads as one."""
+    monkeypatch.setenv(timing.DEVICE_SLOTS_ENV, "9")
+    assert timing.device_slots() == 9
+    for value in ("", "x", "0", "-3"):
+        monkeypatch.setenv(timing.DEVICE_SLOTS_ENV, value)
+        assert timing.device_slots() == 1
+    monkeypatch.delenv(timing.DEVICE_SLOTS_ENV)
+    assert timing.device_slots() == 1
