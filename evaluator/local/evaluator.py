@@ -41,17 +41,28 @@ def detect_gpus() -> tuple[int, Optional[str]]:
 AUTO_SLOTS_MAX = 8  # slots per GPU at most when left to "auto"
 
 
-def slots_per_gpu(setting: Any, gpus: int) -> int:
+def slots_per_gpu(setting: Any, gpus: int, warn: bool = True) -> int:
     """Slots (judge host + runners) per GPU: the setting, or for "auto" one per two cores of this process's share,
     at most AUTO_SLOTS_MAX. Several slots keep a GPU busy: other slots load, JIT, make inputs and compare while one
     times (an H100 with 16 cores: 8 slots gave ~2x one slot's rate, tests/bench/bench_slot.py)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    per_gpu_cores = cores // (2 * max(1, gpus))
     if setting == "auto":
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        return max(1, min(AUTO_SLOTS_MAX, cores // (2 * max(1, gpus))))
+        return max(1, min(AUTO_SLOTS_MAX, per_gpu_cores))
     try:
-        return int(setting)
+        slots = int(setting)
     except (TypeError, ValueError):
         raise EvaluatorError(f"workers_per_device must be a number or 'auto', not {setting!r}.") from None
+    if warn and slots > max(1, per_gpu_cores):
+        import warnings
+
+        # Each slot is a judge and a runner; past one slot per two cores the host's CPUs bound the rate and the
+        # timing reads the runners' waits for a core: 16 slots on a 16-core H100 host ran slower than 8 and read
+        # honest code at 0.13-0.19x in half its tasks (docs/figures.md, "Session 8").
+        warnings.warn(f"workers_per_device={slots} is more than one slot per two CPU cores ({cores} cores for {gpus} "
+                      f"GPU(s)): expect a lower rate and speedups misread as the host saturates; 'auto' picks "
+                      f"{max(1, min(AUTO_SLOTS_MAX, per_gpu_cores))}.", RuntimeWarning, stacklevel=3)
+    return slots
 
 
 class Evaluator:
@@ -91,10 +102,11 @@ class Evaluator:
                 device_list.append(f"cuda:{int(index)}")
             if arch is None:
                 arch = detect_gpus()[1]
-        workers_per_device = slots_per_gpu(workers_per_device, len(device_list))
+        cpu_mode = device_list == ["cpu"]
+        # CPU mode runs cpu_workers: the slots per GPU are then not warned about.
+        workers_per_device = slots_per_gpu(workers_per_device, len(device_list), warn=not cpu_mode)
         if workers_per_device < 1 or cpu_workers < 1:
             raise EvaluatorError("workers_per_device and cpu_workers must be at least 1.")
-        cpu_mode = device_list == ["cpu"]
         if compile_workers is None:
             # One per core, less one per GPU worker so timing keeps a core (compile workers also run at nice 10).
             gpu_workers = 0 if cpu_mode else len(device_list) * workers_per_device

@@ -85,3 +85,20 @@ def test_every_evaluator_keeps_the_same_contract(opened):
 def test_unknown_addresses_are_clear_errors(address):
     with pytest.raises(EvaluatorError, match="unknown evaluator address"):
         open_evaluator(address)
+
+
+def test_slots_per_gpu_auto_is_one_per_two_cores_and_more_is_warned(monkeypatch):
+    """Past one slot per two cores the host bounds the rate and misreads speedups (16 slots on 16 cores, an H100)."""
+    import warnings
+
+    from evaluator.local import evaluator as local_evaluator
+
+    monkeypatch.setattr(local_evaluator.os, "sched_getaffinity", lambda _pid: set(range(16)))
+    assert local_evaluator.slots_per_gpu("auto", 1) == 8 and local_evaluator.slots_per_gpu("auto", 4) == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert local_evaluator.slots_per_gpu(8, 1) == 8  # within the cores: no warning
+    with pytest.warns(RuntimeWarning, match="one slot per two CPU cores"):
+        assert local_evaluator.slots_per_gpu(16, 1) == 16
+    with pytest.raises(EvaluatorError, match="a number or 'auto'"):
+        local_evaluator.slots_per_gpu("many", 1)
