@@ -669,14 +669,17 @@ class JudgeHost:
 
     def serve(self) -> int:
         from evaluator.contract.framing import read_message, write_message
+        from evaluator.slot.judge_profile import JudgeProfile
 
+        profile = JudgeProfile()  # only with KRL_EVAL_PROFILE (the benchmarks)
         while True:
             message = read_message(self.task_fd)
             if message is None or message.get("type") == "exit":
                 self.slot.stop_zygote()
                 return 0
             try:
-                reply = self.run_task(message)
+                with profile.task():
+                    reply = self.run_task(message)
             except Exception:  # noqa: BLE001 - a bug of the judge itself: infrastructure, retried once
                 import traceback
 

@@ -1,6 +1,7 @@
 """Benchmark: the evaluation slot's throughput on one GPU for small honest Triton and CUDA candidates, at several slots
 (judge hosts, each with its runners) per GPU: evaluations/min, mean seconds per phase, and the GPU's idle share.
-Usage: python tests/bench/bench_slot.py --n 24 --slots 1,4,8 [--kinds triton,cuda] [--out results.json]"""
+Usage: python tests/bench/bench_slot.py --n 24 --slots 1,4,8 [--kinds triton,cuda] [--out results.json] [--profile]
+(--profile: the judges' own CPU by function, merged over each run's judges, printed after its line)"""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from evaluator.slot.judge_profile import PROFILE_ENV, summary  # noqa: E402
 from tests.bench.slot_bench import REFERENCE  # noqa: E402 - the shared ReLU problem
 
 TRITON = '''
@@ -210,6 +212,7 @@ def main() -> None:
     parser.add_argument("--slots", default="1,4,8")
     parser.add_argument("--kinds", default="triton,cuda")
     parser.add_argument("--out", default="")
+    parser.add_argument("--profile", action="store_true", help="profile the judges (slot/judge_profile.py)")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as cache_dir:
@@ -217,9 +220,14 @@ def main() -> None:
             for slots in [int(s) for s in args.slots.split(",")]:
                 trace = os.path.join(cache_dir, f"trace-{kind}-{slots}.jsonl")
                 os.environ["KRL_EVAL_TRACE"] = trace  # read by the judge hosts the evaluator starts
+                profiles = tempfile.mkdtemp(prefix="judge-profiles-", dir=cache_dir)
+                if args.profile:
+                    os.environ[PROFILE_ENV] = profiles
                 row = {"machine": platform.node(), **run(kind, args.n, slots, cache_dir)}
                 row["orders"] = trace_summary(trace, tuple(row["outliers"]))
                 print(json.dumps(row), flush=True)
+                if args.profile:  # the warm-up's tasks included
+                    print(f"judges' profile, {kind} at {slots} slots:\n{summary(profiles)}", flush=True)
                 rows.append(row)
     if args.out:
         with open(args.out, "w") as handle:

@@ -6,7 +6,8 @@
 # device lock's shared steps off and on at 8 slots, then honest speedups beside hogs); `gpu_check.sh cupti` (~4 min:
 # identical code with the runner's CUPTI detached after its checks, the default, and kept attached; then the runner
 # traits' own host cost, bench_runner_overhead.py); `gpu_check.sh pin` (~4 min: identical code and Triton with the
-# timed pair on one CPU, KRL_TIMING_SAME_CPU=1, at one slot and eight). Run from the repository root
+# timed pair on one CPU, KRL_TIMING_SAME_CPU=1, at one slot and eight); `gpu_check.sh profile` (~2 min: the judges'
+# own CPU by function at 8 slots, slot/judge_profile.py). Run from the repository root
 # with $OUT set (the device tool sets it); bubblewrap's .deb files in .gpu/deb if the machine lacks it. Results land
 # in $OUT; a summary is printed at the end.
 set -u
@@ -43,6 +44,9 @@ if [[ $PARTS == *" pin "* ]]; then  # the judge's timing thread and the runner o
     KRL_TIMING_SAME_CPU=1 timeout 90 python3 tests/bench/bench_slot.py --n 48 --slots 8 --kinds triton \
         >> "$OUT/slot.txt" 2>&1
 fi
+if [[ $PARTS == *" profile "* ]]; then  # where the judges' own CPU goes at 8 slots (the slot's bound since session 8)
+    timeout 120 python3 tests/bench/bench_slot.py --n 48 --slots 8 --kinds triton --profile > "$OUT/profile.txt" 2>&1
+fi
 if [[ $PARTS == *" share "* ]]; then  # the device lock's shared steps (docs/slot.md): off, on; then beside hogs
     KRL_WORKER_DEVICE_SHARED_STEPS=0 timeout 90 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds triton \
         > "$OUT/share.txt" 2>&1
@@ -78,6 +82,7 @@ for line in open(sys.argv[1]):
               "interfered", p.get("timing_interfered_rounds"))
 PY
 [ -f "$OUT/share.txt" ] && cut -c1-1500 "$OUT/share.txt"
+[ -f "$OUT/profile.txt" ] && grep -A40 "^judges' profile" "$OUT/profile.txt" | cut -c1-160
 [ -f "$OUT/overhead.txt" ] && cat "$OUT/overhead.txt"
 [ -f "$OUT/kb.txt" ] && grep -E "^both correct|^diagnostic|^against|^KernelBench against" "$OUT/kb.txt"
 [ -f "$OUT/kb_tests.txt" ] && grep -E "passed|failed|FAILED|ERROR" "$OUT/kb_tests.txt" | tail -8
