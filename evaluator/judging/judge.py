@@ -180,15 +180,6 @@ def clone_inputs(values: list) -> list:
     return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
 
 
-def clone_output(output: Any) -> Any:
-    """A forward's output with every tensor in it copied (a tensor, or tuples and lists of them)."""
-    if isinstance(output, torch.Tensor):
-        return output.clone()
-    if isinstance(output, (tuple, list)):
-        return type(output)(clone_output(part) for part in output)
-    return output
-
-
 # ---- comparing -----------------------------------------------------------------------------------------------------
 
 def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:

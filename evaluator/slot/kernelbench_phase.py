@@ -5,7 +5,6 @@ from its own batch rounds and its own clock around the eager order. CPU: CPU tim
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
 from typing import Any, Optional
@@ -141,7 +140,7 @@ def _gpu_round(phase: Any, flush: Any, calls: int, index: int) -> dict[str, Any]
     """Round `index` of KernelBench's convention on a GPU: each side's eager calls and projections, then the checks."""
     salt, picked, seed = _round_plan(phase, calls, index == 0)
     seen: dict[str, Any] = {}
-    with phase.held() if index else contextlib.nullcontext():  # the warm-up round beside the other slots' work
+    with phase.held(exclusive=index > 0):  # the warm-up round beside the other slots' work
         for side in phase.sides(index % 2 == 1):
             if side == "reference":
                 with phase.reference_watched(counted=index > 0):

@@ -306,9 +306,7 @@ class TimingPhase:
                 torch.cuda.empty_cache()
         kept_from = time.perf_counter()
         with self.schedule.on_device("timing_checks"):  # the picked outputs' files and comparisons: GPU work, shared
-            self.check_kept()
-            if self.kind == "cuda":  # the judge's copies back to the device, as the timing's end does with the rest
-                torch.cuda.empty_cache()
+            self.check_kept()  # its copies go back to the device with the task's end (judge_host.release_device_cache)
         self.schedule.phases["timing_kept"] = round(time.perf_counter() - kept_from, 6)
         self.schedule.phases["round_trip"] = round(self.driver.round_trip, 6)
         self.schedule.phases["timing_spread"] = round(max(spread(candidate_ms), spread(reference_ms)), 4)
@@ -321,14 +319,15 @@ class TimingPhase:
         self.speed_of_light(result, candidate)
 
     @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
+    def held(self, exclusive: bool = True) -> Iterator[None]:
         """This GPU held exclusive for one timed window (a round's two sides, a measurement the hooks compare with), and
-        the timed pair ahead of the rest of the pool for CPU meanwhile; nothing on the CPU (no lock). TaskEnded when
+        the timed pair ahead of the rest of the pool for CPU meanwhile; nothing when not `exclusive` (a round that only
+        warms) or on the CPU (no lock). TaskEnded when
         the device is not had within the task's limit. Only the timed windows are held, not the whole timing: held
         whole, a task kept the device 0.65-0.73 s at 8 slots on an H100, most of it in rounds that only warm (the
         cold round, each batch size's first), and tasks went through that hold one at a time; a window at a time,
-        0.29-0.38 s."""
-        if self.lock is None:
+        0.26-0.38 s."""
+        if not exclusive or self.lock is None:
             yield
             return
         from evaluator.isolation.timing_priority import TimingPriority
@@ -431,7 +430,7 @@ class TimingPhase:
         picked = self.picks(calls, first)
         seed = self.rng.getrandbits(30)
         hands = {}
-        with self.held() if exclusive else contextlib.nullcontext():
+        with self.held(exclusive):
             for side in self.sides(candidate_first):
                 if side == "reference":
                     with self.reference_watched(counted):

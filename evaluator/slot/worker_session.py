@@ -157,7 +157,7 @@ class TaskSession(RunState):
         for name, call in calls.items():
             output = self.outputs[call]
             hack(runtime_rules.check_plain_outputs(output))
-            self.kept[name] = judge.clone_output(output)
+            self.kept[name] = judge.snapshot(output)
 
     def kept_output(self, name: str) -> Any:
         return self.kept.pop(name)

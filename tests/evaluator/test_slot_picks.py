@@ -1,7 +1,7 @@
 """Which timed batches show picked outputs: the projection checks every call of every batch, but it sees only
 floating-point outputs, so an index or mask output (argmax, a comparison) has its picked calls checked on every batch,
 while a floating-point one may skip them on most. Picked outputs are kept in the runner and handed over after the
-timing's exclusive hold, in one order. Read from the judge's own record of its orders (KRL_EVAL_TRACE)."""
+timing's rounds, in one order. Read from the judge's own record of its orders (KRL_EVAL_TRACE)."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def test_an_index_output_shows_picked_calls_after_every_batch(traced):
     results, orders = traced
     assert results["argmax"].verdict == Verdict.CORRECT, results["argmax"].error_message
     runs, keeps, hands = (orders["argmax"].count(kind) for kind in ("run", "keep", "hand"))
-    # every batch: the projection, then the picked outputs kept; all of them handed over in one order after the hold
+    # every batch: the projection, then the picked outputs kept; all of them handed over in one order after the rounds
     assert runs >= 4 and keeps == runs and hands == runs + 1
 
 

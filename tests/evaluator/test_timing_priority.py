@@ -44,28 +44,24 @@ def test_a_runner_already_gone_only_boosts_the_judge():
     assert _nice(0) == own_before
 
 
-def _affinity(tid: int) -> set[int]:
-    return os.sched_getaffinity(tid)
-
-
 def test_asked_to_the_judge_and_every_runner_thread_share_one_cpu_and_get_theirs_back_after(runner, monkeypatch):
     """KRL_TIMING_SAME_CPU=1: the judge's thread and every thread of the runner on one CPU while the device is held,
     each given its former affinity back after."""
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one CPU: nothing to pin")
     monkeypatch.setenv("KRL_TIMING_SAME_CPU", "1")
-    judge_before = _affinity(0)
-    runner_before = {int(tid): _affinity(int(tid)) for tid in os.listdir(f"/proc/{runner.pid}/task")}
+    judge_before = os.sched_getaffinity(0)
+    runner_before = {int(tid): os.sched_getaffinity(int(tid)) for tid in os.listdir(f"/proc/{runner.pid}/task")}
     with TimingPriority(runner.pid) as held:
         assert held.cpu is not None
-        assert _affinity(0) == {held.cpu}
-        assert all(_affinity(tid) == {held.cpu} for tid in runner_before)
-    assert _affinity(0) == judge_before
-    assert all(_affinity(tid) == runner_before[tid] for tid in runner_before)
+        assert os.sched_getaffinity(0) == {held.cpu}
+        assert all(os.sched_getaffinity(tid) == {held.cpu} for tid in runner_before)
+    assert os.sched_getaffinity(0) == judge_before
+    assert all(os.sched_getaffinity(tid) == runner_before[tid] for tid in runner_before)
 
 
 def test_by_default_the_pair_stays_where_it_is(runner, monkeypatch):
     monkeypatch.delenv("KRL_TIMING_SAME_CPU", raising=False)
-    before = _affinity(runner.pid)
+    before = os.sched_getaffinity(runner.pid)
     with TimingPriority(runner.pid) as held:
-        assert held.cpu is None and _affinity(runner.pid) == before
+        assert held.cpu is None and os.sched_getaffinity(runner.pid) == before
