@@ -402,6 +402,11 @@ class Pool:
                     self.stats[name] += count
         if kind == "infra":
             self.stats["slot_infra_failures"] += 1
+            if message.get("device_full") and not task.alone:
+                # Out of GPU memory beside other evaluations: the retry has the device to itself, so its verdict
+                # cannot depend on what the neighbours held (a 48-kernel batch at 8 slots lost 11 of 48 this way).
+                task.alone = True
+                self.stats["retried_alone"] += 1
             self._infrastructure_failure(task, str(message.get("why", ""))[:1000])
         elif kind == "error":
             self.stats["worker_errors"] += 1
@@ -591,6 +596,11 @@ class Pool:
             queue = self._compile_queue if worker.role == Role.COMPILE else self._eval_queue
             if not queue:
                 continue
+            if worker.role == Role.EVAL:
+                running = [w.task for w in self._workers
+                           if w.role == Role.EVAL and w.device == worker.device and w.task is not None]
+                if not may_start(queue[0].alone, [t.alone for t in running]):
+                    continue
             task = queue.popleft()
             self._send(worker, task)
 
@@ -601,6 +611,7 @@ class Pool:
             limit = request.compile_timeout_s
         else:
             message["prebuilt"] = task.prebuilt
+            message["alone"] = task.alone
             limit = request.run_timeout_s
             if request.backend == "cuda" and not (task.prebuilt and task.prebuilt.get("ok")):
                 limit += request.compile_timeout_s  # the worker builds it itself
@@ -701,6 +712,15 @@ class Pool:
 # ---------------------------------------------------------------- helpers
 
 _REPORTED_SANDBOX: list[str] = []
+
+
+def may_start(alone: bool, running_alone: list[bool]) -> bool:
+    """Whether a task may start on a device whose running tasks are `running_alone` (each: whether it has the device
+    to itself): a task that must run alone waits until the device is empty, and nothing joins one that runs alone.
+    Waiting at the queue's head, an alone task also holds back the tasks behind it, so the device drains for it."""
+    if any(running_alone):
+        return False
+    return not (alone and running_alone)
 
 
 def _choose_sandbox() -> str:

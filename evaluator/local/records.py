@@ -94,6 +94,7 @@ class Task:
     build: Optional[CompileRecord] = None  # the published record of its compile
     done: bool = False
     compile_only: bool = False  # Pool.submit(compile_only=True): the future gets the published build record
+    alone: bool = False  # retried after the GPU was full of other evaluations' memory: runs with its device to itself
 
 
 @dataclass(eq=False)

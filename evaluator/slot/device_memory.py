@@ -1,5 +1,5 @@
-"""Whether a candidate's CUDA out-of-memory failure was the GPU's fault rather than its own: decided from the judge's
-own readings (the device's free memory, the runner's own share through nvidia-smi), never from the runner's word."""
+"""Whether a candidate's CUDA out-of-memory failure may be the neighbours' doing rather than its own: decided from the
+judge's own readings (the device's free memory, the runner's own share through nvidia-smi), never the runner's word."""
 
 from __future__ import annotations
 
@@ -9,19 +9,18 @@ from typing import Optional
 from evaluator.isolation.proctree import descendants
 
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED", "cudaErrorMemoryAllocation")
-# The device counts as full when less than this share of it is free as the judge looks.
-FULL_SHARE = 0.05
-# A runner holding less than this share of the device asked for no more than its part: with up to 8 slots a GPU
-# (local/pool.py's "auto"), an eighth. Above it, its own appetite filled the device and the error stands.
+# Other processes (other slots' judges and runners, this task's judge) holding at least this share of the device may
+# have made the difference: with up to 8 slots a GPU (local/pool.py's "auto"), an eighth.
 FAIR_SHARE = 1 / 8
 SMI_TIMEOUT_S = 5.0
 
 
 def starved_by_others(message: str, runner_pid: int) -> bool:
-    """True when `message` (the runner's admitted runtime error) is a CUDA out-of-memory error, the device is full as
-    the judge sees it now, and the runner's process tree holds no more than its fair share of the device: the other
-    slots' processes filled it (8 slots on an H100 left 5 honest candidates of 48 out of memory). The evaluation is
-    then the evaluator's failure, retried on a fresh runner. Unknown readings leave the candidate's error standing."""
+    """True when `message` (the runner's admitted runtime error) is a CUDA out-of-memory error and processes other than
+    the runner's tree hold at least a fair share of the device as the judge reads it now: the evaluation is then
+    retried with the device to itself (local/pool.py `Task.alone`), where the error, if it comes again, is the
+    candidate's. Free memory alone cannot decide it: by the time the judge reads, the neighbours that filled the device
+    may have freed it (8 slots on an H100 left 11 of 48 real kernels out of memory). Unknown readings: no retry."""
     if not is_out_of_memory(message) or runner_pid <= 0:
         return False
     try:
@@ -29,8 +28,6 @@ def starved_by_others(message: str, runner_pid: int) -> bool:
 
         free, total = torch.cuda.mem_get_info()
     except Exception:  # noqa: BLE001 - no reading: the error stands
-        return False
-    if free > FULL_SHARE * total:  # the device had room: nvidia-smi is not asked
         return False
     return others_filled_it(free, total, process_gpu_bytes([runner_pid] + descendants(runner_pid)))
 
@@ -40,9 +37,10 @@ def is_out_of_memory(message: str) -> bool:
 
 
 def others_filled_it(free: int, total: int, held: Optional[int]) -> bool:
-    """The rule on the judge's readings: the device full, and the runner's tree (`held` bytes; None: unknown) within
-    its fair share of it."""
-    return free <= FULL_SHARE * total and held is not None and held <= FAIR_SHARE * total
+    """The rule on the judge's readings: what neither the free memory nor the runner's tree (`held` bytes; None:
+    unknown, taken as nothing) accounts for is held by others, and they hold at least a fair share."""
+    others = total - free - (held or 0)
+    return total > 0 and others >= FAIR_SHARE * total
 
 
 def process_gpu_bytes(pids: list[int]) -> Optional[int]:

@@ -80,6 +80,56 @@ def release_device_cache() -> None:
         pass
 
 
+class CpuSpent:
+    """CPU seconds a task cost the host, for the benchmarks (the slot's rate is bound by the host's CPUs): the judge's
+    own (every thread of it, while the task ran), the runner's before the task (its start and CUDA set-up, paid while
+    it waited as a spare) and during it (its task cgroup, else its living tree)."""
+
+    def __init__(self, runner_pid: int):
+        from evaluator.isolation.proctree import tree_cpu_time_ns
+
+        self.judge_started = time.process_time()
+        self.runner_warm_ns = tree_cpu_time_ns(runner_pid) if runner_pid > 0 else None
+        self.runner_task_ns: Optional[int] = None
+
+    def phases(self) -> dict[str, float]:
+        spent = {"cpu_judge": round(time.process_time() - self.judge_started, 4)}
+        if self.runner_warm_ns is not None:
+            spent["cpu_runner_warm"] = round(self.runner_warm_ns / 1e9, 4)
+        if self.runner_task_ns is not None:
+            spent["cpu_runner"] = round(self.runner_task_ns / 1e9, 4)
+        return spent
+
+
+def warm_flop_counter(device: str) -> None:
+    """The speed-of-light floor's first flop count (judging/sol.py) imports torch's higher-order-op machinery (dynamo,
+    FSDP): 6 s of judge CPU on an H100 host, on the first correct task's path. Paid here, before the slot is ready."""
+    import torch
+
+    from evaluator.judging.sol import count_flops
+
+    try:
+        a = torch.ones(8, 8, device=device)
+        count_flops(lambda: a @ a)
+    except Exception:  # noqa: BLE001 - a warm-up only: the task's own count reports any real failure
+        pass
+
+
+def judge_failure_reply(task_id: Any, exc: BaseException) -> dict[str, Any]:
+    """The pool's reply when the judge's own code raised: infrastructure, retried once. Out of GPU memory (its reference
+    or kept copies beside other slots' work) it asks for the retry to have the device to itself."""
+    import traceback
+
+    from evaluator.slot.device_memory import is_out_of_memory
+
+    text = "".join(traceback.format_exception(exc))[-4000:]
+    if is_out_of_memory(f"{type(exc).__name__}: {exc}"):
+        release_device_cache()
+        return {"type": "infra", "task": task_id, "device_full": True,
+                "why": "the judge ran out of GPU memory beside other evaluations:\n" + text[-1000:]}
+    return {"type": "error", "task": task_id, "traceback": text}
+
+
 class InfrastructureFailure(Exception):
     """The slot's own machinery (zygote, pre-warmed runner, judge) failed: not the candidate's fault, retried once."""
 
@@ -509,6 +559,8 @@ class JudgeHost:
         self.device = judge_device
         self.slot.start_zygote()
         self.spares = [self.slot.fork_runner()]
+        if judge_device != "cpu":
+            warm_flop_counter(judge_device)  # while the zygote and the first runner start
         self.slot.wait_ready(self.spares[0], START_TIMEOUT_S)
         self.device_name = torch.cuda.get_device_name(0) if judge_device != "cpu" else "cpu"
         if judge_device != "cpu":
@@ -581,7 +633,9 @@ class JudgeHost:
         # The runner in a cgroup of its own before it gets the task; its outputs seen through its mount namespace.
         from evaluator.slot import task_isolation
 
-        self.task_isolation = task_isolation.begin_task(runner.runner_id, self.slot.locate(runner),
+        runner_pid = self.slot.locate(runner)
+        cpu_spent = CpuSpent(runner_pid)
+        self.task_isolation = task_isolation.begin_task(runner.runner_id, runner_pid,
                                                         self.resident_limit, self.slot.runner_namespaces)
         if self.slot.runner_namespaces and self.task_isolation.host_pid <= 0:
             self.slot.discard(runner)
@@ -614,6 +668,7 @@ class JudgeHost:
                                  self.device_name, self.err_path,
                                  self.device_lock, shared_steps_from(os.environ.get(DEVICE_SHARED_ENV, "")))
         finally:
+            cpu_spent.runner_task_ns = task_isolation.task_cpu_time_ns(self.task_isolation)
             driver.close()
             del task  # its inputs and outputs, then the cached blocks back to the device: eight judges that kept
             release_device_cache()  # theirs left honest candidates out of memory on an H100 (48-kernel batch)
@@ -624,6 +679,7 @@ class JudgeHost:
             outcome["task"] = task_id
             outcome["result"]["phase_times_s"]["judge_ready"] = round(ready_s, 6)
             outcome["result"]["phase_times_s"]["total"] = round(time.monotonic() - started_at, 6)
+            outcome["result"]["phase_times_s"].update(cpu_spent.phases())
         else:
             outcome["task"] = task_id
         outcome["counters"] = self.slot.counters.take()

@@ -19,9 +19,10 @@ ROUND_TRIP_PINGS = 5
 def drive_task(slot: Any, runner: Any, driver: Any, task: Any, prebuilt: Optional[dict], on_started: Callable[[], None],
                timing_factory: Callable[..., Any], start_deadline: float, device_name: str = "",
                err_path: str = "", device_lock: Any = None,
-               shared_steps: frozenset[str] = SHARED_STEPS) -> dict[str, Any]:
+               shared_steps: frozenset[str] = SHARED_STEPS, alone: bool = False) -> dict[str, Any]:
     """`device_lock`: this GPU's lock (isolation/device_lock.py), held shared around the task's `shared_steps` (GPU
-    steps outside its timing; the timing holds it exclusive); None in CPU mode."""
+    steps outside its timing; the timing holds it exclusive); None in CPU mode. `alone`: the pool gave this task its
+    device to itself (a retry after the GPU was full of others' memory), so an out-of-memory error is the candidate's."""
     import time
 
     request = task.request
@@ -48,15 +49,15 @@ def drive_task(slot: Any, runner: Any, driver: Any, task: Any, prebuilt: Optiona
         result = verdict_result(request, Verdict.TIMEOUT, f"The evaluation did not finish within {limit_s:.0f} s and "
                                                           "was stopped.")
     except TaskEnded as ended:
-        starved = ended.verdict == Verdict.RUNTIME_ERROR and str(task.device).startswith("cuda") and \
-            starved_by_others(ended.message, runner.host_pid)  # read before the runner goes
+        starved = ended.verdict == Verdict.RUNTIME_ERROR and str(task.device).startswith("cuda") and not alone \
+            and starved_by_others(ended.message, runner.host_pid)  # read before the runner goes
         slot.discard(runner)
         if not started:
             return {"type": "infra", "why": f"the runner misbehaved before the candidate ran: {ended.message}"}
         if starved:
             slot.counters.add("device_full")
-            return {"type": "infra", "why": "the GPU was full of other evaluations' memory when the candidate ran out "
-                                            "of it"}
+            return {"type": "infra", "device_full": True,
+                    "why": "the GPU was full of other evaluations' memory when the candidate ran out of it"}
         result.verdict, result.error_message, result.hack_rule = ended.verdict, ended.message[:2000], ended.hack_rule
         if ended.compiled is not None:
             result.compiled = ended.compiled

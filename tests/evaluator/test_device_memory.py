@@ -32,14 +32,39 @@ GIB = 2**30
 
 @pytest.mark.parametrize("free, held, others", [
     (1 * GIB, 2 * GIB, True),  # full device, the runner modest: the neighbours filled it
-    (1 * GIB, 30 * GIB, False),  # full device, the runner holds most of it: its own appetite
-    (20 * GIB, 2 * GIB, False),  # room left: the candidate asked for more than there was
-    (1 * GIB, None, False),  # nvidia-smi could not say: the error stands
+    (1 * GIB, 75 * GIB, False),  # the runner holds nearly all of it: its own appetite, no retry
+    (20 * GIB, 2 * GIB, True),  # freed since, but others still hold most of it: retried alone, which decides
+    (70 * GIB, 2 * GIB, False),  # others hold less than a fair share: they could not have made the difference
+    (1 * GIB, None, True),  # nvidia-smi could not say: others may hold it all, the retry alone decides
 ])
-def test_the_rule_blames_the_device_only_when_others_filled_it(free, held, others):
+def test_the_rule_retries_alone_when_others_hold_a_fair_share(free, held, others):
     assert device_memory.others_filled_it(free, 80 * GIB, held) is others
 
 
 def test_without_a_gpu_reading_the_candidates_error_stands():
     # On this machine torch has no CUDA: mem_get_info fails, so the judge cannot say the device was full.
     assert not device_memory.starved_by_others("torch.OutOfMemoryError: CUDA out of memory.", 4242)
+
+
+def test_a_task_retried_alone_waits_for_an_empty_device_and_keeps_it():
+    from evaluator.local.pool import may_start
+
+    assert may_start(False, [False, False])  # ordinary tasks share the device
+    assert not may_start(True, [False])  # the alone one waits for the device to empty (holding the queue back)
+    assert may_start(True, [])
+    assert not may_start(False, [True])  # nothing joins it
+
+
+def test_the_judges_own_out_of_memory_asks_for_a_retry_alone():
+    from evaluator.slot.judge_host import judge_failure_reply
+
+    try:
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    except RuntimeError as exc:
+        reply = judge_failure_reply(7, exc)
+    assert reply["type"] == "infra" and reply["device_full"] and reply["task"] == 7
+    try:
+        raise KeyError("a bug")
+    except KeyError as exc:
+        reply = judge_failure_reply(7, exc)
+    assert reply["type"] == "error" and "KeyError" in reply["traceback"]
