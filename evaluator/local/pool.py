@@ -402,12 +402,14 @@ class Pool:
                     self.stats[name] += count
         if kind == "infra":
             self.stats["slot_infra_failures"] += 1
-            if message.get("device_full") and not task.alone:
+            alone_now = bool(message.get("device_full")) and not task.alone
+            if alone_now:
                 # Out of GPU memory beside other evaluations: the retry has the device to itself, so its verdict
                 # cannot depend on what the neighbours held (a 48-kernel batch at 8 slots lost 11 of 48 this way).
+                # Even after another failure: a task gets this retry once, so at most three attempts.
                 task.alone = True
                 self.stats["retried_alone"] += 1
-            self._infrastructure_failure(task, str(message.get("why", ""))[:1000])
+            self._infrastructure_failure(task, str(message.get("why", ""))[:1000], retry=alone_now)
         elif kind == "error":
             self.stats["worker_errors"] += 1
             self._infrastructure_failure(task, "the evaluator's worker raised an internal error:\n" + message.get("traceback", ""))
@@ -526,8 +528,8 @@ class Pool:
             self.stats["crashes"] += 1
             self._finish(task, crash_result(task, worker, cause, elapsed_s))
 
-    def _infrastructure_failure(self, task: Task, why: str) -> None:
-        if task.attempts < 2:
+    def _infrastructure_failure(self, task: Task, why: str, retry: bool = False) -> None:
+        if task.attempts < 2 or retry:
             task.attempts += 1
             self.stats["retries"] += 1
             queue = self._compile_queue if task.stage == Stage.COMPILE else self._eval_queue

@@ -8,7 +8,8 @@ from typing import Optional
 
 from evaluator.isolation.proctree import descendants
 
-OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED", "cudaErrorMemoryAllocation")
+OOM_MARKERS = ("CUDA out of memory", "CUDA error: out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED",
+               "cudaErrorMemoryAllocation")
 # Other processes (other slots' judges and runners, this task's judge) holding at least this share of the device may
 # have made the difference: with up to 8 slots a GPU (local/pool.py's "auto"), an eighth.
 FAIR_SHARE = 1 / 8

@@ -142,15 +142,32 @@ INTERPRETER_MODULES = ("triton.runtime.interpreter", "triton.language.semantic",
                        "triton.compiler.code_generator", "triton.language.extra.libdevice", "triton.experimental.gluon")
 
 
+# GPU only: what torch.profiler's first session imports (torch._inductor.standalone_compile pulls in dynamo, sympy,
+# numpy.random: ~900 modules). Each fresh runner paid it in its warm-up, 4-6 s of CPU on an H100 host, the larger
+# part of a task's CPU at 8 slots, where the host's CPUs bound the slot's rate. Pure Python, imported before any fork;
+# KRL_WORKER_PROFILER_IMPORTS=0 leaves it to each runner.
+PROFILER_MODULES = ("torch.profiler", "torch._inductor.standalone_compile")
+PROFILER_IMPORTS_ENV = "KRL_WORKER_PROFILER_IMPORTS"
+
+
 def import_runner_modules(device: str) -> None:
     import gc
 
     names = RUNNER_MODULES + (INTERPRETER_MODULES if device == "cpu" else ())
+    if device != "cpu" and os.environ.get(PROFILER_IMPORTS_ENV, "1") != "0":
+        # torch.cuda.is_available() through NVML, which does not initialise the driver: a zygote must never
+        os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # initialise CUDA, or no runner could use it
+        names += PROFILER_MODULES
     for name in names:
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - an optional module (no triton, another triton version)
             pass
+    import torch
+
+    if device != "cpu" and torch.cuda.is_initialized():
+        raise SystemExit(f"krl zygote: importing the runner's modules initialised CUDA, so no runner could use it; "
+                         f"set {PROFILER_IMPORTS_ENV}=0")
     gc.collect()
     gc.freeze()  # the zygote's objects out of the collector's sight: a runner's collections do not copy their pages
 

@@ -161,7 +161,11 @@ def summarize_results(results: list, wall_s: float) -> dict:
             "compile_s_sum": round(sum(phases.get("compile", [])), 1),
             "build_cache_hits": sum("compile" in r.cache_hits for r in results),
             "speedup_median": round(statistics.median(speedups), 3) if speedups else None,
-            "error_sample": errors[:4], "gpu_name": next((r.gpu_name for r in results if r.gpu_name), "")}
+            "error_sample": errors[:4], "gpu_name": next((r.gpu_name for r in results if r.gpu_name), ""),
+            # the whole message (its traceback's end) of each evaluator failure: a first line does not say what broke
+            "infrastructure_failures": [f"{r.problem_id}: {r.error_message[-1200:]}" for r in results
+                                        if "infrastructure failure" in r.error_message][:4],
+            "retried": sum(r.attempts > 1 for r in results)}
 
 
 def first_line(text: str) -> str:

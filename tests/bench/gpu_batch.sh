@@ -10,6 +10,8 @@
 #                        Ray instance times the CUDA batch (warm) and 48 Triton evaluations
 #   gpu_batch.sh ray24   nvidia-h100-x4, next call on the same machine, ~4-8 min: the same on 2 and 4 GPUs (the batch
 #                        sent N times on N GPUs), then the scaling efficiency against ray1's rates (kept in /tmp)
+#   gpu_batch.sh ray14   nvidia-h100-x4, ~7-9 min, one call where device time is short: the first 24 items of each
+#                        batch, a cold pass on 4 GPUs filling the cache, then Ray on 1 and on 4 GPUs (CUDA warm, Triton)
 #   gpu_batch.sh plumb   any machine, < 1 min: the request list and a torch batch through the local pool
 # Results: $OUT/batch_<part>.jsonl (one JSON line per pass), $OUT/batch_<part>.log; a summary is printed at the end.
 set -u
@@ -65,13 +67,17 @@ if [[ $PARTS == *" local16 "* ]]; then  # a one-H100 machine's shape on a bigger
         --passes cold,warm --compile-workers 8 --budget-s 500 --out "$OUT/batch_local16.jsonl" \
         > "$OUT/batch_local16.log" 2>&1
 fi
-if [[ $PARTS == *" ray1 "* || $PARTS == *" ray24 "* ]]; then
+if [[ $PARTS == *" ray1 "* || $PARTS == *" ray24 "* || $PARTS == *" ray14 "* ]]; then
     install_ray
 fi
 if [[ $PARTS == *" ray1 "* ]]; then
     timeout 540 python3 tests/bench/bench_batch.py --ray --ray-gpus 1 --kinds cuda,triton --cache-dir "$CACHE" \
         --budget-s 480 --out "$OUT/batch_ray1.jsonl" > "$OUT/batch_ray1.log" 2>&1
     cp "$OUT/batch_ray1.jsonl" "$KEEP/" 2>/dev/null
+fi
+if [[ $PARTS == *" ray14 "* ]]; then
+    timeout 560 python3 tests/bench/bench_batch.py --ray --ray-gpus 1,4 --kinds cuda,triton --limit 24 \
+        --cache-dir "$CACHE" --budget-s 520 --out "$OUT/batch_ray14.jsonl" > "$OUT/batch_ray14.log" 2>&1
 fi
 if [[ $PARTS == *" ray24 "* ]]; then
     [ -d "$CACHE/cuda" ] || echo "ray24: no build cache from ray1 on this machine: a cold pass on 4 GPUs comes first"
