@@ -499,13 +499,15 @@ class TimingPhase:
         """Per-call milliseconds of every counted round, (reference, candidate), batches sized from a probe of
         `calls`."""
         warm = min(self.staged, PROBE_CALLS)
-        if calls > warm:
+        if calls > warm or self.kind == "cuda":
             # The first calls are cold and carry the batch's fixed costs (its sets made, first allocations): sized on
             # them alone, a CPU batch came out at ~1 ms (15 us against 3 us per tiny call), where the runner's fixed
             # cost per order read identical code as 0.75x; on an H100 a 6 us ReLU got 3-call batches, ~0.7 ms charged
             # per call on both sides and speedups of identical torch ops from 0.44 to 1.05. Sized again on a batch of
-            # the estimated length.
-            calls = self.sized(calls)
+            # the estimated length. On a GPU also when the probe asked for no more than its own calls: a probe slowed
+            # by the neighbours (5 ms for 3 calls of a Triton ReLU at 8 slots) gave 2-call batches of ~0.4 ms, whose
+            # rounds the host's hiccups (10-60 ms) made read 4.1x.
+            calls = self.sized(max(calls, warm))
         if self.kind == "cuda":
             # Warm at the batch size the counted rounds use, outside the hold: a size's first round allocates its
             # sets and outputs on both sides (the caching allocator grows), 20-80 ms a side on an H100 at 8 slots.

@@ -85,3 +85,21 @@ def test_a_gpu_slot_adds_spare_runners_only_when_tasks_wait_for_one():
     assert next_spare_target(2, 0.001, 0.9) == 2  # a warm runner was there
     assert next_spare_target(2, 1.1, 0.1) == 2  # the device is nearly full: no more contexts on it
     assert next_spare_target(MAX_GPU_SPARES, 5.0, 0.9) == MAX_GPU_SPARES
+
+
+def test_the_zygote_imports_the_profilers_modules_for_a_gpu_without_initialising_cuda():
+    """What torch.profiler's first session imports (dynamo, inductor: 4-6 s of CPU in every fresh runner on an H100
+    host) is imported once in the zygote on a GPU slot, and leaves CUDA uninitialised (a zygote that initialised it
+    would leave no runner able to use it). Run in a fresh interpreter, as the zygote is."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, torch\n"
+             "from evaluator.slot.runner import import_runner_modules\n"
+             "import_runner_modules('cuda:0')\n"
+             "print('torch._dynamo' in sys.modules, torch.cuda.is_initialized())\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.split() == ["True", "False"]
+    off = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=True,
+                         env={**__import__("os").environ, "KRL_WORKER_PROFILER_IMPORTS": "0"})
+    assert off.stdout.split() == ["False", "False"]
