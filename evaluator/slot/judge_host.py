@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Optional
 
 from evaluator.contract.types import EvalRequest
@@ -656,7 +657,9 @@ class JudgeHost:
         driver = TaskDriver(self.slot, runner, deadline, self.resident_limit or None,
                             spares=[spare for spare in self.spares if not spare.ready], on_spare=self._on_spare,
                             group_memory=self.task_isolation.memory_bytes,
-                            group_oom_kills=group.oom_kills if (group := self.task_isolation.cgroup) else None)
+                            group_oom_kills=group.oom_kills if (group := self.task_isolation.cgroup) else None,
+                            runner_cpu_ns=None if self.device.startswith("cuda") else
+                            partial(task_isolation.task_cpu_time_ns, self.task_isolation))
 
         def on_started() -> None:
             write_message(self.result_fd, {"type": "started", "task": task_id})

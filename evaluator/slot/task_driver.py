@@ -43,8 +43,11 @@ class TaskDriver:
     def __init__(self, slot: Any, runner: Any, deadline: float, resident_limit: Optional[int] = None,
                  spares: tuple = (), on_spare: Optional[Callable[[Any], bool]] = None,
                  group_memory: Optional[Callable[[], int]] = None,
-                 group_oom_kills: Optional[Callable[[], int]] = None):
+                 group_oom_kills: Optional[Callable[[], int]] = None,
+                 runner_cpu_ns: Optional[Callable[[], Optional[int]]] = None):
         self.slot, self.runner, self.deadline = slot, runner, deadline
+        self.runner_cpu_ns = runner_cpu_ns  # the runner's CPU time (task cgroup, else its tree): CPU mode's charge
+        self.order_cpu_s: Optional[float] = None  # the least CPU the runner spent on a clean ping (clean_round_trip)
         self.resident_limit = resident_limit
         self.group_memory = group_memory  # the task cgroup's charge: memfd, shm and tmpfs pages count too
         self.group_oom_kills = group_oom_kills  # the kernel's backstop (a limit above the watch's) killed in the task
@@ -89,10 +92,16 @@ class TaskDriver:
         candidate code has run in it yet, so it is the fixed cost of an honest order (the pipe both ways, the runner's
         wake-up, its synchronisation), which the timing takes off the candidate's charge (slot/timing_phase.py)."""
         best = float("inf")
+        cpu_before = self.runner_cpu_ns() if self.runner_cpu_ns is not None else None
         for _ in range(count):
             self.order({"type": "ping"}, "pong", deadline=deadline)
             best = min(best, self.answered_at - self.sent_at)
+        cpu_after = self.runner_cpu_ns() if cpu_before is not None else None
         self.round_trip = best
+        # The mean over the pings, not the least: the kernel books a process's CPU time when it stops running, which a
+        # single pong's reading can precede (the least of five read 0 on a 2-core VM).
+        if cpu_before is not None and cpu_after is not None and count > 0:
+            self.order_cpu_s = max(0, cpu_after - cpu_before) / 1e9 / count
         return best
 
     def send_bytes(self, data: bytes, deadline: Optional[float] = None) -> None:
