@@ -669,7 +669,8 @@ class JudgeHost:
             outcome = drive_task(self.slot, runner, driver, task, message.get("prebuilt"), on_started,
                                  self._timing_for(runner), min(deadline, started_at + TASK_START_TIMEOUT_S),
                                  self.device_name, self.err_path,
-                                 self.device_lock, shared_steps_from(os.environ.get(DEVICE_SHARED_ENV, "")))
+                                 self.device_lock, shared_steps_from(os.environ.get(DEVICE_SHARED_ENV, "")),
+                                 alone=bool(message.get("alone")))
         finally:
             cpu_spent.runner_task_ns = task_isolation.task_cpu_time_ns(self.task_isolation)
             driver.close()
@@ -739,9 +740,7 @@ class JudgeHost:
             try:
                 with profile.task():
                     reply = self.run_task(message)
-            except Exception:  # noqa: BLE001 - a bug of the judge itself: infrastructure, retried once
-                import traceback
-
-                reply = {"type": "error", "task": message.get("task"), "traceback": traceback.format_exc()[-4000:]}
+            except Exception as exc:  # noqa: BLE001 - a bug of the judge itself: infrastructure, retried once
+                reply = judge_failure_reply(message.get("task"), exc)
             write_message(self.result_fd, reply)
             self.finish_task()

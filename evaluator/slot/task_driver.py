@@ -47,7 +47,7 @@ class TaskDriver:
                  runner_cpu_ns: Optional[Callable[[], Optional[int]]] = None):
         self.slot, self.runner, self.deadline = slot, runner, deadline
         self.runner_cpu_ns = runner_cpu_ns  # the runner's CPU time (task cgroup, else its tree): CPU mode's charge
-        self.order_cpu_s: Optional[float] = None  # the least CPU the runner spent on a clean ping (clean_round_trip)
+        self.order_cpu_s: Optional[float] = None  # the runner's mean CPU for a clean ping (clean_round_trip)
         self.resident_limit = resident_limit
         self.group_memory = group_memory  # the task cgroup's charge: memfd, shm and tmpfs pages count too
         self.group_oom_kills = group_oom_kills  # the kernel's backstop (a limit above the watch's) killed in the task

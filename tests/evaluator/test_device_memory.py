@@ -4,6 +4,8 @@ driver's free memory, nvidia-smi) exist only on a GPU machine; the rule is fed n
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from evaluator.slot import device_memory
@@ -68,3 +70,25 @@ def test_the_judges_own_out_of_memory_asks_for_a_retry_alone():
     except KeyError as exc:
         reply = judge_failure_reply(7, exc)
     assert reply["type"] == "error" and "KeyError" in reply["traceback"]
+
+
+def test_a_judge_out_of_gpu_memory_is_retried_once_alone_through_a_real_pool(tmp_path):
+    """The judge's own out-of-memory (its reference's inputs, here a reference that raises it as a GPU judge beside
+    full neighbours would) goes back to the pool as a device-full failure: retried once with the device to itself,
+    then reported as the evaluator's failure, never as the candidate's."""
+    from evaluator.contract.types import Verdict
+    from tests.evaluator.pool_support import GOOD, REFERENCE, make_evaluator, request
+
+    starved = REFERENCE.replace("def get_inputs():", "def get_inputs():\n"
+                                "    raise RuntimeError('CUDA out of memory. Tried to allocate 2.00 GiB')\n", 1)
+    assert starved != REFERENCE
+    ev = make_evaluator(str(tmp_path / "cache"))
+    try:
+        result = ev.evaluate(dataclasses.replace(request(GOOD), reference_source=starved, problem_id="test/starved"))
+        stats = ev.stats()["stats"]
+        assert ev.evaluate(request(GOOD)).verdict == Verdict.CORRECT  # the device freed after it
+    finally:
+        ev.close()
+    assert result.verdict == Verdict.CRASHED and "infrastructure failure" in result.error_message
+    assert "ran out of GPU memory" in result.error_message
+    assert result.attempts == 2 and stats["retried_alone"] == 1
