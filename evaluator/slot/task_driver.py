@@ -98,8 +98,8 @@ class TaskDriver:
             best = min(best, self.answered_at - self.sent_at)
         cpu_after = self.runner_cpu_ns() if cpu_before is not None else None
         self.round_trip = best
-        # The mean over the pings, not the least: the kernel books a process's CPU time when it stops running, which a
-        # single pong's reading can precede (the least of five read 0 on a 2-core VM).
+        # The mean over the pings, read around all of them: the kernel books a process's CPU time when it stops
+        # running, which one pong's arrival can precede, so a reading around a single ping may fall short of it.
         if cpu_before is not None and cpu_after is not None and count > 0:
             self.order_cpu_s = max(0, cpu_after - cpu_before) / 1e9 / count
         return best
