@@ -30,18 +30,40 @@ def starved_by_others(message: str, runner_pid: int) -> bool:
         free, total = torch.cuda.mem_get_info()
     except Exception:  # noqa: BLE001 - no reading: the error stands
         return False
-    return others_filled_it(free, total, process_gpu_bytes([runner_pid] + descendants(runner_pid)))
+    return others_filled_it(free, total, process_gpu_bytes([runner_pid] + descendants(runner_pid)),
+                            requested_bytes(message))
 
 
 def is_out_of_memory(message: str) -> bool:
     return any(marker in message for marker in OOM_MARKERS)
 
 
-def others_filled_it(free: int, total: int, held: Optional[int]) -> bool:
+def others_filled_it(free: int, total: int, held: Optional[int], requested: Optional[int] = None) -> bool:
     """The rule on the judge's readings: what neither the free memory nor the runner's tree (`held` bytes; None:
-    unknown, taken as nothing) accounts for is held by others, and they hold at least a fair share."""
-    others = total - free - (held or 0)
+    unknown, taken as nothing) accounts for is held by others, and they hold at least a fair share; unless the failed
+    allocation (`requested` bytes, from the error) could not have fitted even beside nothing but the runner's own, so
+    that a candidate asking for more than the device has cannot make its GPU drain for a retry alone."""
+    held = held or 0
+    if requested is not None and held + requested > total:
+        return False
+    others = total - free - held
     return total > 0 and others >= FAIR_SHARE * total
+
+
+UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50}
+
+
+def requested_bytes(message: str) -> Optional[int]:
+    """The allocation torch's out-of-memory error says failed ("Tried to allocate 2.00 GiB"); None where not said."""
+    import re
+
+    found = re.search(r"Tried to allocate ([0-9.]+) (PiB|TiB|GiB|MiB|KiB|B)\b", message)
+    if found is None:
+        return None
+    try:
+        return int(float(found.group(1)) * UNITS[found.group(2)])
+    except ValueError:
+        return None
 
 
 def process_gpu_bytes(pids: list[int]) -> Optional[int]:

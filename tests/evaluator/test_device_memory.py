@@ -92,3 +92,12 @@ def test_a_judge_out_of_gpu_memory_is_retried_once_alone_through_a_real_pool(tmp
     assert result.verdict == Verdict.CRASHED and "infrastructure failure" in result.error_message
     assert "ran out of GPU memory" in result.error_message
     assert result.attempts == 2 and stats["retried_alone"] == 1
+
+
+def test_an_allocation_larger_than_the_device_is_the_candidates_at_once():
+    """A candidate that asks for more than the device holds cannot make the GPU drain for a retry alone."""
+    message = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 TiB. GPU 0 has a total capacity"
+    assert device_memory.requested_bytes(message) == int(1.5 * 2**40)
+    assert not device_memory.others_filled_it(1 * GIB, 80 * GIB, 2 * GIB, device_memory.requested_bytes(message))
+    assert device_memory.others_filled_it(1 * GIB, 80 * GIB, 2 * GIB, 4 * GIB)  # it would have fitted without them
+    assert device_memory.requested_bytes("CUDA error: out of memory") is None
