@@ -68,6 +68,10 @@ BASE_SETS = 2
 INTERFERENCE_SHARE = 0.5  # a process spinning throughout is ~1.0 (more on idle cores); spinning OpenMP threads ~0.7
 INTERFERENCE_SLACK_S = 1e-3
 INTERFERED_ROUNDS_MAX = 2
+# CPU mode: the watched windows taken together cover at least this much of the judge's CPU (check_watched_together),
+# with at most this many extra watched reference batches.
+WATCHED_MIN_S = 0.03
+WATCHED_EXTRA_MAX = 16
 # Picked outputs wait for the end of the rounds (check_kept) while the judge's copies of them and of their values stay
 # under this many bytes (the runner's copies match them); beyond it they are checked at once, after the round: on a GPU
 # eight judges' caches filled the device before (an honest candidate out of memory at 8 slots on an H100).
@@ -91,6 +95,7 @@ class TimingPhase:
         self.charge = charge  # CpuCharge of the runner's tree (CPU mode)
         self.watch = watch if watch is not None else charge  # the same reading, for the runner's work while idle
         self.interfered_rounds = 0
+        self.watched_clean = [0.0, 0.0]  # the runner's and the judge's CPU seconds over the clean watched windows
         self.lock = lock  # DeviceLock of this GPU, held exclusive only for timed windows (held)
         self.rng = random.SystemRandom()
         self.bases: list[list] = []
@@ -298,6 +303,7 @@ class TimingPhase:
             rounds_done = time.perf_counter()
             for hook in EXTRA_TIMINGS.values():
                 hook.measure(self, result)
+            self.check_watched_together()
             # Where the timing's time goes (waits for the device included): the rounds, then the hooks; the device's
             # exclusive holds alone add up in timing_held (the slot's throughput is bounded by their sum).
             self.schedule.phases["timing_rounds"] = round(rounds_done - started, 6)
@@ -464,6 +470,8 @@ class TimingPhase:
         yield
         used_s, judge_s = (self.watch.now() - runner_from) / 1e9, time.thread_time() - judge_from
         if used_s <= INTERFERENCE_SHARE * judge_s + INTERFERENCE_SLACK_S:
+            self.watched_clean[0] += used_s
+            self.watched_clean[1] += judge_s
             return
         self.interfered_rounds += 1
         self.schedule.phases["timing_interfered_rounds"] = self.interfered_rounds
@@ -474,6 +482,31 @@ class TimingPhase:
                             f"judge used {judge_s * 1e3:.1f} ms timing the reference, waiting for its next order")
             raise TaskEnded(Verdict.HACK_DETECTED, found.message, found.rule)
         raise Interfered()
+
+    def check_watched_together(self) -> None:
+        """CPU mode: the clean windows of reference_watched taken together, against one slack, made up to
+        WATCHED_MIN_S of the judge's CPU with watched reference batches of its own (untimed) where the rounds' were
+        shorter. The kernel books a running process's CPU at its ticks (4 ms on a 2-core VM, by the process clock and
+        schedstat alike), so a window of a few ms can read a process that worked all through it as nothing; over
+        enough windows the lag evens out (a process copying 64 MiB buffers beside the reference passed 0.8 ms rounds
+        unseen, its candidate having slowed its own calls to keep the batches short)."""
+        if self.kind != "cpu" or self.watch is None:
+            return
+        for _ in range(WATCHED_EXTRA_MAX):
+            if self.watched_clean[1] >= WATCHED_MIN_S:
+                break
+            runner_from, judge_from = self.watch.now(), time.thread_time()
+            self.reference_batch(self.calls, self.rng.getrandbits(30))
+            self.watched_clean[0] += (self.watch.now() - runner_from) / 1e9
+            self.watched_clean[1] += time.thread_time() - judge_from
+        used_s, judge_s = self.watched_clean
+        if used_s <= INTERFERENCE_SHARE * judge_s + INTERFERENCE_SLACK_S:
+            return
+        from evaluator.judging.rules import finding
+
+        found = finding("side_work", f"the candidate's processes used {used_s * 1e3:.1f} ms of CPU while the judge "
+                        f"used {judge_s * 1e3:.1f} ms timing the reference, waiting for its next orders")
+        raise TaskEnded(Verdict.HACK_DETECTED, found.message, found.rule)
 
     @staticmethod
     def sides(candidate_first: bool) -> tuple[str, str]:
@@ -505,18 +538,20 @@ class TimingPhase:
         """Per-call milliseconds of every counted round, (reference, candidate), batches sized from a probe of
         `calls`."""
         warm = min(self.staged, PROBE_CALLS)
-        if calls > warm or self.kind == "cuda":
-            # The first calls are cold and carry the batch's fixed costs (its sets made, first allocations): sized on
-            # them alone, a CPU batch came out at ~1 ms (15 us against 3 us per tiny call), where the runner's fixed
-            # cost per order read identical code as 0.75x; on an H100 a 6 us ReLU got 3-call batches, ~0.7 ms charged
-            # per call on both sides and speedups of identical torch ops from 0.44 to 1.05. Sized again on a batch of
-            # the estimated length. On a GPU also when the probe asked for no more than its own calls: a probe slowed
-            # by the neighbours (5 ms for 3 calls of a Triton ReLU at 8 slots) gave 2-call batches of ~0.4 ms, whose
-            # rounds the host's hiccups (10-60 ms) made read 4.1x.
-            calls = self.sized(max(calls, warm))
-        if self.kind == "cuda":
+        # The first calls are cold and carry the batch's fixed costs (its sets made, first allocations): sized on
+        # them alone, a CPU batch came out at ~1 ms (15 us against 3 us per tiny call), where the runner's fixed
+        # cost per order read identical code as 0.75x; on an H100 a 6 us ReLU got 3-call batches, ~0.7 ms charged
+        # per call on both sides and speedups of identical torch ops from 0.44 to 1.05. Sized again on a batch of
+        # the estimated length, also when the probe asked for no more than its own calls: a probe slowed by the
+        # neighbours (5 ms for 3 calls of a Triton ReLU at 8 slots on an H100) gave 2-call batches of ~0.4 ms, whose
+        # rounds the host's hiccups (10-60 ms) made read 4.1x; on a CPU, a probe that carried a fork gave 0.5 ms
+        # batches, too short for the watch beside the reference to see a process working there.
+        calls = self.sized(max(calls, warm))
+        if self.kind == "cuda" or calls != self.staged_for:
             # Warm at the batch size the counted rounds use, outside the hold: a size's first round allocates its
             # sets and outputs on both sides (the caching allocator grows), 20-80 ms a side on an H100 at 8 slots.
+            # CPU: the runner's first hand-over at a new size took 7-10 ms against the judge's 2 (a 1 MiB ReLU's
+            # projection faulting in its temporaries), and was one of the three counted rounds: identical code 0.75x.
             self.one_round(calls, False, exclusive=False)
         self.calls = calls
         reference_ms: list[float] = []
