@@ -166,6 +166,9 @@ def run(kind: str, n: int, slots: int, cache_dir: str) -> dict:
             "device_shared_steps": os.environ.get("KRL_WORKER_DEVICE_SHARED_STEPS") or "0",
             "cupti_teardown": os.environ.get("KRL_WORKER_CUPTI_TEARDOWN") or "1",  # timing.release_cupti, "0" off
             "same_cpu": os.environ.get("KRL_TIMING_SAME_CPU") or "0",  # isolation/timing_priority.py, opt-in
+            # slot/timing_phase.round_limits: the GPU's counted and extra rounds at most ("" = the defaults, 7 and 3)
+            "timing_rounds": os.environ.get("KRL_WORKER_TIMING_ROUNDS", ""),
+            "timing_extra_rounds": os.environ.get("KRL_WORKER_TIMING_EXTRA_ROUNDS", ""),
             "device_shared_overruns": int(sum(phases.get("device_shared_overrun", []))),
             "speedup_median": round(statistics.median([r.speedup for r in correct if r.speedup]), 3)
             if correct else None,

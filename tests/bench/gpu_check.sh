@@ -7,7 +7,9 @@
 # identical code with the runner's CUPTI detached after its checks, the default, and kept attached; then the runner
 # traits' own host cost, bench_runner_overhead.py); `gpu_check.sh pin` (~4 min: identical code and Triton with the
 # timed pair on one CPU, KRL_TIMING_SAME_CPU=1, at one slot and eight); `gpu_check.sh profile` (~2 min: the judges'
-# own CPU by function at 8 slots, slot/judge_profile.py). Run from the repository root
+# own CPU by function at 8 slots, slot/judge_profile.py); `gpu_check.sh rounds` (~7 min: the GPU's counted and extra
+# rounds at most, 7+3 by default, against 5+1 and 3+1 for Triton and 5+1 for identical torch code: the exclusive hold
+# a task against the self-speedup). Run from the repository root
 # with $OUT set (the device tool sets it); bubblewrap's .deb files in .gpu/deb if the machine lacks it. Results land
 # in $OUT; a summary is printed at the end.
 set -u
@@ -47,6 +49,16 @@ fi
 if [[ $PARTS == *" profile "* ]]; then  # where the judges' own CPU goes at 8 slots (the slot's bound since session 8)
     timeout 120 python3 tests/bench/bench_slot.py --n 48 --slots 8 --kinds triton --profile > "$OUT/profile.txt" 2>&1
 fi
+if [[ $PARTS == *" rounds "* ]]; then  # the exclusive hold (~0.4 s a task, mostly the rounds) against the fidelity
+    timeout 90 python3 tests/bench/bench_slot.py --n 48 --slots 8 --kinds triton > "$OUT/slot.txt" 2>&1
+    for pair in 5,1 3,1; do
+        KRL_WORKER_TIMING_ROUNDS=${pair%,*} KRL_WORKER_TIMING_EXTRA_ROUNDS=${pair#*,} timeout 90 \
+            python3 tests/bench/bench_slot.py --n 48 --slots 8 --kinds triton >> "$OUT/slot.txt" 2>&1
+    done
+    timeout 70 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds torch >> "$OUT/slot.txt" 2>&1
+    KRL_WORKER_TIMING_ROUNDS=5 KRL_WORKER_TIMING_EXTRA_ROUNDS=1 timeout 70 \
+        python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds torch >> "$OUT/slot.txt" 2>&1
+fi
 if [[ $PARTS == *" share "* ]]; then  # the device lock's shared steps (docs/slot.md): off, on; then beside hogs
     KRL_WORKER_DEVICE_SHARED_STEPS=0 timeout 90 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds triton \
         > "$OUT/share.txt" 2>&1
@@ -74,6 +86,7 @@ for line in open(sys.argv[1]):
     if line.startswith("{"):
         r = json.loads(line); p = r["phase_mean_s"]; s = r.get("speedups") or []
         print(r["kind"], r["slots"], "cupti_teardown", r.get("cupti_teardown"), "same_cpu", r.get("same_cpu"),
+              "rounds", r.get("timing_rounds") or "7", "+", r.get("timing_extra_rounds") or "3",
               f"{r['correct']}/{r['n']}",
               r["evals_per_min"], "/min", r["verdicts"],
               "held", p.get("timing_held"), "rounds+hooks", round(p.get("timing_rounds", 0) + p.get("timing_hooks", 0), 3), "wait", p.get("device_wait"),

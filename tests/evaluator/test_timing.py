@@ -497,3 +497,15 @@ def test_the_judges_sharing_a_gpu_are_read_from_the_pools_setting(monkeypatch):
         assert timing.device_slots() == 1
     monkeypatch.delenv(timing.DEVICE_SLOTS_ENV)
     assert timing.device_slots() == 1
+
+
+def test_the_gpu_rounds_can_be_set_for_the_benchmarks_ab_and_cpu_mode_keeps_its_own(monkeypatch):
+    from evaluator.slot import timing_phase
+
+    assert timing_phase.round_limits("cuda") == (timing_phase.ROUNDS["cuda"], timing_phase.EXTRA_ROUNDS["cuda"])
+    monkeypatch.setenv(timing_phase.GPU_ROUNDS_ENV, "5")
+    monkeypatch.setenv(timing_phase.GPU_EXTRA_ROUNDS_ENV, "0")
+    assert timing_phase.round_limits("cuda") == (5, 0)
+    assert timing_phase.round_limits("cpu") == (timing_phase.ROUNDS["cpu"], timing_phase.EXTRA_ROUNDS["cpu"])
+    monkeypatch.setenv(timing_phase.GPU_ROUNDS_ENV, "zero")  # not a whole number: the default stands
+    assert timing_phase.round_limits("cuda")[0] == timing_phase.ROUNDS["cuda"]
