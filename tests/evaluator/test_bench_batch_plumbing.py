@@ -31,3 +31,11 @@ def test_scaling_is_the_rate_on_n_over_n_times_the_rate_on_one():
             {"mode": "local", "kind": "cuda", "pass": "warm", "gpus": 2, "evals_per_min": 1.0}]
     assert bench_batch.scaling(rows) == [{"scaling": "cuda", "gpus": 4, "evals_per_min": 360.0,
                                           "one_gpu_evals_per_min": 100.0, "efficiency": 0.9}]
+
+
+def test_a_pass_cut_short_by_the_budget_gives_no_scaling_figure():
+    rows = [{"mode": "ray", "kind": "cuda", "pass": "warm", "gpus": 1, "evals_per_min": 14.1, "n_done": 24,
+             "items": 24, "copies": 1},
+            {"mode": "ray", "kind": "cuda", "pass": "warm", "gpus": 4, "evals_per_min": 29.0, "n_done": 23,
+             "items": 24, "copies": 4}]
+    assert bench_batch.scaling(rows) == []
