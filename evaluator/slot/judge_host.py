@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Optional
 
 from evaluator.contract.types import EvalRequest
@@ -87,10 +86,10 @@ class CpuSpent:
     it waited as a spare) and during it (its task cgroup, else its living tree)."""
 
     def __init__(self, runner_pid: int):
-        from evaluator.isolation.proctree import tree_cpu_time_ns
+        from evaluator.slot.cpu_charge import CpuCharge
 
         self.judge_started = time.process_time()
-        self.runner_warm_ns = tree_cpu_time_ns(runner_pid) if runner_pid > 0 else None
+        self.runner_warm_ns = CpuCharge(runner_pid).now() if runner_pid > 0 else None  # every thread of its tree
         self.runner_task_ns: Optional[int] = None
 
     def phases(self) -> dict[str, float]:
@@ -641,6 +640,7 @@ class JudgeHost:
         if self.slot.runner_namespaces and self.task_isolation.host_pid <= 0:
             self.slot.discard(runner)
             return {"type": "infra", "task": task_id, "why": "the runner's host pid was not found"}
+        runner_cpu = self._runner_cpu(runner)  # one reading for the pings' fixed cost and the timing's charge
         for path in (self.err_path, self.out_path):
             with open(path, "ab") as handle:
                 handle.truncate(0)
@@ -658,8 +658,7 @@ class JudgeHost:
                             spares=[spare for spare in self.spares if not spare.ready], on_spare=self._on_spare,
                             group_memory=self.task_isolation.memory_bytes,
                             group_oom_kills=group.oom_kills if (group := self.task_isolation.cgroup) else None,
-                            runner_cpu_ns=None if self.device.startswith("cuda") else
-                            partial(task_isolation.task_cpu_time_ns, self.task_isolation))
+                            runner_cpu_ns=None if self.device.startswith("cuda") else runner_cpu.now)
 
         def on_started() -> None:
             write_message(self.result_fd, {"type": "started", "task": task_id})
@@ -667,12 +666,12 @@ class JudgeHost:
         hits = self.reference_cache.hits
         try:
             outcome = drive_task(self.slot, runner, driver, task, message.get("prebuilt"), on_started,
-                                 self._timing_for(runner), min(deadline, started_at + TASK_START_TIMEOUT_S),
+                                 self._timing_for(runner_cpu), min(deadline, started_at + TASK_START_TIMEOUT_S),
                                  self.device_name, self.err_path,
                                  self.device_lock, shared_steps_from(os.environ.get(DEVICE_SHARED_ENV, "")),
                                  alone=bool(message.get("alone")))
         finally:
-            cpu_spent.runner_task_ns = task_isolation.task_cpu_time_ns(self.task_isolation)
+            cpu_spent.runner_task_ns = runner_cpu.now()
             driver.close()
             del task  # its inputs and outputs, then the cached blocks back to the device: eight judges that kept
             release_device_cache()  # theirs left honest candidates out of memory on an H100 (48-kernel batch)
@@ -699,17 +698,21 @@ class JudgeHost:
             return True
         return spare.reader.eof or spare.ready
 
-    def _timing_for(self, runner: "_Runner"):
-        """How the task's timing phase charges the candidate: the task's CPU accounting in CPU mode, the judge's clock
-        around a batch (holding this GPU's lock exclusive) on a GPU; either way the same accounting watches the runner
-        while the judge times the reference."""
+    def _runner_cpu(self, runner: "_Runner") -> Any:
+        """The task's CPU accounting (slot/cpu_charge.py): its cgroup where it has one, else the runner's tree."""
         from evaluator.slot.cpu_charge import CpuCharge
+
+        group = self.task_isolation.cgroup if self.task_isolation is not None else None
+        return CpuCharge(self.slot.locate(runner), self.slot.task_cgroup(runner),
+                         group.cpu_time_ns if group is not None else None)
+
+    def _timing_for(self, runner_cpu: Any):
+        """How the task's timing phase charges the candidate: the task's CPU accounting (`runner_cpu`) in CPU mode,
+        the judge's clock around a batch (holding this GPU's lock exclusive) on a GPU; either way the same accounting
+        watches the runner while the judge times the reference."""
         from evaluator.slot.timing_phase import TimingPhase
 
         def make(task: TaskJudge, driver: TaskDriver, schedule: Any) -> TimingPhase:
-            group = self.task_isolation.cgroup if self.task_isolation is not None else None
-            group_cpu = group.cpu_time_ns if group is not None else None
-            runner_cpu = CpuCharge(self.slot.locate(runner), self.slot.task_cgroup(runner), group_cpu)
             if self.device.startswith("cuda"):  # charged by the judge's clock; the runner's CPU only watched
                 return TimingPhase(task, driver, schedule, lock=self.device_lock, watch=runner_cpu)
             return TimingPhase(task, driver, schedule, charge=runner_cpu)

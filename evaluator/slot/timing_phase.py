@@ -471,22 +471,26 @@ class TimingPhase:
         if not counted or self.watch is None:
             yield
             return
-        runner_from, judge_from = self.watch.now(), time.thread_time()
-        yield
-        used_s, judge_s = (self.watch.now() - runner_from) / 1e9, time.thread_time() - judge_from
-        if used_s <= INTERFERENCE_SHARE * judge_s + INTERFERENCE_SLACK_S:
+        with self.cpu_window() as spent:
+            yield
+        used_s, judge_s = spent
+        if not worked_beside(used_s, judge_s):
             self.watched_clean[0] += used_s
             self.watched_clean[1] += judge_s
             return
         self.interfered_rounds += 1
         self.schedule.phases["timing_interfered_rounds"] = self.interfered_rounds
         if self.interfered_rounds > INTERFERED_ROUNDS_MAX:
-            from evaluator.judging.rules import finding
-
-            found = finding("side_work", f"the candidate's processes used {used_s * 1e3:.1f} ms of CPU while the "
-                            f"judge used {judge_s * 1e3:.1f} ms timing the reference, waiting for its next order")
-            raise TaskEnded(Verdict.HACK_DETECTED, found.message, found.rule)
+            raise side_work(used_s, judge_s)
         raise Interfered()
+
+    @contextlib.contextmanager
+    def cpu_window(self) -> Iterator[list[float]]:
+        """[the runner's CPU seconds, the judge's timing thread's] over the block, filled in when it ends."""
+        spent = [0.0, 0.0]
+        runner_from, judge_from = self.watch.now(), time.thread_time()
+        yield spent
+        spent[:] = (self.watch.now() - runner_from) / 1e9, time.thread_time() - judge_from
 
     def check_watched_together(self) -> None:
         """CPU mode: the clean windows of reference_watched taken together, against one slack, made up to
@@ -500,18 +504,12 @@ class TimingPhase:
         for _ in range(WATCHED_EXTRA_MAX):
             if self.watched_clean[1] >= WATCHED_MIN_S:
                 break
-            runner_from, judge_from = self.watch.now(), time.thread_time()
-            self.reference_batch(self.calls, self.rng.getrandbits(30))
-            self.watched_clean[0] += (self.watch.now() - runner_from) / 1e9
-            self.watched_clean[1] += time.thread_time() - judge_from
-        used_s, judge_s = self.watched_clean
-        if used_s <= INTERFERENCE_SHARE * judge_s + INTERFERENCE_SLACK_S:
-            return
-        from evaluator.judging.rules import finding
-
-        found = finding("side_work", f"the candidate's processes used {used_s * 1e3:.1f} ms of CPU while the judge "
-                        f"used {judge_s * 1e3:.1f} ms timing the reference, waiting for its next orders")
-        raise TaskEnded(Verdict.HACK_DETECTED, found.message, found.rule)
+            with self.cpu_window() as spent:
+                self.reference_batch(self.calls, self.rng.getrandbits(30))
+            self.watched_clean[0] += spent[0]
+            self.watched_clean[1] += spent[1]
+        if worked_beside(*self.watched_clean):
+            raise side_work(*self.watched_clean)
 
     @staticmethod
     def sides(candidate_first: bool) -> tuple[str, str]:
@@ -615,6 +613,20 @@ class TimingPhase:
                        calls)
             self.staged_for = calls
         return self.rng.getrandbits(30)
+
+
+def worked_beside(runner_s: float, judge_s: float) -> bool:
+    """Whether the runner's CPU while the judge timed the reference is more than an idle runner's."""
+    return runner_s > INTERFERENCE_SHARE * judge_s + INTERFERENCE_SLACK_S
+
+
+def side_work(runner_s: float, judge_s: float) -> TaskEnded:
+    """The `side_work` verdict: the candidate's processes worked while the judge timed the reference."""
+    from evaluator.judging.rules import finding
+
+    found = finding("side_work", f"the candidate's processes used {runner_s * 1e3:.1f} ms of CPU while the judge "
+                    f"used {judge_s * 1e3:.1f} ms timing the reference, waiting for its next order")
+    return TaskEnded(Verdict.HACK_DETECTED, found.message, found.rule)
 
 
 def round_limits(kind: str) -> tuple[int, int]:
