@@ -62,7 +62,9 @@ def encode_values(values: Any) -> bytearray:
             if entry["dtype"] not in DTYPES:
                 entry = {"kind": "other", "type": f"tensor of {entry['dtype']}"}
             else:
-                data = value.detach().to("cpu").contiguous().reshape(-1)
+                # Left on its device: the copy into the file's bytes below is then the only one (a GPU tensor moved
+                # to the CPU first cost a second 256 MiB copy a set on KernelBench-sized elementwise problems).
+                data = value.detach().contiguous().reshape(-1)
                 raw = data.view(torch.uint8) if data.numel() else torch.empty(0, dtype=torch.uint8)
                 entry.update(offset=offset, nbytes=int(raw.numel()))
                 blobs.append((offset, raw))
@@ -102,8 +104,25 @@ def read_values(path: str, max_bytes: int) -> Any:
     return decode(buffer)
 
 
-def decode(buffer: bytearray) -> Any:
-    if not buffer.startswith(MAGIC) or len(buffer) < len(MAGIC) + _LENGTH.size:
+def map_values(path: str, max_bytes: int) -> Any:
+    """The values of a file only the judge writes, as CPU tensors over a private mapping of it: no copy into a fresh
+    buffer (a runner on a GPU moves them to the device at once). Never for a file a runner writes: shrunk under the
+    mapping, it would fault the reader."""
+    import mmap
+
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > max_bytes:
+            raise WireError(f"the file holds {size} bytes, more than the {max_bytes} expected")
+        if size == 0:
+            raise WireError("not a tensor file")
+        mapped = mmap.mmap(handle.fileno(), size, access=mmap.ACCESS_COPY)  # writes stay in this process
+    return decode(mapped)
+
+
+def decode(buffer: Any) -> Any:
+    """The values of a file's bytes (a bytearray, or a writable mapping of the file)."""
+    if buffer[:len(MAGIC)] != MAGIC or len(buffer) < len(MAGIC) + _LENGTH.size:
         raise WireError("not a tensor file")
     (length,) = _LENGTH.unpack_from(buffer, len(MAGIC))
     begin = len(MAGIC) + _LENGTH.size

@@ -67,6 +67,8 @@ class Pool:
         self._accepting = True  # guarded by _inbox_lock; False once the dispatcher stopped taking requests
         self._closed = threading.Event()
         self.stats: dict[str, int] = collections.Counter()
+        # The latest infrastructure failures' reasons, retried or not (a retried one leaves no trace in its result)
+        self.recent_infrastructure: collections.deque[str] = collections.deque(maxlen=8)
         self.sandbox_kind = _choose_sandbox()
         self._thread = threading.Thread(target=self._run, name="krl-evaluator-pool", daemon=True)
         _LIVE_POOLS.add(self)
@@ -104,6 +106,7 @@ class Pool:
                 for w in list(self._workers)
             ],
             "stats": dict(self.stats),
+            "recent_infrastructure_failures": list(self.recent_infrastructure),
             "broken": dict(self._broken),
         }
 
@@ -529,6 +532,7 @@ class Pool:
             self._finish(task, crash_result(task, worker, cause, elapsed_s))
 
     def _infrastructure_failure(self, task: Task, why: str, retry: bool = False) -> None:
+        self.recent_infrastructure.append(f"{task.request.problem_id} (attempt {task.attempts}): {why[-400:]}")
         if task.attempts < 2 or retry:
             task.attempts += 1
             self.stats["retries"] += 1

@@ -63,7 +63,7 @@ def _gpu_rounds(phase: Any, calls: int, rounds: int) -> tuple[float, float]:
 
     flush = _judge_flush(phase)  # made by prepare, with the runner's
     tiny = torch.zeros(1, device=phase.task.device)
-    with phase.held():  # the device alone, as for every figure a bound is made of
+    with phase.held(why="kb_bounds"):  # the device alone, as for every figure a bound is made of
         flush_ms = kb.shortest_event_ms(flush.flush)
         # Behind a flush, as KernelBench's events see a call: timed from an idle GPU, the host's launch latency (10-17
         # us on a loaded H100) counted too, and this floor raised honest 6 us kernels' reports to ~17 us (4 of 27).
@@ -140,7 +140,7 @@ def _gpu_round(phase: Any, flush: Any, calls: int, index: int) -> dict[str, Any]
     """Round `index` of KernelBench's convention on a GPU: each side's eager calls and projections, then the checks."""
     salt, picked, seed = _round_plan(phase, calls, index == 0)
     seen: dict[str, Any] = {}
-    with phase.held(exclusive=index > 0):  # the warm-up round beside the other slots' work
+    with phase.held(exclusive=index > 0, why="kb_rounds"):  # the warm-up round beside the other slots' work
         for side in phase.sides(index % 2 == 1):
             if side == "reference":
                 with phase.reference_watched(counted=index > 0):
@@ -162,7 +162,7 @@ def judge_harness_ms(phase: Any) -> float:
     import torch
 
     calls, model, worst = phase.calls, phase.task.model, 0.0
-    with torch.no_grad(), phase.held():
+    with torch.no_grad(), phase.held(why="kb_harness"):
         for _ in range(HARNESS_REPEATS):
             salt, seed = phase.rng.getrandbits(30), phase.rng.getrandbits(30)
             phase.outputs = []

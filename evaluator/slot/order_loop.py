@@ -26,13 +26,19 @@ def file_size_cap_lifted():
 class Exchange:
     """The folders the judge writes inputs to (read-only here) and reads outputs from."""
 
-    def __init__(self, inputs_dir: str, outputs_dir: str):
+    def __init__(self, inputs_dir: str, outputs_dir: str, mapped: bool = False):
         self.inputs_dir, self.outputs_dir = inputs_dir, outputs_dir
+        # Inputs read through a private mapping of the judge's file rather than copied (tensorwire.map_values): on a
+        # GPU they go to the device at once. CPU mode copies: its timed sets are made from them, and pages of a
+        # mapping fault in on first touch where the judge's own copies do not.
+        self.mapped = mapped
 
     def inputs(self, name: str) -> list:
         from evaluator.judging import tensorwire
 
-        return list(tensorwire.read_values(os.path.join(self.inputs_dir, _plain(name) + ".krlt"), MAX_INPUT_FILE_BYTES))
+        path = os.path.join(self.inputs_dir, _plain(name) + ".krlt")
+        read = tensorwire.map_values if self.mapped else tensorwire.read_values
+        return list(read(path, MAX_INPUT_FILE_BYTES))
 
     def hand(self, name: str, output: Any) -> None:
         from evaluator.judging import tensorwire

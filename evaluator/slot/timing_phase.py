@@ -336,7 +336,7 @@ class TimingPhase:
         self.speed_of_light(result, candidate)
 
     @contextlib.contextmanager
-    def held(self, exclusive: bool = True) -> Iterator[None]:
+    def held(self, exclusive: bool = True, why: str = "rounds") -> Iterator[None]:
         """This GPU held exclusive for one timed window (a round's two sides, a measurement the hooks compare with), and
         the timed pair ahead of the rest of the pool for CPU meanwhile; nothing when not `exclusive` (a round that only
         warms) or on the CPU (no lock). TaskEnded when
@@ -363,7 +363,10 @@ class TimingPhase:
                 yield
         finally:
             self.lock.release()
-            phases["timing_held"] = round(phases.get("timing_held", 0.0) + time.perf_counter() - since, 6)
+            took = time.perf_counter() - since
+            phases["timing_held"] = round(phases.get("timing_held", 0.0) + took, 6)
+            # and by window (held_rounds, held_sizing, held_kb_*): which windows the slot's bound is made of
+            phases["held_" + why] = round(phases.get("held_" + why, 0.0) + took, 6)
 
     def staging_budget(self) -> int:
         """Bytes of value sets and outputs each side may stage: STAGING_BUDGET_BYTES, and on a GPU at most a share of
@@ -447,7 +450,7 @@ class TimingPhase:
         picked = self.picks(calls, first)
         seed = self.rng.getrandbits(30)
         hands = {}
-        with self.held(exclusive):
+        with self.held(exclusive, "rounds" if counted else "sizing"):
             for side in self.sides(candidate_first):
                 if side == "reference":
                     with self.reference_watched(counted):

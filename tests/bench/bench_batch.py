@@ -139,7 +139,10 @@ def run_pass(evaluator, requests: list, gpus: list[int], deadline: float) -> dic
         wall_s = time.monotonic() - started
     for future in futures:
         future.cancel()
+    pool = evaluator.stats() if hasattr(evaluator, "stats") else {}
     return {**summarize_results(results, wall_s), "missing": len(requests) - len(results) - len(failures),
+            "pool_stats": pool.get("stats", {}), "recent_infrastructure_failures":
+                pool.get("recent_infrastructure_failures", []),
             "evaluator_errors": len(failures), "evaluator_error_sample": sorted(set(failures))[:2],
             **sampler.figures()}
 
@@ -165,7 +168,16 @@ def summarize_results(results: list, wall_s: float) -> dict:
             # the whole message (its traceback's end) of each evaluator failure: a first line does not say what broke
             "infrastructure_failures": [f"{r.problem_id}: {r.error_message[-1200:]}" for r in results
                                         if "infrastructure failure" in r.error_message][:4],
-            "retried": sum(r.attempts > 1 for r in results)}
+            "retried": sum(r.attempts > 1 for r in results),
+            # per item, the phases a task's wall is made of: which problems the batch's time goes to
+            "items": [{"problem": r.problem_id, "verdict": r.verdict.value,
+                       "phases": {k: round(float(v), 3) for k, v in r.phase_times_s.items()
+                                  if k in ITEM_PHASES}} for r in results]}
+
+
+ITEM_PHASES = ("compile", "load", "correctness", "kernel_checks", "timing", "recheck", "total", "timing_held",
+               "device_wait", "timing_setup", "cpu_judge", "cpu_runner", "trials_judge_inputs", "trials_runner",
+               "trials_judge_compare")
 
 
 def first_line(text: str) -> str:

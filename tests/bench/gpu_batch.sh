@@ -58,7 +58,8 @@ if [[ $PARTS == *" plumb "* ]]; then
         >> "$OUT/batch_plumb.log" 2>&1
 fi
 if [[ $PARTS == *" local "* ]]; then  # every visible GPU (one on nvidia-h100-x1), default slots and compile workers
-    timeout 560 python3 tests/bench/bench_batch.py --kinds cuda --passes cold,warm --budget-s 500 \
+    timeout $((${LOCAL_BUDGET_S:-500} + 60)) python3 tests/bench/bench_batch.py --kinds cuda --passes cold,warm \
+        --budget-s "${LOCAL_BUDGET_S:-500}" \
         --out "$OUT/batch_local.jsonl" > "$OUT/batch_local.log" 2>&1
 fi
 if [[ $PARTS == *" local16 "* ]]; then  # a one-H100 machine's shape on a bigger host: GPU 0, 16 cores, 8 builders
