@@ -26,25 +26,28 @@ def file_size_cap_lifted():
 class Exchange:
     """The folders the judge writes inputs to (read-only here) and reads outputs from."""
 
-    def __init__(self, inputs_dir: str, outputs_dir: str, mapped: bool = False):
+    def __init__(self, inputs_dir: str, outputs_dir: str, on_gpu: bool = False):
         self.inputs_dir, self.outputs_dir = inputs_dir, outputs_dir
-        # Inputs read through a private mapping of the judge's file rather than copied (tensorwire.map_values): on a
-        # GPU they go to the device at once. CPU mode copies: its timed sets are made from them, and pages of a
-        # mapping fault in on first touch where the judge's own copies do not.
-        self.mapped = mapped
+        # On a GPU, values go to the device at once: inputs are read through a private mapping of the judge's file
+        # (tensorwire.map_values) and outputs built in one reused buffer, neither copied into fresh pages. CPU mode
+        # copies into fresh buffers, as the judge's own sets are: its timed sets are made from them.
+        self.on_gpu = on_gpu
+        self.scratch = None
 
     def inputs(self, name: str) -> list:
         from evaluator.judging import tensorwire
 
         path = os.path.join(self.inputs_dir, _plain(name) + ".krlt")
-        read = tensorwire.map_values if self.mapped else tensorwire.read_values
+        read = tensorwire.map_values if self.on_gpu else tensorwire.read_values
         return list(read(path, MAX_INPUT_FILE_BYTES))
 
     def hand(self, name: str, output: Any) -> None:
         from evaluator.judging import tensorwire
 
+        if self.on_gpu and self.scratch is None:
+            self.scratch = tensorwire.ReusedBuffer()
         with file_size_cap_lifted():
-            tensorwire.write_values(os.path.join(self.outputs_dir, _plain(name) + ".krlt"), output)
+            tensorwire.write_values(os.path.join(self.outputs_dir, _plain(name) + ".krlt"), output, self.scratch)
 
 
 def _plain(name: Any) -> str:

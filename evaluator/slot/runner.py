@@ -118,7 +118,7 @@ def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:
         write_message(result_fd, {"type": "loaded"})
         serve_orders(lambda: read_message(task_fd), lambda answer: write_message(result_fd, answer), session,
                      Exchange(os.environ.get("KRL_WORKER_XFER_IN", ""), os.environ.get("KRL_WORKER_XFER_OUT", ""),
-                              mapped=str(device).startswith("cuda")))
+                              on_gpu=str(device).startswith("cuda")))
     finally:
         close = getattr(session, "cleanup", None)
         if close is not None:

@@ -25,6 +25,7 @@ MAX_TIMING_SETS = 64
 SHARED_STEPS = frozenset({"first_trial", "trials", "checks", "timing_inputs", "timing_checks", "recheck"})
 _SET_NAME = re.compile(r"^(trial-\d{1,4}|timing-\d{1,2}|recheck|poison)$")
 _SECRET_SEED_OFFSET = secrets.randbelow(2**40) + 2**32  # per judge process; never sent to a runner
+_output_scratch: list = []  # a GPU judge's one buffer for the runner's output files (tensorwire.ReusedBuffer)
 
 
 def input_seed(request: EvalRequest, name: str) -> Optional[int]:
@@ -157,9 +158,14 @@ class TaskJudge:
 
         expected = sum(t.numel() * t.element_size() for t in judge.flatten_output(reference)
                        if isinstance(t, torch.Tensor))
+        # On a GPU the file is read into this judge's reused buffer and every tensor copied out of it (to the device,
+        # or a CPU copy of one the runner left there); CPU mode keeps a buffer per file, its tensors views of it.
+        if self.device.startswith("cuda") and not _output_scratch:
+            _output_scratch.append(tensorwire.ReusedBuffer())
+        scratch = _output_scratch[0] if self.device.startswith("cuda") else None
         value = tensorwire.read_values(os.path.join(self.outputs_dir, file_name + ".krlt"),
-                                       max_bytes=8 * expected + 2**20)
-        return self.placed(value)
+                                       max_bytes=8 * expected + 2**20, scratch=scratch)
+        return self.placed(value, copied=scratch is not None)
 
     def compare(self, file_name: str, reference: Any, inputs: Optional[Callable[[], list]] = None) -> tuple[Any, Any]:
         """(judge.Comparison, the output) of the runner's output against `reference`. With `inputs` (the values the
@@ -186,9 +192,9 @@ class TaskJudge:
             return judge.Comparison(Verdict.CORRECT), output
         return look.comparison, output
 
-    def placed(self, output: Any) -> Any:
+    def placed(self, output: Any, copied: bool = False) -> Any:
         """Tensors go to the judge's device when the runner had them on that kind of device, else stay on the CPU
-        (so judge.compare reports the wrong device); opaque values keep their type name."""
+        (so judge.compare reports the wrong device), as copies when `copied`; opaque values keep their type name."""
         from evaluator.judging import tensorwire
 
         def place(value: Any) -> Any:
@@ -196,7 +202,7 @@ class TaskJudge:
                 return type(value.type_name, (), {})()
             if hasattr(value, "krl_device_type") and value.krl_device_type == self.device.split(":")[0]:
                 return value.to(self.device)
-            return value
+            return value.clone() if copied and hasattr(value, "clone") else value
 
         if isinstance(output, (tuple, list)):
             return type(output)(place(v) for v in output)

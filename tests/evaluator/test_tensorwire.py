@@ -51,3 +51,45 @@ def test_files_beyond_their_bound_or_not_tensor_files_are_refused(tmp_path, read
     with pytest.raises(tensorwire.WireError):
         read(path, 1 << 20)
     os.unlink(path)
+
+
+def test_a_reused_buffer_gives_each_file_its_own_bytes(tmp_path):
+    """A GPU runner builds every output in one buffer and a GPU judge reads every output into one: a smaller file after
+    a larger one reads back alone, with the same bytes a fresh buffer gives."""
+    built, read = tensorwire.ReusedBuffer(), tensorwire.ReusedBuffer()
+    big, small = str(tmp_path / "big.krlt"), str(tmp_path / "small.krlt")
+    tensorwire.write_values(big, [torch.full((1000,), 7.0), torch.arange(5)], built)
+    tensorwire.write_values(small, (torch.tensor([1.5, 2.5, 3.0]),), built)
+    plain = str(tmp_path / "plain.krlt")
+    tensorwire.write_values(plain, (torch.tensor([1.5, 2.5, 3.0]),))
+    assert open(small, "rb").read() == open(plain, "rb").read()  # no byte of the larger file left in the padding
+    first = tensorwire.read_values(big, 1 << 20, read)
+    assert torch.equal(first[0], torch.full((1000,), 7.0)) and torch.equal(first[1], torch.arange(5))
+    kept = first[0].clone()
+    second = tensorwire.read_values(small, 1 << 20, read)
+    assert torch.equal(second[0], torch.tensor([1.5, 2.5, 3.0])) and torch.equal(kept, torch.full((1000,), 7.0))
+
+
+def test_files_beyond_the_reuse_bound_get_a_buffer_of_their_own(monkeypatch):
+    monkeypatch.setattr(tensorwire.ReusedBuffer, "REUSE_MAX_BYTES", 1024)
+    scratch = tensorwire.ReusedBuffer()
+    assert isinstance(scratch.get(4096), bytearray) and len(scratch.get(4096)) == 4096
+    assert len(scratch.get(512)) == 512 and scratch.get(512).obj is scratch.get(100).obj
+
+
+def test_the_runner_side_on_a_gpu_maps_inputs_and_builds_outputs_in_one_buffer(tmp_path):
+    """The Exchange a GPU runner uses, on this CPU: mapped inputs, outputs from a reused buffer, the judge's files
+    unchanged by a candidate that works in place on its inputs."""
+    from evaluator.slot.order_loop import Exchange
+
+    inputs_dir, outputs_dir = tmp_path / "in", tmp_path / "out"
+    inputs_dir.mkdir(), outputs_dir.mkdir()
+    tensorwire.write_values(str(inputs_dir / "trial-0.krlt"), [torch.ones(64)])
+    exchange = Exchange(str(inputs_dir), str(outputs_dir), on_gpu=True)
+    values = exchange.inputs("trial-0")
+    values[0].add_(1)
+    assert torch.equal(tensorwire.read_values(str(inputs_dir / "trial-0.krlt"), 1 << 20)[0], torch.ones(64))
+    exchange.hand("trial-0", values[0] * 3)
+    exchange.hand("trial-1", torch.zeros(2))
+    assert torch.equal(tensorwire.read_values(str(outputs_dir / "trial-0.krlt"), 1 << 20), torch.full((64,), 6.0))
+    assert torch.equal(tensorwire.read_values(str(outputs_dir / "trial-1.krlt"), 1 << 20), torch.zeros(2))
