@@ -9,6 +9,7 @@ from typing import Mapping
 # to a user both are "the evaluator getting ready", whatever the evaluator calls them this release.
 STAGES = {
     "queue": "evaluator start-up", "judge_ready": "evaluator start-up", "overhead": "evaluator start-up",
+    "task_setup": "evaluator start-up",
     "device_wait": "waiting for the GPU",
     "compile": "build", "build_install": "build",
     "load": "loading", "correctness": "checking", "kernel_checks": "checking", "recheck": "checking",

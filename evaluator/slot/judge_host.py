@@ -681,6 +681,7 @@ class JudgeHost:
         if outcome.get("type") == "result":
             outcome["task"] = task_id
             outcome["result"]["phase_times_s"]["judge_ready"] = round(ready_s, 6)
+            outcome["result"]["phase_times_s"]["task_setup"] = round(self.task_isolation.setup_s, 6)  # its cgroup
             outcome["result"]["phase_times_s"]["total"] = round(time.monotonic() - started_at, 6)
             outcome["result"]["phase_times_s"].update(cpu_spent.phases())
         else:
