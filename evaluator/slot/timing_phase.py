@@ -64,6 +64,9 @@ EXTRA_ROUNDS = {"cuda": 3, "cpu": 3}
 # The GPU's counted and extra rounds from the evaluator's environment, for the benchmarks' A/B of the exclusive hold
 # (at 8 slots on an H100 its ~0.4 s a task, most of it these rounds, covered ~67% of the GPU's time): unset, the above.
 GPU_ROUNDS_ENV, GPU_EXTRA_ROUNDS_ENV = "KRL_WORKER_TIMING_ROUNDS", "KRL_WORKER_TIMING_EXTRA_ROUNDS"
+# And the GPU's batch target in milliseconds (BATCH_TARGET_S): batches sized on a warm round are longer than the ~0.5-1.5
+# ms the allocator-polluted sizing gave before session 10, so each round holds the device longer.
+GPU_BATCH_MS_ENV = "KRL_WORKER_TIMING_BATCH_MS"
 BASE_SETS = 2
 # The runner's whole tree is watched while the judge times the reference (its batch and projection): an honest runner
 # waits for its next order then, using next to no CPU. More than this share of the CPU time the judge's timing thread
@@ -603,7 +606,7 @@ class TimingPhase:
         0.75 s of one task's hold at 8 slots on an H100 (each new value set allocated), then 16-call batches."""
         self.one_round(warm, False)
         reference_s, candidate_s = self.batch_only["reference"] / warm, self.batch_only["candidate"] / warm
-        target = BATCH_TARGET_S[self.kind]
+        target = batch_target_s(self.kind)
         if self.kind == "cpu" or probe:  # the slower side's batch near the target: a slow candidate (a process
             # spawned per call) must not get the reference's thousands of calls, nor a slow reference the candidate's
             return max(1, min(self.staged, int(target / max(reference_s, candidate_s, 1e-7))))
@@ -647,6 +650,18 @@ def round_limits(kind: str) -> tuple[int, int]:
         most = _whole(os.environ.get(GPU_ROUNDS_ENV), most, at_least=1)
         extra = _whole(os.environ.get(GPU_EXTRA_ROUNDS_ENV), extra, at_least=0)
     return most, extra
+
+
+def batch_target_s(kind: str) -> float:
+    """Seconds a timed batch aims at: BATCH_TARGET_S, on a GPU overridden by GPU_BATCH_MS_ENV (0.5-50 ms) where set."""
+    if kind == "cuda":
+        try:
+            milliseconds = float(os.environ.get(GPU_BATCH_MS_ENV, ""))
+        except ValueError:
+            milliseconds = float("nan")
+        if milliseconds == milliseconds:  # a number (NaN is not equal to itself): the default otherwise
+            return min(0.05, max(0.5e-3, milliseconds / 1e3))
+    return BATCH_TARGET_S[kind]
 
 
 def _whole(text: Optional[str], default: int, at_least: int) -> int:

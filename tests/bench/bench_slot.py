@@ -168,6 +168,7 @@ def run(kind: str, n: int, slots: int, cache_dir: str) -> dict:
             "same_cpu": os.environ.get("KRL_TIMING_SAME_CPU") or "0",  # isolation/timing_priority.py, opt-in
             # slot/timing_phase.round_limits: the GPU's counted and extra rounds at most ("" = the defaults, 7 and 3)
             "timing_rounds": os.environ.get("KRL_WORKER_TIMING_ROUNDS", ""),
+            "timing_batch_ms": os.environ.get("KRL_WORKER_TIMING_BATCH_MS", ""),
             "timing_extra_rounds": os.environ.get("KRL_WORKER_TIMING_EXTRA_ROUNDS", ""),
             "device_shared_overruns": int(sum(phases.get("device_shared_overrun", []))),
             "speedup_median": round(statistics.median([r.speedup for r in correct if r.speedup]), 3)

@@ -9,7 +9,8 @@
 # timed pair on one CPU, KRL_TIMING_SAME_CPU=1, at one slot and eight); `gpu_check.sh profile` (~2 min: the judges'
 # own CPU by function at 8 slots, slot/judge_profile.py); `gpu_check.sh rounds` (~7 min: the GPU's counted and extra
 # rounds at most, 7+3 by default, against 5+1 and 3+1 for Triton and 5+1 for identical torch code: the exclusive hold
-# a task against the self-speedup). Run from the repository root
+# a task against the self-speedup); `gpu_check.sh batch` (~6 min: the GPU's batch target, 5 ms against 2.5 ms, for
+# Triton and identical torch code). Run from the repository root
 # with $OUT set (the device tool sets it); bubblewrap's .deb files in .gpu/deb if the machine lacks it. Results land
 # in $OUT; a summary is printed at the end.
 set -u
@@ -59,6 +60,16 @@ if [[ $PARTS == *" rounds "* ]]; then  # the exclusive hold (~0.4 s a task, most
     KRL_WORKER_TIMING_ROUNDS=5 KRL_WORKER_TIMING_EXTRA_ROUNDS=1 timeout 70 \
         python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds torch >> "$OUT/slot.txt" 2>&1
 fi
+if [[ $PARTS == *" batch "* ]]; then  # the GPU's batch target (5 ms by default; batches are sized on a warm round
+    # since session 10, so longer than before and each round holds the device longer) against 2.5 ms: rate, hold and
+    # identical torch code's self-speedups
+    for ms in "" 2.5; do
+        KRL_WORKER_TIMING_BATCH_MS=$ms timeout 90 python3 tests/bench/bench_slot.py --n 48 --slots 8 --kinds triton \
+            >> "$OUT/slot.txt" 2>&1
+        KRL_WORKER_TIMING_BATCH_MS=$ms timeout 70 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds torch \
+            >> "$OUT/slot.txt" 2>&1
+    done
+fi
 if [[ $PARTS == *" share "* ]]; then  # the device lock's shared steps (docs/slot.md): off, on; then beside hogs
     KRL_WORKER_DEVICE_SHARED_STEPS=0 timeout 90 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds triton \
         > "$OUT/share.txt" 2>&1
@@ -87,6 +98,7 @@ for line in open(sys.argv[1]):
         r = json.loads(line); p = r["phase_mean_s"]; s = r.get("speedups") or []
         print(r["kind"], r["slots"], "cupti_teardown", r.get("cupti_teardown"), "same_cpu", r.get("same_cpu"),
               "rounds", r.get("timing_rounds") or "7", "+", r.get("timing_extra_rounds") or "3",
+              "batch_ms", r.get("timing_batch_ms") or "5",
               f"{r['correct']}/{r['n']}",
               r["evals_per_min"], "/min", r["verdicts"],
               "held", p.get("timing_held"), "rounds+hooks", round(p.get("timing_rounds", 0) + p.get("timing_hooks", 0), 3), "wait", p.get("device_wait"),

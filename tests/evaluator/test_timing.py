@@ -509,3 +509,15 @@ def test_the_gpu_rounds_can_be_set_for_the_benchmarks_ab_and_cpu_mode_keeps_its_
     assert timing_phase.round_limits("cpu") == (timing_phase.ROUNDS["cpu"], timing_phase.EXTRA_ROUNDS["cpu"])
     monkeypatch.setenv(timing_phase.GPU_ROUNDS_ENV, "zero")  # not a whole number: the default stands
     assert timing_phase.round_limits("cuda")[0] == timing_phase.ROUNDS["cuda"]
+
+
+def test_the_gpu_batch_target_can_be_set_for_the_benchmarks_ab(monkeypatch):
+    from evaluator.slot import timing_phase
+
+    default = timing_phase.BATCH_TARGET_S
+    assert timing_phase.batch_target_s("cuda") == default["cuda"]
+    monkeypatch.setenv(timing_phase.GPU_BATCH_MS_ENV, "2.5")
+    assert timing_phase.batch_target_s("cuda") == 0.0025 and timing_phase.batch_target_s("cpu") == default["cpu"]
+    for text, expected in (("0", 0.5e-3), ("1e9", 0.05), ("nan", default["cuda"]), ("fast", default["cuda"])):
+        monkeypatch.setenv(timing_phase.GPU_BATCH_MS_ENV, text)
+        assert timing_phase.batch_target_s("cuda") == expected, text
