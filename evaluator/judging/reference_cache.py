@@ -58,6 +58,10 @@ class ReferenceCache:
         self.entries.move_to_end(key)
         return entry[0]
 
+    def keeps(self, size: int) -> bool:
+        """Whether an entry of at least `size` bytes could be kept (put drops one over a quarter of the bound)."""
+        return self.max_bytes > 0 and size <= self.max_bytes // 4
+
     def put(self, key: Hashable, value: Any, size: int) -> None:
         if key in self.entries:
             self.used_bytes -= self.entries.pop(key)[1]

@@ -25,7 +25,13 @@ MAX_TIMING_SETS = 64
 SHARED_STEPS = frozenset({"first_trial", "trials", "checks", "timing_inputs", "timing_checks", "recheck"})
 _SET_NAME = re.compile(r"^(trial-\d{1,4}|timing-\d{1,2}|recheck|poison)$")
 _SECRET_SEED_OFFSET = secrets.randbelow(2**40) + 2**32  # per judge process; never sent to a runner
-_output_scratch: list = []  # a GPU judge's one buffer for the runner's output files (tensorwire.ReusedBuffer)
+_REUSED: dict = {}  # a GPU judge's buffers for the files it reads and writes (tensorwire.ReusedBuffer), by use
+
+
+def reused_buffer(use: str) -> Any:
+    from evaluator.judging import tensorwire
+
+    return _REUSED.setdefault(use, tensorwire.ReusedBuffer())
 
 
 def input_seed(request: EvalRequest, name: str) -> Optional[int]:
@@ -120,9 +126,14 @@ class TaskJudge:
         made = self.cache.get(key)
         if made is None:
             inputs = judge.make_inputs(self.reference, seed, self.device, self.request.precision)
-            encoded = tensorwire.encode_values(inputs)  # before the reference runs: it may work in place
+            # Encoded before the reference runs (it may work in place). A set too large for the cache to keep (a 256
+            # MiB elementwise input) is built in a reused buffer on a GPU and its file written from there: fresh
+            # pages for bytes thrown away after one write cost their faults.
+            cacheable = not self.device.startswith("cuda") or self.cache.keeps(nbytes(inputs))
+            encoded = tensorwire.encode_values(inputs, None if cacheable else reused_buffer("inputs"))
             made = (encoded, self.reference_output(judge.clone_inputs(inputs)))
-            self.cache.put(key, made, len(encoded) + nbytes(made[1]))
+            if cacheable:
+                self.cache.put(key, made, len(encoded) + nbytes(made[1]))
             # The values as made are the judge's own (the reference ran on clones): no round trip through the bytes,
             # two copies of each set saved (~0.2 s a 256 MiB set on a loaded host).
             self.values[name] = inputs
@@ -160,9 +171,7 @@ class TaskJudge:
                        if isinstance(t, torch.Tensor))
         # On a GPU the file is read into this judge's reused buffer and every tensor copied out of it (to the device,
         # or a CPU copy of one the runner left there); CPU mode keeps a buffer per file, its tensors views of it.
-        if self.device.startswith("cuda") and not _output_scratch:
-            _output_scratch.append(tensorwire.ReusedBuffer())
-        scratch = _output_scratch[0] if self.device.startswith("cuda") else None
+        scratch = reused_buffer("outputs") if self.device.startswith("cuda") else None
         value = tensorwire.read_values(os.path.join(self.outputs_dir, file_name + ".krlt"),
                                        max_bytes=8 * expected + 2**20, scratch=scratch)
         return self.placed(value, copied=scratch is not None)

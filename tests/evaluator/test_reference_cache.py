@@ -62,3 +62,14 @@ def test_served_again_a_wrong_kernel_stays_wrong_and_a_stale_problem_hash_serves
     assert relu_there.verdict == Verdict.WRONG_OUTPUT
     # Served from the judge's cache: every set of the 2nd, 3rd and 5th evaluation (model + trial/timing/recheck).
     assert hits >= 3 * 4, hits
+
+
+def test_the_cache_says_ahead_whether_it_could_keep_an_entry():
+    """A GPU judge builds a set the cache would not keep in a reused buffer (task_judge.TaskJudge.make): the answer
+    matches what put does with an entry of that size."""
+    cache = ReferenceCache(4096)
+    assert cache.keeps(0) and cache.keeps(1024) and not cache.keeps(1025)
+    cache.put("small", b"x", 1024)
+    cache.put("large", b"y", 1025)
+    assert cache.get("small") == b"x" and cache.get("large") is None
+    assert not ReferenceCache(0).keeps(0)
