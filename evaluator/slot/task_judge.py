@@ -77,6 +77,9 @@ class TaskJudge:
         self.cache = cache if cache is not None else ReferenceCache(0)
         self.problem_key = problem_key(request.reference_source, request.size_overrides, request.precision,
                                        request.seed, device)
+        # On a GPU the files this judge writes and reads go through its reused buffers (tensorwire.ReusedBuffer):
+        # values go to the device at once there. CPU mode keeps a fresh buffer a file (its values stay views of it).
+        self.reuse_buffers = device.startswith("cuda")
         self.model: Any = None
         self.reference: Any = None
         self.problem_error = ""
@@ -129,7 +132,7 @@ class TaskJudge:
             # Encoded before the reference runs (it may work in place). A set too large for the cache to keep (a 256
             # MiB elementwise input) is built in a reused buffer on a GPU and its file written from there: fresh
             # pages for bytes thrown away after one write cost their faults.
-            cacheable = not self.device.startswith("cuda") or self.cache.keeps(nbytes(inputs))
+            cacheable = not self.reuse_buffers or self.cache.keeps(nbytes(inputs))
             encoded = tensorwire.encode_values(inputs, None if cacheable else reused_buffer("inputs"))
             made = (encoded, self.reference_output(judge.clone_inputs(inputs)))
             if cacheable:
@@ -169,9 +172,9 @@ class TaskJudge:
 
         expected = sum(t.numel() * t.element_size() for t in judge.flatten_output(reference)
                        if isinstance(t, torch.Tensor))
-        # On a GPU the file is read into this judge's reused buffer and every tensor copied out of it (to the device,
-        # or a CPU copy of one the runner left there); CPU mode keeps a buffer per file, its tensors views of it.
-        scratch = reused_buffer("outputs") if self.device.startswith("cuda") else None
+        # Read into the reused buffer, every tensor is copied out of it (to the device, or a CPU copy of one the
+        # runner left there) before the next file.
+        scratch = reused_buffer("outputs") if self.reuse_buffers else None
         value = tensorwire.read_values(os.path.join(self.outputs_dir, file_name + ".krlt"),
                                        max_bytes=8 * expected + 2**20, scratch=scratch)
         return self.placed(value, copied=scratch is not None)
@@ -210,7 +213,7 @@ class TaskJudge:
             if isinstance(value, tensorwire.Opaque):
                 return type(value.type_name, (), {})()
             if hasattr(value, "krl_device_type") and value.krl_device_type == self.device.split(":")[0]:
-                return value.to(self.device)
+                return value.to(self.device, copy=copied)  # (already there, `to` would return the view itself)
             return value.clone() if copied and hasattr(value, "clone") else value
 
         if isinstance(output, (tuple, list)):

@@ -39,6 +39,25 @@ def test_the_judge_checks_an_output_against_its_own_reference(tmp_path):
     assert comparison.verdict == Verdict.WRONG_OUTPUT and output is None
 
 
+def test_the_judge_reading_and_writing_through_its_reused_buffers_keeps_every_value_its_own(tmp_path, monkeypatch):
+    """The GPU judge's path, on this CPU: a set the cache would not keep is written from a reused buffer, and outputs
+    read into one come out as copies, so the next file read leaves earlier outputs and values as they were."""
+    task = _judge(tmp_path)
+    task.reuse_buffers = True
+    monkeypatch.setattr(task.cache, "keeps", lambda size: False)
+    first, second = task.make("trial-0"), task.make("trial-1")
+    for name, values in (("trial-0", first), ("trial-1", second)):
+        served = tensorwire.read_values(os.path.join(task.inputs_dir, name + ".krlt"), 2**30)
+        assert torch.equal(served[0], values[0])
+    assert not torch.equal(first[0], second[0])
+    for name, values in (("trial-0", first), ("trial-1", second)):
+        tensorwire.write_values(os.path.join(task.outputs_dir, name + ".krlt"), torch.relu(values[0]))
+    comparison, output = task.compare("trial-0", task.reference_outputs["trial-0"])
+    assert comparison.ok
+    later, _ = task.compare("trial-1", task.reference_outputs["trial-1"])
+    assert later.ok and torch.equal(output, torch.relu(first[0]))  # not overwritten by the second read
+
+
 def test_sets_outside_the_schedule_are_refused(tmp_path):
     task = _judge(tmp_path)
     for name in ("trial-2", "timing-64", "nudged-0-1", "../x"):  # the request has 2 trials
