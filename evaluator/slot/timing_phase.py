@@ -64,8 +64,8 @@ EXTRA_ROUNDS = {"cuda": 3, "cpu": 3}
 # The GPU's counted and extra rounds from the evaluator's environment, for the benchmarks' A/B of the exclusive hold
 # (at 8 slots on an H100 its ~0.4 s a task, most of it these rounds, covered ~67% of the GPU's time): unset, the above.
 GPU_ROUNDS_ENV, GPU_EXTRA_ROUNDS_ENV = "KRL_WORKER_TIMING_ROUNDS", "KRL_WORKER_TIMING_EXTRA_ROUNDS"
-# And the GPU's batch target in milliseconds (BATCH_TARGET_S): batches sized on a warm round are longer than the ~0.5-1.5
-# ms the allocator-polluted sizing gave before session 10, so each round holds the device longer.
+# And the GPU's batch target in milliseconds (BATCH_TARGET_S): batches sized on a warm round are longer than the
+# ~0.5-1.5 ms the allocator-polluted sizing gave before session 10, so each round holds the device longer.
 GPU_BATCH_MS_ENV = "KRL_WORKER_TIMING_BATCH_MS"
 BASE_SETS = 2
 # The runner's whole tree is watched while the judge times the reference (its batch and projection): an honest runner
