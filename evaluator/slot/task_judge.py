@@ -263,7 +263,9 @@ class Schedule:
         self.device_lock = device_lock  # this GPU's lock, held shared around each GPU step outside timing (None: CPU)
         self.shared_steps = shared_steps
         self.fastest_trial_s: Optional[float] = None  # the quickest correctness trial's order, judge's clock
-        self.earlier: list = []  # the candidate's outputs so far, to recognise one replayed for other inputs
+        # Fingerprints of the candidate's outputs so far, to recognise one replayed for other inputs (the outputs
+        # themselves, five 256 MiB trial outputs a judge, helped fill a GPU at 8 slots)
+        self.earlier: set = set()
         request = task.request
         self.result = EvalResult(request_id=request.request_id, problem_id=request.problem_id,
                                  verdict=Verdict.RUNTIME_ERROR, node=socket.gethostname(),
@@ -334,8 +336,7 @@ class Schedule:
                 worst = (max(worst[0], comparison.max_abs_diff or 0.0), max(worst[1], comparison.mean_abs_diff or 0.0))
             elif failure is None:
                 failure = comparison
-            if output is not None:
-                self.earlier.append(output)
+            self.remember(output)
         result.correctness_trials_passed = passed
         if failure is not None:
             result.max_abs_diff, result.mean_abs_diff = failure.max_abs_diff, failure.mean_abs_diff
@@ -344,14 +345,24 @@ class Schedule:
         result.max_abs_diff, result.mean_abs_diff = worst
         self.task.accepted_max_abs_diff = worst[0]
 
+    def remember(self, output: Any) -> None:
+        """An output the candidate gave for some inputs, kept as its fingerprint (see replayed)."""
+        from evaluator.judging.fingerprint import fingerprint
+
+        mark = fingerprint(output) if output is not None else None
+        if mark is not None:
+            self.earlier.add(mark)
+
     def replayed(self, output: Any, others: tuple = ()) -> None:
         """A wrong output that repeats one returned for other inputs is a cached answer, a hack."""
-        from evaluator.judging.rules import runtime as runtime_rules
+        from evaluator.judging.fingerprint import fingerprint
+        from evaluator.judging.rules.runtime import finding
 
-        if output is None:
+        mark = fingerprint(output) if output is not None else None
+        if mark is None:
             return
-        found = runtime_rules.check_cached_output(self.earlier + [o for o in others if o is not None], output)
-        if found is not None:
+        if mark in self.earlier or any(fingerprint(other) == mark for other in others if other is not None):
+            found = finding("cached_output")
             raise TaskEnded(Verdict.HACK_DETECTED, found.message, found.rule)
 
     def wrong(self, comparison: Any, output: Any, where: str, others: list = ()) -> None:

@@ -283,7 +283,8 @@ class TimingPhase:
             for index, (comparison, output) in enumerate(checked):
                 if not comparison.ok:
                     self.schedule.wrong(comparison, output, "while being timed", outputs[:index] + outputs[index + 1:])
-            self.schedule.earlier.extend(o for o in outputs if o is not None)
+            for output in outputs:
+                self.schedule.remember(output)
 
     # ---- the rounds
     def run(self, result: Any) -> None:
