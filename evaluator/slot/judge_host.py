@@ -640,7 +640,7 @@ class JudgeHost:
         if self.slot.runner_namespaces and self.task_isolation.host_pid <= 0:
             self.slot.discard(runner)
             return {"type": "infra", "task": task_id, "why": "the runner's host pid was not found"}
-        runner_cpu = self._runner_cpu(runner)  # one reading for the pings' fixed cost and the timing's charge
+        runner_cpu = self._runner_cpu(runner, runner_pid)  # read by the pings, the timing and cpu_runner alike
         for path in (self.err_path, self.out_path):
             with open(path, "ab") as handle:
                 handle.truncate(0)
@@ -699,12 +699,12 @@ class JudgeHost:
             return True
         return spare.reader.eof or spare.ready
 
-    def _runner_cpu(self, runner: "_Runner") -> Any:
+    def _runner_cpu(self, runner: "_Runner", runner_pid: int) -> Any:
         """The task's CPU accounting (slot/cpu_charge.py): its cgroup where it has one, else the runner's tree."""
         from evaluator.slot.cpu_charge import CpuCharge
 
         group = self.task_isolation.cgroup if self.task_isolation is not None else None
-        return CpuCharge(self.slot.locate(runner), self.slot.task_cgroup(runner),
+        return CpuCharge(runner_pid, self.slot.task_cgroup(runner),
                          group.cpu_time_ns if group is not None else None)
 
     def _timing_for(self, runner_cpu: Any):

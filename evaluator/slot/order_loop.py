@@ -32,7 +32,12 @@ class Exchange:
         # (tensorwire.map_values) and outputs built in one reused buffer, neither copied into fresh pages. CPU mode
         # copies into fresh buffers, as the judge's own sets are: its timed sets are made from them.
         self.on_gpu = on_gpu
-        self.scratch = None
+        if on_gpu:
+            from evaluator.judging.tensorwire import ReusedBuffer
+
+            self.scratch = ReusedBuffer()
+        else:
+            self.scratch = None
 
     def inputs(self, name: str) -> list:
         from evaluator.judging import tensorwire
@@ -44,8 +49,6 @@ class Exchange:
     def hand(self, name: str, output: Any) -> None:
         from evaluator.judging import tensorwire
 
-        if self.on_gpu and self.scratch is None:
-            self.scratch = tensorwire.ReusedBuffer()
         with file_size_cap_lifted():
             tensorwire.write_values(os.path.join(self.outputs_dir, _plain(name) + ".krlt"), output, self.scratch)
 

@@ -38,6 +38,7 @@ def test_gpu_batches_are_sized_on_rounds_that_are_not_a_sizes_first(monkeypatch)
     reference_ms, candidate_ms = phase.rounds(probe)
 
     assert not [r for r in model.rounds if r["exclusive"] and r["first"]], model.rounds
+    assert all(r["first"] for r in model.rounds if not r["exclusive"]), model.rounds  # no size warmed twice
     batch_s = phase.calls * PER_CALL_S + PER_BATCH_S
     assert batch_s >= BATCH_TARGET_S["cuda"] / 2, (phase.calls, model.rounds)
     assert len(reference_ms) == len(candidate_ms) == 7 and reference_ms == candidate_ms
