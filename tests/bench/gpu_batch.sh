@@ -12,6 +12,7 @@
 #                        sent N times on N GPUs), then the scaling efficiency against ray1's rates (kept in /tmp)
 #   gpu_batch.sh ray14   nvidia-h100-x4, ~7-9 min, one call where device time is short: the first 24 items of each
 #                        batch, a cold pass on 4 GPUs filling the cache, then Ray on 1 and on 4 GPUs (CUDA warm, Triton)
+#   gpu_batch.sh rayt    nvidia-h100-x4, ~4-8 min, one call: Triton alone through Ray on 1 then 4 GPUs, and the scaling
 #   gpu_batch.sh plumb   any machine, < 1 min: the request list and a torch batch through the local pool
 # Results: $OUT/batch_<part>.jsonl (one JSON line per pass), $OUT/batch_<part>.log; a summary is printed at the end.
 set -u
@@ -68,7 +69,7 @@ if [[ $PARTS == *" local16 "* ]]; then  # a one-H100 machine's shape on a bigger
         --passes cold,warm --compile-workers 8 --budget-s 500 --out "$OUT/batch_local16.jsonl" \
         > "$OUT/batch_local16.log" 2>&1
 fi
-if [[ $PARTS == *" ray1 "* || $PARTS == *" ray24 "* || $PARTS == *" ray14 "* ]]; then
+if [[ $PARTS == *" ray1 "* || $PARTS == *" ray24 "* || $PARTS == *" ray14 "* || $PARTS == *" rayt "* ]]; then
     install_ray
 fi
 if [[ $PARTS == *" ray1 "* ]]; then
@@ -79,6 +80,10 @@ fi
 if [[ $PARTS == *" ray14 "* ]]; then
     timeout 560 python3 tests/bench/bench_batch.py --ray --ray-gpus 1,4 --kinds cuda,triton --limit 24 \
         --cache-dir "$CACHE" --budget-s 520 --out "$OUT/batch_ray14.jsonl" > "$OUT/batch_ray14.log" 2>&1
+fi
+if [[ $PARTS == *" rayt "* ]]; then  # Triton alone (no build cache to fill first) on 1 then 4 GPUs: the scaling figure
+    timeout 560 python3 tests/bench/bench_batch.py --ray --ray-gpus 1,4 --kinds triton --budget-s 500 \
+        --out "$OUT/batch_rayt.jsonl" > "$OUT/batch_rayt.log" 2>&1
 fi
 if [[ $PARTS == *" ray24 "* ]]; then
     [ -d "$CACHE/cuda" ] || echo "ray24: no build cache from ray1 on this machine: a cold pass on 4 GPUs comes first"

@@ -72,7 +72,8 @@ def test_both_conventions_are_stamped_on_every_correct_timed_result(results):
         assert res["kernel_runtime_kernelbench_ms"] > 0 and res["reference_runtime_kernelbench_ms"] > 0, rid
         # Self-speedups: the same code on both sides is ~1 in either convention.
         if rid.startswith("self_"):
-            assert 0.7 < res["speedup"] < 1.4 and 0.7 < res["speedup_kernelbench"] < 1.4, rid
+            figures = (rid, res["speedup"], res["speedup_kernelbench"])
+            assert 0.7 < res["speedup"] < 1.4 and 0.7 < res["speedup_kernelbench"] < 1.4, figures
 
 
 def test_persisting_l2_window_is_caught(results):
