@@ -10,7 +10,8 @@
 # own CPU by function at 8 slots, slot/judge_profile.py); `gpu_check.sh rounds` (~7 min: the GPU's counted and extra
 # rounds at most, 7+3 by default, against 5+1 and 3+1 for Triton and 5+1 for identical torch code: the exclusive hold
 # a task against the self-speedup); `gpu_check.sh batch` (~6 min: the GPU's batch target, 5 ms against 2.5 ms, for
-# Triton and identical torch code). Run from the repository root
+# Triton and identical torch code); `gpu_check.sh churn` (~2 min, on a multi-GPU kind: CUDA contexts made and ended a
+# second on one GPU and on all, plain and profiled, bench_context_churn.py). Run from the repository root
 # with $OUT set (the device tool sets it); bubblewrap's .deb files in .gpu/deb if the machine lacks it. Results land
 # in $OUT; a summary is printed at the end.
 set -u
@@ -69,6 +70,11 @@ if [[ $PARTS == *" batch "* ]]; then  # the GPU's batch target (5 ms by default;
         KRL_WORKER_TIMING_BATCH_MS=$ms timeout 70 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds torch \
             >> "$OUT/slot.txt" 2>&1
     done
+fi
+if [[ $PARTS == *" churn "* ]]; then  # why 4 GPUs of one host evaluated no faster than one (session 11)
+    gpus=$(nvidia-smi -L | wc -l)
+    timeout 240 python3 tests/bench/bench_context_churn.py --gpus "1,$gpus" --lanes 8 --seconds 20 \
+        > "$OUT/churn.txt" 2>&1
 fi
 if [[ $PARTS == *" share "* ]]; then  # the device lock's shared steps (docs/slot.md): off, on; then beside hogs
     KRL_WORKER_DEVICE_SHARED_STEPS=0 timeout 90 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds triton \
