@@ -32,6 +32,7 @@ from typing import Any, Optional
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.bench.batch_kernels import Item, cuda_batch, describe, torch_batch, triton_batch  # noqa: E402
+from tests.bench.host_sampler import HostSampler  # noqa: E402
 
 GPU_KINDS = ("cuda", "triton")
 # Of the budget left, what a local pass may take when another pass follows it. 0.65 cut an H100's cold pass at 260.8 s
@@ -127,7 +128,7 @@ def warm_up(evaluator, count: int, deadline: float, items: Optional[list[Item]] 
 def run_pass(evaluator, requests: list, gpus: list[int], deadline: float) -> dict:
     """Submit the whole batch at once, collect until done or the deadline; the figures of that pass."""
     results, failures, done_s = [], [], {}
-    with GpuSampler(gpus) as sampler:
+    with GpuSampler(gpus) as sampler, HostSampler() as host:
         started = time.monotonic()
         futures = [evaluator.submit(r) for r in requests]
         try:
@@ -154,7 +155,7 @@ def run_pass(evaluator, requests: list, gpus: list[int], deadline: float) -> dic
             "pool_stats": pool.get("stats", {}), "recent_infrastructure_failures":
                 pool.get("recent_infrastructure_failures", []),
             "evaluator_errors": len(failures), "evaluator_error_sample": sorted(set(failures))[:2],
-            **sampler.figures()}
+            **sampler.figures(), **host.figures()}
 
 
 def summarize_results(results: list, wall_s: float) -> dict:

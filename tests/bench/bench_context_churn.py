@@ -18,6 +18,10 @@ import statistics
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from tests.bench.host_sampler import blocked_now  # noqa: E402
+
 
 def child(gpu: int, profile: bool) -> None:
     """In a forked child of a parent that never initialised CUDA: this GPU only, a context, one kernel, optionally one
@@ -63,24 +67,6 @@ def lane(gpu: int, profile: bool, until: float, report: int) -> None:
         life_s = time.perf_counter() - began
         os.write(report, f"{text or 'nan'} {life_s:.6f}\n".encode())
     os._exit(0)
-
-
-def blocked_now() -> collections.Counter:
-    """Processes in uninterruptible sleep now, by the kernel function each waits in."""
-    found: collections.Counter = collections.Counter()
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as handle:
-                state = handle.read().rsplit(")", 1)[1].split()[0]
-            if state != "D":
-                continue
-            with open(f"/proc/{name}/wchan") as handle:
-                found[handle.read().strip() or "?"] += 1
-        except (OSError, IndexError):
-            continue
-    return found
 
 
 def drained(fd: int) -> bytes:

@@ -19,6 +19,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from evaluator.slot.judge_profile import PROFILE_ENV, summary  # noqa: E402
+from tests.bench.host_sampler import host_cpu_ticks  # noqa: E402
 from tests.bench.slot_bench import REFERENCE  # noqa: E402 - the shared ReLU problem
 
 TRITON = '''
@@ -107,15 +108,6 @@ class GpuSampler:
 
     def idle_share(self):
         return round(1 - statistics.mean(self.samples) / 100, 3) if self.samples else None
-
-
-def host_cpu_ticks() -> tuple[int, int]:
-    """(busy, total) jiffies of every CPU so far, from /proc/stat: the host's busy share over the batch is the
-    difference of two reads (is the slot's throughput bound by the host's cores rather than the GPU?)."""
-    with open("/proc/stat") as handle:
-        fields = [int(v) for v in handle.readline().split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and iowait
-    return sum(fields) - idle, sum(fields)
 
 
 def requests(kind: str, n: int):

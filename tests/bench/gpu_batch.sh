@@ -117,6 +117,9 @@ for line in open(sys.argv[1]):
           f"hits={r['build_cache_hits']} start={r.get('pool_start_s', r.get('ray_start_s'))}s {r['verdicts']} "
           f"speedup median {r['speedup_median']} {r['gpu_name']}")
     print("    phases: " + ", ".join(f"{k} {v}" for k, v in r["phase_mean_s"].items()))
+    if "host_cpu_busy_share" in r:
+        print(f"    host: CPUs busy {r['host_cpu_busy_share']}, load {r.get('host_load_mean')}, in D "
+              f"{r.get('host_blocked_mean')} on average, waiting in {r.get('host_blocked_in')}")
     if r["error_sample"] or r["evaluator_error_sample"] or r["notes"]:
         print("    " + " | ".join(r["error_sample"][:3] + r["evaluator_error_sample"] + r["notes"])[:600])
 EOF
