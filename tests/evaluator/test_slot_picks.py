@@ -6,10 +6,12 @@ timing's rounds, in one order. Read from the judge's own record of its orders (K
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
 from evaluator.contract.types import EvalRequest, Verdict
+from evaluator.slot.timing_phase import PICK_SHARE, TimingPhase
 from tests.evaluator.pool_support import make_evaluator
 
 PROBLEM = '''
@@ -71,4 +73,19 @@ def test_a_floating_point_output_is_projected_after_every_batch(traced):
     assert results["softmax"].verdict == Verdict.CORRECT, results["softmax"].error_message
     runs, keeps, hands = (orders["softmax"].count(kind) for kind in ("run", "keep", "hand"))
     assert runs >= 4 and hands == runs + 1  # the projection always, the kept outputs once
-    assert 1 <= keeps < runs  # picks on the first batches at least, then at PICK_SHARE
+    # picks on the first batches at least, then at PICK_SHARE (all six batches picked: 1 run in 64; the share itself
+    # is checked without chance below)
+    assert 1 <= keeps <= runs
+
+
+def test_a_floating_point_output_skips_picks_on_later_batches_at_the_share():
+    phase = TimingPhase(SimpleNamespace(device="cpu"), SimpleNamespace(), SimpleNamespace())
+    phase.projected_whole = lambda: True
+    phase.rng = SimpleNamespace(random=lambda: PICK_SHARE, sample=lambda calls, k: list(calls)[:k])
+    assert phase.picks(10, first=True) == [0, 1]
+    assert phase.picks(10, first=False) == []  # drawn at the share or above: no picks
+    phase.rng.random = lambda: PICK_SHARE / 2
+    assert phase.picks(10, first=False) == [0, 1]
+    phase.projected_whole = lambda: False  # an index or mask output: picks on every batch
+    phase.rng.random = lambda: 0.99
+    assert phase.picks(10, first=False) == [0, 1]
