@@ -17,11 +17,13 @@ def projections(outputs: list, seed: int) -> tuple[list[float], list[float], lis
     if same is not None:  # the usual case: one tensor per call, one shape: a few whole-batch ops, not a few per call
         generator = torch.Generator(device=same.device)
         generator.manual_seed(seed)
-        drawn = torch.rand(same.shape, generator=generator, device=same.device) * 2 - 1
-        # One row per call: reshape, not flatten(1), which a stack of 0-dim outputs (a loss) does not have.
-        product = (torch.stack(outputs).float() * drawn).reshape(len(outputs), -1)
+        drawn = torch.rand(same.shape, generator=generator, device=same.device).mul_(2).sub_(1)
+        # One row per call: reshape, not flatten(1), which a stack of 0-dim outputs (a loss) does not have. The products
+        # and their magnitudes are made in place in the stack's own copy: one temporary the batch's size, not three
+        # (fresh pages each: on a CPU the hand-over of six 1 MiB outputs took 2-9 ms where the batch took 4).
+        product = torch.stack(outputs).float().mul_(drawn).reshape(len(outputs), -1)
         sums = product.sum(1).double().cpu().tolist()
-        sizes = product.abs().sum(1).double().cpu().tolist()
+        sizes = product.abs_().sum(1).double().cpu().tolist()
         return sums, sizes, [float(drawn.abs().sum())] * len(outputs)
     weights: dict[Any, Any] = {}
     rows = []

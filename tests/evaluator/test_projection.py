@@ -1,0 +1,29 @@
+"""The timed batch's projection (evaluator/slot/projection.py): the one-shape path made in place agrees with the
+general path, leaves the outputs alone, and moves when any one element of any output does."""
+
+import torch
+
+from evaluator.slot.projection import projections
+
+
+def general(outputs: list, seed: int) -> tuple:
+    """The per-output path, forced by wrapping each output in a tuple."""
+    return projections([(o,) for o in outputs], seed)
+
+
+def test_the_one_shape_path_matches_the_general_one_and_leaves_the_outputs_alone():
+    for outputs in ([torch.randn(64, 33) for _ in range(5)], [torch.randn(()) for _ in range(4)],
+                    [torch.randn(16, 8).half() for _ in range(3)]):
+        before = [o.clone() for o in outputs]
+        fast, slow = projections(outputs, 7), general(outputs, 7)
+        for got, want in zip(fast, slow):
+            assert torch.allclose(torch.tensor(got), torch.tensor(want), rtol=1e-6, atol=1e-6)
+        assert all(torch.equal(o, b) for o, b in zip(outputs, before))
+
+
+def test_one_changed_element_moves_its_projection_only():
+    outputs = [torch.randn(32, 32) for _ in range(4)]
+    sums = projections(outputs, 3)[0]
+    outputs[2][5, 7] += 1.0
+    moved = projections(outputs, 3)[0]
+    assert moved[2] != sums[2] and moved[:2] == sums[:2] and moved[3] == sums[3]
