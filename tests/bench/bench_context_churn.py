@@ -1,12 +1,12 @@
-"""Benchmark: how fast one host creates and tears down CUDA contexts, on one GPU and on several at once, the way the
-slot's runners do (forked from a torch-importing parent, CUDA initialised in the child, profiled once, exited).
-Usage: python tests/bench/bench_context_churn.py --gpus 1,4 --lanes 8 --seconds 20
+"""Benchmark: CUDA contexts made and torn down a second on one GPU and on several at once, as the slot's runners do
+(forked from a torch-importing parent, CUDA started in the child, optionally profiled once, exited).
+Usage: python tests/bench/bench_context_churn.py --gpus 1,4 --lanes 8 --seconds 20"""
 
-Why: through one pool or Ray, 4 H100s of one host evaluated Triton tasks no faster than one (session 11, 52-67 a
-minute), with the load average at 65-100, the CPUs 80-90% idle and runners in uninterruptible sleep (D). Each task
-makes and ends a runner process with its own context; this times that alone. Per configuration it prints children a
-second, each child's CUDA start and whole life (fork to reaped, the context's teardown included), and the processes
-seen in D with the kernel functions they waited in (/proc/PID/wchan)."""
+# Why: through one pool or Ray, 4 H100s of one host evaluated Triton tasks no faster than one (session 11, 52-67 a
+# minute), with the load average at 65-100, the CPUs 80-90% idle and runners in uninterruptible sleep. Each task makes
+# and ends a runner process with a context of its own; this times that alone. Per configuration: children a second,
+# each child's CUDA start and whole life (fork to reaped, the context's teardown included), and the processes seen in
+# uninterruptible sleep with the kernel functions they waited in.
 
 from __future__ import annotations
 
