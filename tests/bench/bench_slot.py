@@ -198,8 +198,37 @@ def trace_summary(path: str, outliers: tuple = ()) -> dict:
     summary["rounds_sample"] = [task.get("rounds", []) for task in tasks[:2]]
     summary["rounds_outliers"] = {task["request_id"]: task.get("rounds", []) for task in tasks
                                   if task.get("request_id") in outliers}
+    summary["round_ratios"] = round_ratio_spread([task.get("rounds", []) for task in tasks])
     os.remove(path)
     return summary
+
+
+def counted_ratios(rounds: list) -> list[float]:
+    """Reference over candidate charge of each round at the task's last batch length but its first (the warm one):
+    the counted and extra rounds, near enough."""
+    if not rounds:
+        return []
+    last = rounds[-1][0]
+    at_last = [r for r in rounds if r[0] == last][1:]
+    return [(r[1] + r[2]) / (r[3] + r[4]) for r in at_last if r[3] + r[4] > 0]
+
+
+def round_ratio_spread(tasks_rounds: list) -> dict:
+    """Whether identical code's misreadings are per task or per round: the spread of each task's median ratio across
+    tasks against the median spread of the ratios within a task (both as (p75 - p25) / median). Rounds that agree
+    within a task while tasks disagree point at each runner process's own speed rather than at the rounds."""
+    ratios = [counted_ratios(rounds) for rounds in tasks_rounds]
+    medians = [statistics.median(r) for r in ratios if r]
+    within = [relative_iqr(r) for r in ratios if len(r) >= 4]
+    return {"tasks": len(medians), "between_tasks": relative_iqr(medians) if len(medians) >= 4 else None,
+            "within_task": round(statistics.median(within), 3) if within else None}
+
+
+def relative_iqr(values: list[float]) -> float:
+    ordered = sorted(values)
+    q1, q3 = ordered[len(ordered) // 4], ordered[(3 * len(ordered)) // 4]
+    median = statistics.median(ordered)
+    return round((q3 - q1) / median, 3) if median > 0 else 0.0
 
 
 def main() -> None:

@@ -111,7 +111,8 @@ for line in open(sys.argv[1]):
               "ready", p.get("judge_ready"), "speedup median", r.get("speedup_median"),
               "within 5%", sum(abs(v - 1) <= 0.05 for v in s), "of", len(s),
               "interfered", p.get("timing_interfered_rounds"))
-        print("   held by window", {k[5:]: v for k, v in p.items() if k.startswith("held_")})
+        print("   held by window", {k[5:]: v for k, v in p.items() if k.startswith("held_")},
+              "round ratios", (r.get("orders") or {}).get("round_ratios"))
 PY
 [ -f "$OUT/share.txt" ] && cut -c1-1500 "$OUT/share.txt"
 [ -f "$OUT/profile.txt" ] && grep -A40 "^judges' profile" "$OUT/profile.txt" | cut -c1-160
