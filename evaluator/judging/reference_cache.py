@@ -59,13 +59,14 @@ class ReferenceCache:
         return entry[0]
 
     def keeps(self, size: int) -> bool:
-        """Whether an entry of at least `size` bytes could be kept (put drops one over a quarter of the bound)."""
+        """Whether an entry of `size` bytes would be kept: at most a quarter of the bound, so one entry never empties
+        the cache (put asks the same)."""
         return self.max_bytes > 0 and size <= self.max_bytes // 4
 
     def put(self, key: Hashable, value: Any, size: int) -> None:
         if key in self.entries:
             self.used_bytes -= self.entries.pop(key)[1]
-        if size > self.max_bytes // 4:
+        if not self.keeps(size):
             return
         self.entries[key] = (value, size)
         self.used_bytes += size
