@@ -90,13 +90,15 @@ def nudged_values(values: list, seed: int) -> list:
     return nudged
 
 
-def nudged_batch(bases: list[list], salt: int, calls: int) -> list[list]:
+def nudged_batch(bases: list[list], salt: int, calls: int, shift: Any = None) -> list[list]:
     """Value sets for a timed batch of `calls` calls: set i is base i % len(bases) with every floating-point element
     scaled by its own factor in [1 - NUDGE, 1 + NUDGE], drawn from `salt` (the same sets for the same salt on the same
     kind of device). Made with one draw and one multi-tensor multiply per base tensor, where nudged_values per call
     costs several launches and ~50 us of host time, as much as a small kernel: both sides make their sets inside their
     timed batch, so that cost compressed every small problem's speedup towards 1. Each set's tensors are allocations
-    of their own, as a call's inputs would be: no call can reach another call's values through its inputs' storage."""
+    of their own, as a call's inputs would be: no call can reach another call's values through its inputs' storage.
+    With a `shift` (a one-element float tensor on the device, written as a device gate opened: slot/device_gate.py),
+    each factor's draw is moved by it (shifted_factors), so the values exist only once the gate is open."""
     count = len(bases)
     if not any(isinstance(v, torch.Tensor) and v.is_cuda for values in bases for v in values):
         # CPU: one set at a time (no launches to save there), so the runner's fresh process touches no more new
@@ -114,6 +116,8 @@ def nudged_batch(bases: list[list], salt: int, calls: int) -> list[list]:
                 generator.manual_seed(salt * 1009 + base_index * 101 + position)
                 factors = torch.rand((share, *value.shape), generator=generator, device=value.device,
                                      dtype=torch.float32)
+                if shift is not None:
+                    shifted_factors(factors, shift)
                 factors.mul_(2 * NUDGE).add_(1 - NUDGE)
                 products = torch._foreach_mul([value.float()] * share, list(factors.unbind(0)))
                 del factors
@@ -123,6 +127,11 @@ def nudged_batch(bases: list[list], salt: int, calls: int) -> list[list]:
         for k in range(share):
             made[base_index + k * count] = [column[k] for column in columns]
     return made
+
+
+def shifted_factors(draws: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """Uniform draws in [0, 1) moved by `shift` in [0, 1), in place, still uniform in [0, 1): frac(draw + shift)."""
+    return draws.add_(shift).frac_()
 
 
 def nudged_set_name(base: int, seed: int) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import traceback
 
@@ -33,6 +34,8 @@ def child_main(argv: list[str]) -> int:
     import faulthandler
 
     faulthandler.enable()  # a segfault prints the Python stack, which names the candidate line
+    # `kill -USR1 PID` prints every thread's stack into the log: where a judge that stopped answering waits.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     # Tasks come on stdin; move it away so a candidate reading stdin cannot steal the next task or block on it.
     task_fd = os.dup(0)
     devnull = os.open(os.devnull, os.O_RDONLY)

@@ -50,7 +50,7 @@ def check_answer(answer: dict[str, Any], expected: str, name: Optional[str] = No
         raise ProtocolBreach(f"it answered {text(kind, 40)!r} where the judge waited for {expected!r}")
     if name is not None and answer.get("name") != name:
         raise ProtocolBreach(f"it answered for {text(answer.get('name'), 40)!r}, not {name!r}")
-    extra = set(answer) - {"type", "name", "own_kernel_time_fraction", "projections", "events_ms"}
+    extra = set(answer) - {"type", "name", "own_kernel_time_fraction", "projections", "events_ms", "gate"}
     if extra:
         raise ProtocolBreach(f"its answer carried fields nobody asked for ({', '.join(sorted(extra)[:4])})")
     for key in ("projections", "events_ms"):  # lists of numbers the judge converts with float()

@@ -82,6 +82,14 @@ def serve_orders(read_message, write_message, session: Any, exchange: Exchange) 
                 bases = [exchange.inputs(name) for name in order["sets"]]
                 session.stage(bases, int(order["count"]))
                 answer = {"type": "staged"}
+                if "gate" in order:  # the judge's device gate, a page in its inputs folder (slot/device_gate.py)
+                    answer["gate"] = session.attach_gate(os.path.join(exchange.inputs_dir, _plain(order["gate"])))
+            elif kind == "queue":  # a batch queued behind the gate, answered before it runs; "drain" waits for it
+                session.queue(int(order["calls"]), int(order["salt"]), int(order["count"]))
+                answer = {"type": "queued"}
+            elif kind == "drain":
+                session.drain()
+                answer = {"type": "ran"}
             elif kind == "run":
                 answer = {"type": "ran"}
                 if order.get("eager"):  # KernelBench's convention: the runner's own event time per call, as evidence

@@ -72,7 +72,9 @@ def wipe_scratch(keep: tuple[str, ...]) -> None:
             empty_folder(folder, keep + (os.environ.get("TMPDIR", ""),))
     if os.environ.get("KRL_WORKER_OWN_TMP") == "1":  # the sandbox's own tmpfs, never the host's /tmp
         for folder in ("/tmp", "/dev/shm"):
-            empty_folder(folder, keep)
+            # TMPDIR may lie below /tmp (a pool's folders do): emptied above, kept here, or nvcc in the runner had no
+            # folder for its temporaries ("Could not open output file", every CUDA build without a compile worker).
+            empty_folder(folder, keep + (os.environ.get("TMPDIR", ""),))
 
 
 def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:
@@ -192,6 +194,7 @@ def zygote_main(control_fd: int, device: str, worker_module: str) -> int:
 
     apply_limits(json.loads(os.environ.pop("KRL_WORKER_LIMITS", "{}")))
     faulthandler.enable()  # a runner's segfault prints the Python stack, which names the candidate line
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: where a stuck runner waits, into its log
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)

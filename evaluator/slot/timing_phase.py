@@ -69,6 +69,18 @@ GPU_ROUNDS_ENV, GPU_EXTRA_ROUNDS_ENV = "KRL_WORKER_TIMING_ROUNDS", "KRL_WORKER_T
 # ~0.5-1.5 ms the allocator-polluted sizing gave before session 10, so each round holds the device longer.
 GPU_BATCH_MS_ENV = "KRL_WORKER_TIMING_BATCH_MS"
 BASE_SETS = 2
+# GPU: the counted and sizing rounds' batches queued behind device gates (slot/device_gate.py) and timed from the
+# gate's opening, so the host's launch speed stays out of both sides. "0" times the batches as issued, as before.
+GATE_ENV = "KRL_WORKER_TIMING_GATE"
+# A side that has not queued its batch within this long is blocked (CUDA takes ~1000 launches ahead of a waiting stream,
+# then the launching thread waits; a call that synchronises waits for the gate itself): the gate is opened, the round
+# dropped and the batch halved; after GATE_OVERFLOWS_MAX such rounds the task is timed without gates.
+GATE_QUEUE_WAIT_S = 0.25
+GATE_OVERFLOWS_MAX = 2
+# A gated batch's calls at first: 800 calls of two launches each blocked on an H100 (tests/bench/probe_gate.py), 100
+# did not; a candidate of more launches a call is halved by its first blocked round.
+GATE_CALLS_MAX = 768
+GATE_OFF_BY = {"reference": 1, "candidate": 2, "runner": 3}  # phases["timing_gate_off"]: which side turned gates off
 # GPU: a counted batch whose faster side took under GROW_BELOW of the target is made longer (longer_batch), by at most
 # GROW_FACTOR_MAX a time and BATCH_GROWTHS times a task; the round is dropped and the counting starts again.
 GROW_BELOW, GROW_FACTOR_MAX, BATCH_GROWTHS = 0.6, 4.0, 2
@@ -124,6 +136,12 @@ class TimingPhase:
         self.staged = 1
         self.staged_for = 0  # the batch size the runner was last staged for
         self.cost_counted, self.counted_cost = False, None  # the reference's flops and bytes (problem_cost)
+        # The device gates (GPU, GATE_ENV): the runner's page (written here, read there) and this judge's own; None
+        # until the first staging asks the runner to attach, and after the task falls back to ungated batches.
+        self.gate_page: Any = None
+        self.gated = self.kind == "cuda" and os.environ.get(GATE_ENV, "1").strip() != "0"
+        self.gate_cap = GATE_CALLS_MAX  # calls a gated batch may have (halved by each overflow)
+        self.gate_overflows = 0
 
     # ---- the two sides' batches
     def reference_batch(self, calls: int, salt: int) -> float:
@@ -314,6 +332,8 @@ class TimingPhase:
             reference_ms, candidate_ms = self.rounds(probe_calls)
             self.round_ms = reference_ms, candidate_ms  # per call, for the hooks (kernelbench_phase's lower bound)
             rounds_done = time.perf_counter()
+            if self.kind == "cuda":  # whether the counted rounds were gated (a blocked side turns them off)
+                self.schedule.phases["timing_gated"] = int(self.gated)
             for hook in EXTRA_TIMINGS.values():
                 hook.measure(self, result)
             self.check_watched_together()
@@ -323,6 +343,7 @@ class TimingPhase:
             self.schedule.phases["timing_hooks"] = round(time.perf_counter() - rounds_done, 6)
         finally:
             torch.set_num_threads(threads)
+            self.close_gates()
             if self.kind == "cuda":  # the judge's staging back to the device before the next slot's timing: eight
                 # judges each keeping 2+ GiB cached left an honest candidate out of memory at 8 slots on an H100
                 self.judge_sets, self.outputs = [], []
@@ -453,11 +474,29 @@ class TimingPhase:
         (held): the counted rounds and the sizing ones (sized beside another slot's round, a probe read 3 ms a call
         of a 20 us ReLU and gave it 1-call batches); the cold and warm rounds only warm both sides, beside whatever
         the other slots do. A `counted` round watches the runner while the reference is timed (reference_watched)."""
+        if exclusive and self.gated:
+            calls = min(calls, self.gate_cap)
         first = calls != self.staged_for
         salt = self.stage(calls)
         picked = self.picks(calls, first)
         seed = self.rng.getrandbits(30)
         hands = {}
+        if exclusive and self.gated:
+            if not self.queued_both(calls, salt):  # dropped: this round again, its batch halved or ungated
+                return self.one_round(calls, candidate_first, counted, exclusive)
+            self.gated_sides(candidate_first, counted, calls, picked, seed, hands)
+        else:
+            self.issued_sides(candidate_first, counted, exclusive, calls, salt, picked, seed, hands)
+        self.check(picked)
+        if self.driver.trace is not None:  # per round for the benchmark's trace: batch and hand-over of each side, ms
+            self.driver.rounds.append([calls] + [round(v * 1e3, 4) for v in (
+                self.batch_only["reference"], hands["reference"], self.batch_only["candidate"], hands["candidate"])])
+        reference, candidate = self.charged(hands["reference"], hands["candidate"])
+        return reference / calls, candidate / calls
+
+    def issued_sides(self, candidate_first: bool, counted: bool, exclusive: bool, calls: int, salt: int,
+                     picked: list[int], seed: int, hands: dict) -> None:
+        """One round's two sides, each batch issued and timed as it goes (CPU; GPU without gates; unheld warm rounds)."""
         with self.held(exclusive, "rounds" if counted else "sizing"):
             for side in self.sides(candidate_first):
                 if side == "reference":
@@ -466,12 +505,119 @@ class TimingPhase:
                         hands[side] = self.reference_hand(picked, seed)
                 else:
                     _, hands[side] = self.candidate_batch(calls, salt, picked, seed)
-        self.check(picked)
-        if self.driver.trace is not None:  # per round for the benchmark's trace: batch and hand-over of each side, ms
-            self.driver.rounds.append([calls] + [round(v * 1e3, 4) for v in (
-                self.batch_only["reference"], hands["reference"], self.batch_only["candidate"], hands["candidate"])])
-        reference, candidate = self.charged(hands["reference"], hands["candidate"])
-        return reference / calls, candidate / calls
+
+    # ---- gated rounds (GPU): both batches queued before the hold, each timed from its gate's opening
+    def gated_sides(self, candidate_first: bool, counted: bool, calls: int, picked: list[int], seed: int,
+                    hands: dict) -> None:
+        """The two queued batches released one after the other while the device is held, on the same shift."""
+        import torch
+
+        shift = self.rng.random()
+        writer = self.own_gate().writer
+        drained = False
+        try:
+            with self.held(True, "rounds" if counted else "sizing"):
+                for side in self.sides(candidate_first):
+                    if side == "reference":
+                        with self.reference_watched(counted):
+                            start = time.perf_counter()
+                            writer.open(shift)
+                            torch.cuda.synchronize()
+                            self.batch_only[side] = time.perf_counter() - start
+                            hands[side] = self.reference_hand(picked, seed)
+                    else:
+                        start = time.perf_counter()
+                        self.gate_page.open(shift)
+                        self.order({"type": "drain"}, "ran", calls)
+                        drained = True
+                        self.batch_only[side] = self.less_round_trip(self.driver.answered_at - start)
+                        hands[side] = self.less_round_trip(self.candidate_hand(calls, picked, seed))
+        except Interfered:
+            if not drained:  # the round is timed again: the runner's batch, still queued, goes first (unheld)
+                self.gate_page.open_all()
+                self.order({"type": "drain"}, "ran", calls)
+            raise
+
+    def queued_both(self, calls: int, salt: int) -> bool:
+        """Both batches of a round queued behind their gates: the reference here, then the runner's. False when either
+        side blocked while queueing (both gates opened, the batches waited for, the round dropped): the batch is halved
+        for the next try, or the task goes on without gates."""
+        import torch
+
+        from evaluator.judging import judge
+        from evaluator.slot.task_driver import Deadline
+
+        own = self.own_gate()
+        # The reference may synchronise inside (a .item(), a boolean mask) and so wait for its own shut gate, holding
+        # Python's lock: the keeper, a process of its own, opens it then.
+        with own.queueing(GATE_QUEUE_WAIT_S) as queueing:
+            self.outputs, self.judge_sets = [], []
+            with torch.no_grad():
+                sets = self.judge_sets = judge.nudged_batch(self.bases, salt, calls, own.gate.wait(own.writer.next()))
+                self.outputs = [self.task.model(*sets[index % len(sets)]) for index in range(calls)]
+        if queueing.forced:
+            torch.cuda.synchronize()
+            return self.gate_blocked("reference", calls)
+        from evaluator.contract.framing import encode_message
+
+        self.driver.expect_silence()
+        self.driver.send_bytes(encode_message({"type": "queue", "calls": calls, "salt": salt,
+                                               "count": self.gate_page.next()}))
+        try:
+            self.driver.answer("queued", deadline=time.monotonic() + GATE_QUEUE_WAIT_S)
+            return True
+        except Deadline:
+            if time.monotonic() >= self.driver.deadline:
+                raise
+        # The runner blocked while queueing: both gates open, its answer and its batch's end awaited, unheld.
+        self.gate_page.open_all()
+        own.writer.open_all()
+        self.driver.answer("queued")
+        self.order({"type": "drain"}, "ran", calls)
+        torch.cuda.synchronize()
+        return self.gate_blocked("candidate", calls)
+
+    def gate_blocked(self, side: str, calls: int) -> bool:
+        """A side blocked while queueing `calls` calls: the next batches halved, or no more gates for this task."""
+        self.gate_overflows += 1
+        self.schedule.phases["timing_gate_blocked"] = self.gate_overflows
+        # A few calls cannot fill CUDA's queue: a side that blocked on them synchronises inside a call.
+        if self.gate_overflows >= GATE_OVERFLOWS_MAX or calls <= PROBE_CALLS:
+            self.gated = False
+            self.schedule.phases["timing_gate_off"] = GATE_OFF_BY[side]
+        self.gate_cap = max(1, calls // 2)
+        return False
+
+    def close_gates(self) -> None:
+        """After the rounds, or when they end early: nothing of this judge's stays queued behind its own gate (its next
+        synchronisation would wait for ever), and the runner's page is let go."""
+        if self.gate_page is None:
+            return
+        self.own_gate().writer.open_all()
+        self.gate_page.open_all()
+        self.gate_page.buffer.close()
+        self.gate_page = None
+        self.gated = False
+
+    def own_gate(self) -> Any:
+        from evaluator.slot import device_gate
+
+        return device_gate.own_gate()
+
+    def open_gate_page(self) -> Optional[str]:
+        """The runner's gate page for this task, made in the inputs folder it reads; None where gates are off or this
+        judge cannot have its own gate."""
+        from evaluator.slot import device_gate
+
+        if not self.gated:
+            return None
+        try:
+            self.own_gate()
+            self.gate_page = device_gate.judge_page(os.path.join(self.task.inputs_dir, device_gate.PAGE_NAME))
+        except (device_gate.GateUnavailable, OSError, RuntimeError):
+            self.gated = False
+            return None
+        return device_gate.PAGE_NAME
 
     @contextlib.contextmanager
     def reference_watched(self, counted: bool = True) -> Iterator[None]:
@@ -628,11 +774,15 @@ class TimingPhase:
         target = batch_target_s(self.kind)
         if self.kind == "cpu" or probe:  # the slower side's batch near the target: a slow candidate (a process
             # spawned per call) must not get the reference's thousands of calls, nor a slow reference the candidate's
-            return max(1, min(self.staged, int(target / max(reference_s, candidate_s, 1e-7))))
+            return max(1, min(self.most_calls(), int(target / max(reference_s, candidate_s, 1e-7))))
         # A short batch's pipe round trip inflates the candidate's estimate: never fewer calls than the reference
         # would get (H100: batches of ~0.5 ms otherwise, unsteady and biased by the round trip).
         reference_calls = int(target / max(reference_s, 1e-7))
-        return max(1, min(self.staged, max(reference_calls, int(target / max(candidate_s, 1e-7)))))
+        return max(1, min(self.most_calls(), max(reference_calls, int(target / max(candidate_s, 1e-7)))))
+
+    def most_calls(self) -> int:
+        """Calls a batch may have: what both sides can stage, and while gated what a gate can hold back."""
+        return min(self.staged, self.gate_cap) if self.gated else self.staged
 
     def longer_batch(self, calls: int) -> int:
         """GPU: the batch length for the next counted rounds, from the last round's batches (at a length already warm):
@@ -640,13 +790,14 @@ class TimingPhase:
         The sizing estimates per call from short batches whose fixed costs dominate: at one slot on an H100 a
         15-call round of a torch ReLU read ~39 us a call, and its 127-call batches then took 1.6-2.5 ms of the 5 ms
         target (13-20 us a call), where the candidate's two round trips a round weigh 2-3 times as much."""
-        if self.kind != "cuda" or calls >= self.staged:
+        most = self.most_calls()
+        if self.kind != "cuda" or calls >= most:
             return calls
         target = batch_target_s(self.kind)
         faster = min(self.batch_only["reference"], self.batch_only["candidate"])
         if faster >= GROW_BELOW * target:
             return calls
-        return min(self.staged, max(calls + 1, int(calls * min(GROW_FACTOR_MAX, target / max(faster, 1e-7)))))
+        return min(most, max(calls + 1, int(calls * min(GROW_FACTOR_MAX, target / max(faster, 1e-7)))))
 
     def stage(self, calls: int) -> int:
         """The runner ready for a batch of `calls` (its base sets loaded, its pages mapped), and the salt of the batch's
@@ -655,8 +806,14 @@ class TimingPhase:
         # GPU: the base sets stay loaded between rounds of one batch size. CPU: staged before every batch, which maps
         # the batch's pages afresh in the runner as the judge's are (staged once, identical code read ~0.83x).
         if calls != self.staged_for or self.kind == "cpu":
-            self.order({"type": "stage", "sets": [f"timing-{j}" for j in range(BASE_SETS)], "count": calls}, "staged",
-                       calls)
+            order: dict[str, Any] = {"type": "stage", "sets": [f"timing-{j}" for j in range(BASE_SETS)], "count": calls}
+            page = self.open_gate_page() if self.gated and self.gate_page is None else None
+            if page is not None:
+                order["gate"] = page
+            answer = self.order(order, "staged", calls)
+            if page is not None and answer.get("gate") is not True:  # the runner cannot wait on it: no gates
+                self.gated = False
+                self.schedule.phases["timing_gate_off"] = GATE_OFF_BY["runner"]
             self.staged_for = calls
         return self.rng.getrandbits(30)
 

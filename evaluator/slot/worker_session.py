@@ -33,6 +33,7 @@ class TaskSession(RunState):
         self.profiler_released = False  # CUPTI detached after the last profile (release_profiler)
         self.kernelbench_flush: Any = None  # KernelBench's flush buffer, made by the first eager order
         self.kept: dict[str, Any] = {}  # picked outputs kept for the judge (keep), by name
+        self.gate: Any = None  # the judge's device gate (slot/device_gate.py), once attached
 
     # ---- orders
     def load(self, prebuilt: Optional[dict] = None) -> tuple:
@@ -116,6 +117,37 @@ class TaskSession(RunState):
             watch.candidate_running = False
         self._sync()
         self.outputs = outputs
+
+    def attach_gate(self, path: str) -> bool:
+        """The judge's gate page at `path`, waited on by this runner's queued batches; False where this process cannot
+        wait on it (the judge then times without a gate, as it does on a CPU)."""
+        if self.gate is None and self.ctx.is_cuda:
+            from evaluator.slot import device_gate
+
+            try:
+                self.gate = device_gate.DeviceGate(device_gate.runner_page(path), read_only=True)
+            except (device_gate.GateUnavailable, OSError, RuntimeError):
+                return False
+        return self.gate is not None
+
+    def queue(self, calls: int, salt: int, count: int) -> None:
+        """A batch like run()'s, queued behind the judge's gate (it runs when the page's count reaches `count`) and not
+        waited for: its value sets are made on the device from the shift the judge writes as it opens the gate."""
+        _, _, new_model, watch = self.models
+        self.sets, self.outputs = [], []
+        shift = self.gate.wait(count)
+        sets, outputs = judge.nudged_batch(self.bases, salt, calls, shift), []
+        self.sets = sets
+        with self.torch.no_grad():
+            watch.candidate_running = True
+            for index in range(calls):
+                outputs.append(new_model(*sets[index % len(sets)]))
+            watch.candidate_running = False
+        self.outputs = outputs
+
+    def drain(self) -> None:
+        """The queued batch waited for (the judge's clock runs from its gate's opening to this answer)."""
+        self._sync()
 
     def run_eager(self, calls: int, salt: int) -> list[float]:
         """KernelBench's convention, with its code and order (kernelbench_timing.event_times_ms): per call a

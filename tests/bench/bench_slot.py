@@ -157,7 +157,8 @@ def run(kind: str, n: int, slots: int, cache_dir: str) -> dict:
             # on beside shared holders past the drain bound.
             "device_shared_steps": os.environ.get("KRL_WORKER_DEVICE_SHARED_STEPS") or "0",
             "cupti_teardown": os.environ.get("KRL_WORKER_CUPTI_TEARDOWN") or "1",  # timing.release_cupti, "0" off
-            "same_cpu": os.environ.get("KRL_TIMING_SAME_CPU") or "0",  # isolation/timing_priority.py, opt-in
+            "same_cpu": os.environ.get("KRL_WORKER_TIMING_SAME_CPU") or "0",  # isolation/timing_priority.py, opt-in
+            "timing_gate": os.environ.get("KRL_WORKER_TIMING_GATE") or "1",  # slot/device_gate.py, on by default
             # slot/timing_phase.round_limits: the GPU's counted and extra rounds at most ("" = the defaults, 7 and 3)
             "timing_rounds": os.environ.get("KRL_WORKER_TIMING_ROUNDS", ""),
             "timing_batch_ms": os.environ.get("KRL_WORKER_TIMING_BATCH_MS", ""),

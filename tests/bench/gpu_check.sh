@@ -6,7 +6,7 @@
 # device lock's shared steps off and on at 8 slots, then honest speedups beside hogs); `gpu_check.sh cupti` (~4 min:
 # identical code with the runner's CUPTI detached after its checks, the default, and kept attached; then the runner
 # traits' own host cost, bench_runner_overhead.py); `gpu_check.sh pin` (~4 min: identical code and Triton with the
-# timed pair on one CPU, KRL_TIMING_SAME_CPU=1, at one slot and eight); `gpu_check.sh profile` (~2 min: the judges'
+# timed pair on one CPU, KRL_WORKER_TIMING_SAME_CPU=1, at one slot and eight); `gpu_check.sh profile` (~2 min: the judges'
 # own CPU by function at 8 slots, slot/judge_profile.py); `gpu_check.sh rounds` (~7 min: the GPU's counted and extra
 # rounds at most, 7+3 by default, against 5+1 and 3+1 for Triton and 5+1 for identical torch code: the exclusive hold
 # a task against the self-speedup); `gpu_check.sh batch` (~6 min: the GPU's batch target, 5 ms against 2.5 ms, for
@@ -41,11 +41,11 @@ fi
 if [[ $PARTS == *" pin "* ]]; then  # the judge's timing thread and the runner on one CPU while the device is held
     # (isolation/timing_priority.py, opt-in), against the default at one slot, then at eight with Triton too
     timeout 60 python3 tests/bench/bench_slot.py --n 12 --slots 1 --kinds torch > "$OUT/slot.txt" 2>&1
-    KRL_TIMING_SAME_CPU=1 timeout 60 python3 tests/bench/bench_slot.py --n 12 --slots 1 --kinds torch \
+    KRL_WORKER_TIMING_SAME_CPU=1 timeout 60 python3 tests/bench/bench_slot.py --n 12 --slots 1 --kinds torch \
         >> "$OUT/slot.txt" 2>&1
-    KRL_TIMING_SAME_CPU=1 timeout 80 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds torch \
+    KRL_WORKER_TIMING_SAME_CPU=1 timeout 80 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds torch \
         >> "$OUT/slot.txt" 2>&1
-    KRL_TIMING_SAME_CPU=1 timeout 90 python3 tests/bench/bench_slot.py --n 48 --slots 8 --kinds triton \
+    KRL_WORKER_TIMING_SAME_CPU=1 timeout 90 python3 tests/bench/bench_slot.py --n 48 --slots 8 --kinds triton \
         >> "$OUT/slot.txt" 2>&1
 fi
 if [[ $PARTS == *" profile "* ]]; then  # where the judges' own CPU goes at 8 slots (the slot's bound since session 8)

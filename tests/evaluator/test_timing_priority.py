@@ -45,11 +45,11 @@ def test_a_runner_already_gone_only_boosts_the_judge():
 
 
 def test_asked_to_the_judge_and_every_runner_thread_share_one_cpu_and_get_theirs_back_after(runner, monkeypatch):
-    """KRL_TIMING_SAME_CPU=1: the judge's thread and every thread of the runner on one CPU while the device is held,
+    """KRL_WORKER_TIMING_SAME_CPU=1: the judge's thread and every thread of the runner on one CPU while the device is held,
     each given its former affinity back after."""
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one CPU: nothing to pin")
-    monkeypatch.setenv("KRL_TIMING_SAME_CPU", "1")
+    monkeypatch.setenv("KRL_WORKER_TIMING_SAME_CPU", "1")
     judge_before = os.sched_getaffinity(0)
     runner_before = {int(tid): os.sched_getaffinity(int(tid)) for tid in os.listdir(f"/proc/{runner.pid}/task")}
     with TimingPriority(runner.pid) as held:
@@ -61,7 +61,7 @@ def test_asked_to_the_judge_and_every_runner_thread_share_one_cpu_and_get_theirs
 
 
 def test_by_default_the_pair_stays_where_it_is(runner, monkeypatch):
-    monkeypatch.delenv("KRL_TIMING_SAME_CPU", raising=False)
+    monkeypatch.delenv("KRL_WORKER_TIMING_SAME_CPU", raising=False)
     before = os.sched_getaffinity(runner.pid)
     with TimingPriority(runner.pid) as held:
         assert held.cpu is None and os.sched_getaffinity(runner.pid) == before
