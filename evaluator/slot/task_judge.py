@@ -22,7 +22,9 @@ MAX_TIMING_SETS = 64
 # The GPU steps outside timing that hold the device lock shared (docs/slot.md), named so a measurement can leave some
 # out (KRL_WORKER_DEVICE_SHARED_STEPS, read by slot/judge_host.py): the first trial, say, carries a Triton candidate's
 # JIT (~0.9 s on an H100, mostly CPU), which a timing waiting for the device sits through.
-SHARED_STEPS = frozenset({"first_trial", "trials", "checks", "timing_inputs", "timing_checks", "recheck"})
+# warm_rounds: the timing's cold and warm rounds, full batches outside its exclusive windows (slot/timing_phase.py).
+SHARED_STEPS = frozenset({"first_trial", "trials", "checks", "timing_inputs", "timing_checks", "recheck",
+                          "warm_rounds"})
 _SET_NAME = re.compile(r"^(trial-\d{1,4}|timing-\d{1,2}|recheck|poison)$")
 _SECRET_SEED_OFFSET = secrets.randbelow(2**40) + 2**32  # per judge process; never sent to a runner
 _REUSED: dict = {}  # a GPU judge's buffers for the files it reads and writes (tensorwire.ReusedBuffer), by use

@@ -496,8 +496,10 @@ class TimingPhase:
 
     def issued_sides(self, candidate_first: bool, counted: bool, exclusive: bool, calls: int, salt: int,
                      picked: list[int], seed: int, hands: dict) -> None:
-        """One round's two sides, each batch issued and timed as it goes (CPU; GPU without gates; unheld warm rounds)."""
-        with self.held(exclusive, "rounds" if counted else "sizing"):
+        """One round's two sides, each batch issued and timed as it goes (CPU; GPU without gates; unheld warm rounds,
+        a shared step of the device: other slots' timings may not run beside their full batches)."""
+        step = self.schedule.on_device("warm_rounds") if not exclusive else contextlib.nullcontext()
+        with step, self.held(exclusive, "rounds" if counted else "sizing"):
             for side in self.sides(candidate_first):
                 if side == "reference":
                     with self.reference_watched(counted):
