@@ -1,12 +1,12 @@
 """A gate on a GPU stream that another process opens: work queued behind it waits on the device until a page of host
-memory says go, then reads the seed written with the word. Lets the judge time batches without either side's launches.
+memory says go, then reads the shift written with the count. The judge times both sides' batches through it."""
 
-A batch queued behind a gate starts when the judge writes the page, so the judge's clock from that write to the
-batch's end holds device work only: the host's speed at issuing launches (10-18 us a call by process on an H100 host,
-which read identical launch-bound code at 0.81-1.06 by runner) stays out of both sides. The batch's values are made
-on the device from the shift written as the gate opens, so a runner that computed before the gate has no values to
-compute on. Page layout: the gate's count (uint32) at GATE_AT, the shift (float32 in [0, 1)) at SHIFT_AT; the writer
-stores the shift before the count."""
+# A batch queued behind a gate starts when the judge writes the page, so the judge's clock from that write to the
+# batch's end holds device work only: the host's speed at issuing launches (10-18 us a call by process on an H100 host,
+# which read identical launch-bound code at 0.81-1.06 by runner) stays out of both sides. The batch's values are made
+# on the device from the shift written as the gate opens, so a runner that computed before the gate has no values to
+# compute on. Page layout: the gate's count (uint32) at GATE_AT, the shift (float32 in [0, 1)) at SHIFT_AT; the writer
+# stores the shift before the count.
 
 from __future__ import annotations
 
@@ -225,17 +225,16 @@ class _Queueing:
         self.forced = self.own.writer.count() != self.expected
 
 
-_OWN: list = []  # this process's own gate, once made: [OwnGate], or [None] where it cannot have one
+_OWN: dict = {}  # this process's OwnGate once made ("gate"), or why it cannot have one ("why")
 
 
 def own_gate() -> OwnGate:
-    """This process's OwnGate, made at the first call."""
+    """This process's OwnGate, made at the first call; GateUnavailable, for good, where it cannot be made."""
     if not _OWN:
         try:
-            _OWN.append(OwnGate())
+            _OWN["gate"] = OwnGate()
         except (GateUnavailable, OSError) as exc:
-            _OWN.append(None)
-            _OWN.append(str(exc))
-    if _OWN[0] is None:
-        raise GateUnavailable(f"this process has no gate ({_OWN[1]})")
-    return _OWN[0]
+            _OWN["why"] = str(exc)
+    if "gate" not in _OWN:
+        raise GateUnavailable(f"this process has no gate ({_OWN['why']})")
+    return _OWN["gate"]

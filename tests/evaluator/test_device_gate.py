@@ -127,10 +127,10 @@ def test_gated_rounds_and_sides_that_synchronise_through_the_slot(tmp_path):
     for name, result in results.items():
         assert result.verdict == Verdict.CORRECT, (name, result.error_message)
         assert result.speedup is not None, name
-    for name in ("plain", "reference_syncs"):  # about the same work on both sides
-        assert 0.5 < results[name].speedup < 2.0, (name, results[name].speedup)
-    # A synchronisation in every call costs the candidate a host round trip a call (0.44 on an H100 at 64 x 4096).
-    assert results["candidate_syncs"].speedup < 1.0
+    assert 0.5 < results["plain"].speedup < 2.0, results["plain"].speedup  # the same work on both sides
+    # A synchronisation in every call costs that side a host round trip a call, timed without gates (one H100 at
+    # 64 x 4096: the candidate that synchronises 0.44, against a reference that does 2.03).
+    assert results["candidate_syncs"].speedup < 1.0 < results["reference_syncs"].speedup
     assert results["plain"].phase_times_s.get("timing_gated") == 1
     assert results["candidate_syncs"].phase_times_s.get("timing_gate_off") == timing_phase.GATE_OFF_BY["candidate"]
     assert results["reference_syncs"].phase_times_s.get("timing_gate_off") == timing_phase.GATE_OFF_BY["reference"]
