@@ -14,6 +14,9 @@ import ctypes
 import mmap
 import os
 import struct
+import subprocess
+import sys
+import time
 from typing import Any
 
 PAGE_BYTES = 4096
@@ -142,9 +145,6 @@ class GateKeeper:
     synchronises), and it blocks there holding Python's lock, so no thread of the judge could open the gate."""
 
     def __init__(self, page_fd: int):
-        import subprocess
-        import sys
-
         orders_r, self.orders_w = os.pipe()
         program = _KEEPER % (PAGE_BYTES, GATE_AT, GATE_AT + 4, GATE_AT, GATE_AT + 4, FORCED_STEP)
         try:
@@ -154,8 +154,6 @@ class GateKeeper:
             os.close(orders_r)
 
     def arm(self, seconds: float) -> None:
-        import time
-
         os.write(self.orders_w, struct.pack("<d", time.monotonic() + seconds))
 
     def disarm(self) -> None:

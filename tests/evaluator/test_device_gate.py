@@ -12,7 +12,7 @@ import pytest
 
 from evaluator.isolation.environment import is_allowed
 from evaluator.isolation.timing_priority import SAME_CPU_ENV
-from evaluator.slot import device_gate, timing_phase
+from evaluator.slot import device_gate, gated_rounds, timing_phase
 from evaluator.slot.device_gate import FORCED_STEP, GATE_AT, PAGE_BYTES, SHIFT_AT, GateKeeper, GateWriter
 
 
@@ -66,7 +66,7 @@ def test_the_shift_moves_each_draw_and_keeps_it_in_the_unit_interval():
     assert bool((moved >= 0).all() and (moved < 1).all())
 
 
-@pytest.mark.parametrize("name", [SAME_CPU_ENV, timing_phase.GATE_ENV, timing_phase.GPU_ROUNDS_ENV,
+@pytest.mark.parametrize("name", [SAME_CPU_ENV, gated_rounds.GATE_ENV, timing_phase.GPU_ROUNDS_ENV,
                                   timing_phase.GPU_EXTRA_ROUNDS_ENV, timing_phase.GPU_BATCH_MS_ENV])
 def test_every_timing_setting_reaches_the_judge_process(name):
     """The judge runs in a pool worker whose environment is allow-listed: a setting it reads must be on the list (the
@@ -132,5 +132,5 @@ def test_gated_rounds_and_sides_that_synchronise_through_the_slot(tmp_path):
     # 64 x 4096: the candidate that synchronises 0.44, against a reference that does 2.03).
     assert results["candidate_syncs"].speedup < 1.0 < results["reference_syncs"].speedup
     assert results["plain"].phase_times_s.get("timing_gated") == 1
-    assert results["candidate_syncs"].phase_times_s.get("timing_gate_off") == timing_phase.GATE_OFF_BY["candidate"]
-    assert results["reference_syncs"].phase_times_s.get("timing_gate_off") == timing_phase.GATE_OFF_BY["reference"]
+    assert results["candidate_syncs"].phase_times_s.get("timing_gate_off") == gated_rounds.GATE_OFF_BY["candidate"]
+    assert results["reference_syncs"].phase_times_s.get("timing_gate_off") == gated_rounds.GATE_OFF_BY["reference"]
