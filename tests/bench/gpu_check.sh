@@ -11,7 +11,8 @@
 # rounds at most, 7+3 by default, against 5+1 and 3+1 for Triton and 5+1 for identical torch code: the exclusive hold
 # a task against the self-speedup); `gpu_check.sh batch` (~6 min: the GPU's batch target, 5 ms against 2.5 ms, for
 # Triton and identical torch code); `gpu_check.sh churn` (~2 min, on a multi-GPU kind: CUDA contexts made and ended a
-# second on one GPU and on all, plain and profiled, bench_context_churn.py). Run from the repository root
+# second on one GPU and on all, plain and profiled, bench_context_churn.py); `gpu_check.sh gate` (~5 min: device gates on,
+# the default, against off at 8 slots, Triton and identical torch code, then the gate's GPU test). Run from the repository root
 # with $OUT set (the device tool sets it); bubblewrap's .deb files in .gpu/deb if the machine lacks it. Results land
 # in $OUT; a summary is printed at the end.
 set -u
@@ -71,6 +72,16 @@ if [[ $PARTS == *" batch "* ]]; then  # the GPU's batch target (5 ms by default;
             >> "$OUT/slot.txt" 2>&1
     done
 fi
+if [[ $PARTS == *" gate "* ]]; then  # slot/device_gate.py on and off, the same machine
+    for gate in 1 0; do
+        KRL_WORKER_TIMING_GATE=$gate timeout 80 python3 tests/bench/bench_slot.py --n 48 --slots 8 --kinds triton \
+            >> "$OUT/slot.txt" 2>&1
+        KRL_WORKER_TIMING_GATE=$gate timeout 60 python3 tests/bench/bench_slot.py --n 24 --slots 8 --kinds torch \
+            >> "$OUT/slot.txt" 2>&1
+    done
+    timeout -s INT 120 python3 -m pytest -v -p no:cacheprovider -m gpu --timeout=110 -rfE --tb=short \
+        tests/evaluator/test_device_gate.py > "$OUT/gate_tests.txt" 2>&1
+fi
 if [[ $PARTS == *" churn "* ]]; then  # why 4 GPUs of one host evaluated no faster than one (session 11)
     gpus=$(nvidia-smi -L | wc -l)
     timeout 240 python3 tests/bench/bench_context_churn.py --gpus "1,$gpus" --lanes 8 --seconds 20 \
@@ -93,7 +104,7 @@ if [[ $PARTS == *" kb "* ]]; then  # the runner's event times within the judge's
 fi
 if [[ $PARTS == *" tests "* ]]; then
     timeout -s INT 300 python3 -m pytest -v -p no:cacheprovider -m gpu --timeout=280 -rfE --tb=short \
-        tests/evaluator/test_fidelity_gpu.py tests/evaluator/test_slot_sol_floor.py \
+        tests/evaluator/test_device_gate.py tests/evaluator/test_fidelity_gpu.py tests/evaluator/test_slot_sol_floor.py \
         tests/evaluator/test_attack_corpus.py > "$OUT/gpu_tests.txt" 2>&1
 fi
 cat "$OUT/device.txt"
@@ -102,7 +113,8 @@ import json, sys  # per run: rate, verdicts, the exclusive hold's split, and ide
 for line in open(sys.argv[1]):
     if line.startswith("{"):
         r = json.loads(line); p = r["phase_mean_s"]; s = r.get("speedups") or []
-        print(r["kind"], r["slots"], "cupti_teardown", r.get("cupti_teardown"), "same_cpu", r.get("same_cpu"),
+        print(r["kind"], r["slots"], "gate", r.get("timing_gate"), "cupti_teardown", r.get("cupti_teardown"),
+              "same_cpu", r.get("same_cpu"),
               "rounds", r.get("timing_rounds") or "7", "+", r.get("timing_extra_rounds") or "3",
               "batch_ms", r.get("timing_batch_ms") or "5",
               f"{r['correct']}/{r['n']}",
@@ -120,4 +132,5 @@ PY
 [ -f "$OUT/kb.txt" ] && grep -E "^both correct|^diagnostic|^against|^KernelBench against" "$OUT/kb.txt"
 [ -f "$OUT/kb_tests.txt" ] && grep -E "passed|failed|FAILED|ERROR" "$OUT/kb_tests.txt" | tail -8
 [ -f "$OUT/gpu_tests.txt" ] && grep -E "passed|failed|FAILED|ERROR" "$OUT/gpu_tests.txt" | tail -15
+[ -f "$OUT/gate_tests.txt" ] && grep -E "passed|failed|FAILED|ERROR" "$OUT/gate_tests.txt" | tail -5
 exit 0
