@@ -144,6 +144,42 @@ def test_skipping_the_batch_and_computing_only_the_picked_calls_gains_nothing(ev
     assert result.verdict != Verdict.CORRECT or result.speedup < FORGED_SPEEDUP, result.speedup
 
 
+LINEAR_REFERENCE = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(512, 512))
+
+    def forward(self, x):
+        return x @ self.weight
+
+
+def get_inputs():
+    return [torch.randn(16, 512)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_projection_folded_onto_the_values_of_a_linear_problem_is_caught(evaluator):
+    # Skips the batch and answers each output's projection from its values through w @ W^T: 3.3-3.7x here while the
+    # projection was linear in the output; sin(output) has no such fold. Honest code on the same problem stays correct.
+    results = {name: evaluator.evaluate(EvalRequest(
+        reference_source=LINEAR_REFERENCE, candidate_source=source, problem_id="test/linear", request_id=name,
+        correctness_trials=2, timing_trials=3, warmup_trials=1, run_timeout_s=60.0))
+        for name, source in (("forger", attack("fused_projection")),
+                             ("honest", LINEAR_REFERENCE.replace("class Model(", "class ModelNew(")))}
+    forger, honest = results["forger"], results["honest"]
+    assert forger.verdict != Verdict.CORRECT or forger.speedup < FORGED_SPEEDUP, (forger.verdict, forger.speedup)
+    assert honest.verdict == Verdict.CORRECT and honest.speedup < FORGED_SPEEDUP, (honest.verdict, honest.speedup)
+
+
 def heavy(name: str) -> EvalRequest:
     """An attack (or the honest candidate) on HEAVY_REFERENCE: its forward swapped for the heavy problem's."""
     source = GOOD if name == "honest" else attack(name)
