@@ -1,9 +1,10 @@
-"""The timed batch's projection (evaluator/slot/projection.py): the one-shape path made in place agrees with the
-general path, leaves the outputs alone, and moves when any one element of any output does."""
+"""The timed batch's projection (evaluator/slot/projection.py): the one-shape path agrees with the general path,
+leaves the outputs alone, and moves when any one element of any output does."""
 
 import torch
 
 from evaluator.slot.projection import projections
+from evaluator.slot.timing_phase import PROJECTION_SLACK
 
 
 def general(outputs: list, seed: int) -> tuple:
@@ -16,8 +17,11 @@ def test_the_one_shape_path_matches_the_general_one_and_leaves_the_outputs_alone
                     [torch.randn(16, 8).half() for _ in range(3)]):
         before = [o.clone() for o in outputs]
         fast, slow = projections(outputs, 7), general(outputs, 7)
+        # The two paths sum in different orders (a matrix-vector product against a sum per output): within the
+        # rounding the judge allows a projection (timing_phase.PROJECTION_SLACK of its magnitude)
         for got, want in zip(fast, slow):
-            assert torch.allclose(torch.tensor(got), torch.tensor(want), rtol=1e-6, atol=1e-6)
+            allowed = PROJECTION_SLACK * torch.tensor(slow[1]) + 1e-6
+            assert bool(((torch.tensor(got) - torch.tensor(want)).abs() <= allowed).all()), (got, want)
         assert all(torch.equal(o, b) for o, b in zip(outputs, before))
 
 
