@@ -222,6 +222,8 @@ class _Queueing:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        # A keeper whose deadline passed just as the queueing ended can still open the gate after this reading: that
+        # round's reference then starts before its timing and reads fast, which lowers the candidate's speedup only.
         self.own.keeper.disarm()
         self.forced = self.own.writer.count() != self.expected
 
