@@ -67,14 +67,17 @@ def _fresh_folder(path: str) -> None:
 def wipe_scratch(keep: tuple[str, ...]) -> None:
     """Before any candidate code runs: whatever an earlier runner of this sandbox left in the writable places (its
     home, its tmp, the sandbox's private /tmp and /dev/shm) is removed, so nothing planted reaches this candidate."""
-    for folder in (os.environ.get("HOME", ""), os.environ.get("TMPDIR", "")):
+    # TMPDIR itself is kept everywhere (emptied as a folder of its own): it lies in HOME, or below /tmp (a pool's
+    # folders do), and removed there nvcc in the runner had nowhere for its temporaries ("Could not open output file",
+    # every CUDA build without a compile worker).
+    tmpdir = os.environ.get("TMPDIR", "")
+    keep = keep + (tmpdir,)
+    for folder in (os.environ.get("HOME", ""), tmpdir):
         if folder:
-            empty_folder(folder, keep + (os.environ.get("TMPDIR", ""),))
+            empty_folder(folder, keep)
     if os.environ.get("KRL_WORKER_OWN_TMP") == "1":  # the sandbox's own tmpfs, never the host's /tmp
         for folder in ("/tmp", "/dev/shm"):
-            # TMPDIR may lie below /tmp (a pool's folders do): emptied above, kept here, or nvcc in the runner had no
-            # folder for its temporaries ("Could not open output file", every CUDA build without a compile worker).
-            empty_folder(folder, keep + (os.environ.get("TMPDIR", ""),))
+            empty_folder(folder, keep)
 
 
 def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:

@@ -458,8 +458,8 @@ class TimingPhase(GatedRounds):
         (held): the counted rounds and the sizing ones (sized beside another slot's round, a probe read 3 ms a call
         of a 20 us ReLU and gave it 1-call batches); the cold and warm rounds only warm both sides, beside whatever
         the other slots do. A `counted` round watches the runner while the reference is timed (reference_watched)."""
-        if exclusive and self.gated:
-            calls = min(calls, self.gate_cap)
+        if exclusive:  # a block while queueing may have halved what a gate holds back since this length was chosen
+            calls = min(calls, self.most_calls())
         first = calls != self.staged_for
         salt = self.stage(calls)
         picked = self.picks(calls, first)

@@ -93,30 +93,35 @@ class TaskSession(RunState):
         self.sets, self.outputs = [], []
         if not self.ctx.is_cuda:  # the batch's outputs on pages already mapped, as the judge does for the reference
             timing.keep_freed_memory()
-            # outputs + the projection's stack, product and magnitude (slot/projection.py): a fresh runner otherwise
+            # outputs + the projection's stack and its magnitudes, with room (slot/projection.py): a fresh runner otherwise
             # faults on pages the long-lived judge already has (identical code read 0.4-0.5x at 1 MiB).
             timing.reserve_touched_memory(4 * count * getattr(self, "output_bytes", 0))
         self._sync()
 
-    def make_sets(self, calls: int, salt: int) -> list:
-        """This batch's `calls` value sets, made as the judge makes them (judge.nudged_batch of the base sets and the
-        salt), so the judge can check any call's output it picks."""
-        self.sets = judge.nudged_batch(self.bases, salt, calls)
+    def make_sets(self, calls: int, salt: int, shift: Any = None) -> list:
+        """This batch's `calls` value sets, made as the judge makes them (judge.nudged_batch of the base sets, the salt
+        and, behind a device gate, the shift it reads), so the judge can check any call's output it picks."""
+        self.sets = judge.nudged_batch(self.bases, salt, calls, shift)
         return self.sets
 
-    def run(self, calls: int, salt: int) -> None:
-        """A batch of calls on fresh value sets made from `salt`, then a device-wide synchronisation: the judge's clock
-        (or the task's CPU accounting) is around all of it."""
+    def _batch(self, calls: int, salt: int, shift: Any = None) -> None:
+        """The candidate called on each of this batch's fresh value sets; its outputs kept for the hand-over. The last
+        batch's sets and outputs are freed before this one's are made (one staging serves many batches)."""
         _, _, new_model, watch = self.models
-        self.sets, self.outputs = [], []  # the last batch's freed before this one's are made (one staging serves many)
-        sets, outputs = self.make_sets(calls, salt), []
+        self.sets, self.outputs = [], []
+        sets, outputs = self.make_sets(calls, salt, shift), []
         with self.torch.no_grad():
             watch.candidate_running = True
             for index in range(calls):
                 outputs.append(new_model(*sets[index % len(sets)]))
             watch.candidate_running = False
-        self._sync()
         self.outputs = outputs
+
+    def run(self, calls: int, salt: int) -> None:
+        """A batch of calls on fresh value sets made from `salt`, then a device-wide synchronisation: the judge's clock
+        (or the task's CPU accounting) is around all of it."""
+        self._batch(calls, salt)
+        self._sync()
 
     def attach_gate(self, path: str) -> bool:
         """The judge's gate page at `path`, waited on by this runner's queued batches; False where this process cannot
@@ -133,17 +138,7 @@ class TaskSession(RunState):
     def queue(self, calls: int, salt: int, count: int) -> None:
         """A batch like run()'s, queued behind the judge's gate (it runs when the page's count reaches `count`) and not
         waited for: its value sets are made on the device from the shift the judge writes as it opens the gate."""
-        _, _, new_model, watch = self.models
-        self.sets, self.outputs = [], []
-        shift = self.gate.wait(count)
-        sets, outputs = judge.nudged_batch(self.bases, salt, calls, shift), []
-        self.sets = sets
-        with self.torch.no_grad():
-            watch.candidate_running = True
-            for index in range(calls):
-                outputs.append(new_model(*sets[index % len(sets)]))
-            watch.candidate_running = False
-        self.outputs = outputs
+        self._batch(calls, salt, self.gate.wait(count))
 
     def drain(self) -> None:
         """The queued batch waited for (the judge's clock runs from its gate's opening to this answer)."""
