@@ -224,6 +224,22 @@ def snapshot(output: Any) -> Any:
     return output.detach().clone() if isinstance(output, torch.Tensor) else output
 
 
+def shares_storage(output: Any, other: Any) -> bool:
+    """Whether any tensor of `output` lies in the memory of a tensor of `other` (one buffer returned twice)."""
+    def storages(value: Any) -> set:
+        return {t.untyped_storage().data_ptr() for t in flatten_output(value)
+                if isinstance(t, torch.Tensor) and t.numel()}
+
+    return other is not None and bool(storages(output) & storages(other))
+
+
+class CopiedOutputs(list):
+    """A list that keeps a snapshot of each output appended, not the output itself."""
+
+    def append(self, output: Any) -> None:
+        super().append(snapshot(output))
+
+
 def compare(reference_output: Any, candidate_output: Any, atol: float, rtol: float) -> Comparison:
     """Elementwise |new - ref| <= atol + rtol * |ref| over every output tensor; NaN/Inf must match the reference's."""
     ref_items = flatten_output(reference_output)

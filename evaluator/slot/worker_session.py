@@ -34,6 +34,8 @@ class TaskSession(RunState):
         self.kernelbench_flush: Any = None  # KernelBench's flush buffer, made by the first eager order
         self.kept: dict[str, Any] = {}  # picked outputs kept for the judge (keep), by name
         self.gate: Any = None  # the judge's device gate (slot/device_gate.py), once attached
+        self.trial_output: Any = None  # the last trial's output, kept alive to see whether the next one reuses it
+        self.reuses_outputs = False  # two trials returned one storage: batches keep a copy of every output at once
 
     # ---- orders
     def load(self, prebuilt: Optional[dict] = None) -> tuple:
@@ -56,6 +58,8 @@ class TaskSession(RunState):
         hack(runtime_rules.check_inputs_unchanged(inputs, pristine))
         self.last_inputs = inputs
         self.output_bytes = sol.tensor_bytes(output)
+        self.reuses_outputs = self.reuses_outputs or judge.shares_storage(output, self.trial_output)
+        self.trial_output = output
         return output
 
     def kernel_checks(self, poison_inputs: list) -> None:
@@ -109,13 +113,20 @@ class TaskSession(RunState):
         batch's sets and outputs are freed before this one's are made (one staging serves many batches)."""
         _, _, new_model, watch = self.models
         self.sets, self.outputs = [], []
-        sets, outputs = self.make_sets(calls, salt, shift), []
+        sets, outputs = self.make_sets(calls, salt, shift), self._batch_outputs()
         with self.torch.no_grad():
             watch.candidate_running = True
             for index in range(calls):
                 outputs.append(new_model(*sets[index % len(sets)]))
             watch.candidate_running = False
         self.outputs = outputs
+
+    def _batch_outputs(self) -> list:
+        """Where a batch's outputs go. A candidate that returns one reused buffer for every call (seen in its trials)
+        would leave each call of a batch holding the last call's values, which the judge takes for a replay: its
+        outputs are copied as they come, in stream order before the next call can write over them. The copies are work
+        in its timed batch (about one more pass over each output), the price of keeping each call's answer."""
+        return judge.CopiedOutputs() if self.reuses_outputs else []
 
     def run(self, calls: int, salt: int) -> None:
         """A batch of calls on fresh value sets made from `salt`, then a device-wide synchronisation: the judge's clock
@@ -151,7 +162,7 @@ class TaskSession(RunState):
         them only within bounds of its own (slot/kernelbench_phase.py), and times the whole order by its own clock."""
         _, _, new_model, watch = self.models
         self.sets, self.outputs = [], []
-        sets, outputs = self.make_sets(calls, salt), []
+        sets, outputs = self.make_sets(calls, salt), self._batch_outputs()
 
         def call(values: list) -> Any:
             watch.candidate_running = True
@@ -165,7 +176,8 @@ class TaskSession(RunState):
             if self.ctx.is_cuda:
                 times = kernelbench_timing.event_times_ms(call, sets, self._kernelbench_flush().flush, outputs)
             else:
-                outputs = [call(values) for values in sets]
+                for values in sets:
+                    outputs.append(call(values))
         self.outputs = outputs
         return times
 

@@ -1,6 +1,9 @@
 """Benchmark: CUDA contexts made and torn down a second on one GPU and on several at once, as the slot's runners do
 (forked from a torch-importing parent, CUDA started in the child, optionally profiled once, exited).
-Usage: python tests/bench/bench_context_churn.py --gpus 1,4 --lanes 8 --seconds 20"""
+With --victim, a long-lived process on GPU 0 times batches of small kernels (CUDA events, and its host clock around
+each batch and its synchronisation) throughout, alone first, then beside the churn: does another process's context
+coming and going move a timing it did not take part in?
+Usage: python tests/bench/bench_context_churn.py --gpus 1,4 --lanes 8 --seconds 20 [--victim]"""
 
 # Why: through one pool or Ray, 4 H100s of one host evaluated Triton tasks no faster than one (session 11, 52-67 a
 # minute), with the load average at 65-100, the CPUs 80-90% idle and runners in uninterruptible sleep. Each task makes
@@ -69,6 +72,43 @@ def lane(gpu: int, profile: bool, until: float, report: int) -> None:
     os._exit(0)
 
 
+def victim(until: float, ready: int, report: int) -> None:
+    """Times a batch of 200 small kernels again and again until `until` (events: device time; host clock: around the
+    launches and the synchronisation) and writes the two lists, in ms, to `report` as one JSON line."""
+    import torch
+
+    values = torch.ones(4096, device="cuda")
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    events_ms, host_ms = [], []
+    os.write(ready, b"r")
+    while True:
+        began = time.perf_counter()
+        start.record()
+        for _ in range(200):
+            values.add_(1e-6)
+        end.record()
+        end.synchronize()
+        host_ms.append((time.perf_counter() - began) * 1e3)
+        events_ms.append(start.elapsed_time(end))
+        if time.monotonic() >= until:
+            break
+    os.write(report, (json.dumps({"events_ms": events_ms[2:], "host_ms": host_ms[2:]}) + "\n").encode())
+    os._exit(0)
+
+
+def victim_figures(line: bytes) -> dict:
+    """Quantiles of the victim's batches, and the share of them 1.5x or more above its own median."""
+    found = json.loads(line or b"{}")
+    figures = {}
+    for key in ("events_ms", "host_ms"):
+        ordered = sorted(found.get(key) or [float("nan")])
+        median = statistics.median(ordered)
+        figures[key] = {"batches": len(ordered), "median": round(median, 4),
+                        "p99": round(ordered[int(0.99 * (len(ordered) - 1))], 4), "max": round(ordered[-1], 4),
+                        "share_over_1_5x": round(sum(v >= 1.5 * median for v in ordered) / len(ordered), 4)}
+    return figures
+
+
 def drained(fd: int) -> bytes:
     """What a non-blocking pipe holds now."""
     data = b""
@@ -82,9 +122,31 @@ def drained(fd: int) -> bytes:
         return data
 
 
-def run(gpus: int, lanes: int, seconds: float, profile: bool) -> dict:
+def start_victim(until: float) -> tuple[int, int]:
+    """The victim forked and ready (its CUDA started) before any lane: (pid, the read end of its report)."""
+    ready_read, ready_write = os.pipe()
+    report_read, report_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.environ["CUDA_VISIBLE_DEVICES"] = "0"
+            victim(until, ready_write, report_write)
+        finally:
+            os._exit(1)
+    os.close(ready_write)
+    os.close(report_write)
+    os.read(ready_read, 1)
+    os.close(ready_read)
+    return pid, report_read
+
+
+def run(gpus: int, lanes: int, seconds: float, profile: bool, with_victim: bool = False) -> dict:
+    # The victim starts first (its CUDA start is not timed) and times until the lanes' end; with no lanes it times a
+    # quiet GPU.
+    until = time.monotonic() + seconds + (3.0 if with_victim else 0.0)
+    victim_pid, victim_report = start_victim(until) if with_victim else (0, -1)
+    seconds = until - time.monotonic()
     read_end, write_end = os.pipe()
-    until = time.monotonic() + seconds
     pids = []
     for gpu in range(gpus):
         for _ in range(lanes):
@@ -109,6 +171,11 @@ def run(gpus: int, lanes: int, seconds: float, profile: bool) -> dict:
         time.sleep(0.25)
     chunks.append(drained(read_end))
     os.close(read_end)
+    beside = {}
+    if with_victim:
+        with os.fdopen(victim_report, "rb") as report:
+            beside = victim_figures(report.readline())
+        os.waitpid(victim_pid, 0)
     rows = [line.split() for line in b"".join(chunks).decode().splitlines() if line.strip()]
     cuda_s = [float(r[0]) for r in rows if r[0] != "nan"]
     life_s = [float(r[1]) for r in rows]
@@ -124,7 +191,7 @@ def run(gpus: int, lanes: int, seconds: float, profile: bool) -> dict:
             "children_per_s": round(len(rows) / seconds, 2), "failed": sum(1 for r in rows if r[0] == "nan"),
             "cuda_start_s": quantiles(cuda_s), "life_s": quantiles(life_s),
             "blocked_mean": round(statistics.fmean(samples), 1) if samples else None,
-            "blocked_in": dict(waits.most_common(8))}
+            "blocked_in": dict(waits.most_common(8)), "victim": beside}
 
 
 def main() -> None:
@@ -133,13 +200,16 @@ def main() -> None:
     parser.add_argument("--lanes", type=int, default=8, help="children made one after another, per GPU, at once")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--profile", default="0,1", help="0: no profiler in the child, 1: one profiled call")
+    parser.add_argument("--victim", action="store_true", help="a process timing small kernels beside the churn")
     args = parser.parse_args()
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # the parent never initialises CUDA, as the zygote
     import torch  # noqa: F401 - imported once here, as the zygote does, so a child pays only for its context
 
+    if args.victim:  # the victim alone: its quiet figures
+        print(json.dumps(run(1, 0, args.seconds, False, with_victim=True)), flush=True)
     for profile in (p.strip() == "1" for p in args.profile.split(",")):
         for count in (int(c) for c in args.gpus.split(",")):
-            print(json.dumps(run(count, args.lanes, args.seconds, profile)), flush=True)
+            print(json.dumps(run(count, args.lanes, args.seconds, profile, args.victim)), flush=True)
 
 
 if __name__ == "__main__":

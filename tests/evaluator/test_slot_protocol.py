@@ -213,3 +213,29 @@ def test_deferring_the_batch_into_the_hand_over_gains_nothing(heavy_results):
     # projection order left uncharged (TimingPhase.charged counting its batch alone) this read 15.5-16x here.
     result = heavy_results["deferred_batch"]
     assert result.verdict != Verdict.CORRECT or result.speedup < FORGED_SPEEDUP, result.speedup
+
+
+# An honest candidate that writes every call's result into one buffer it keeps and returns it (an LLM pattern: no
+# allocation per call). KernelBench calls it correct. A timed batch holds every call's output until the hand-over, so
+# each would read as the last call's values: before, the judge took that for a replay (`hack_detected`).
+REUSED_BUFFER = """
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.out = None
+
+    def forward(self, x):
+        if self.out is None or self.out.shape != x.shape:
+            self.out = torch.empty_like(x)
+        return torch.clamp_min(x, 0, out=self.out)
+"""
+
+
+def test_an_honest_candidate_reusing_one_output_buffer_is_correct(evaluator):
+    result = evaluator.evaluate(request(REUSED_BUFFER, request_id="reused-buffer", run_timeout_s=60.0))
+    assert result.verdict == Verdict.CORRECT, (result.verdict, result.error_message)
+    assert result.speedup is not None and 0 < result.speedup < FORGED_SPEEDUP
