@@ -73,13 +73,14 @@ def lane(gpu: int, profile: bool, until: float, report: int) -> None:
 
 
 def victim(until: float, ready: int, report: int) -> None:
-    """Times a batch of 200 small kernels again and again until `until` (events: device time; host clock: around the
-    launches and the synchronisation) and writes the two lists, in ms, to `report` as one JSON line."""
+    """Times a batch of 200 small kernels again and again until `until` (events: device time, which for kernels this
+    small is the host's launch pace; host clock: around the launches and the synchronisation; queued: events around
+    the batch launched behind a device sleep) and writes the three lists, in ms, to `report` as one JSON line."""
     import torch
 
     values = torch.ones(4096, device="cuda")
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    events_ms, host_ms = [], []
+    events_ms, host_ms, queued_ms = [], [], []
     os.write(ready, b"r")
     while True:
         began = time.perf_counter()
@@ -90,9 +91,19 @@ def victim(until: float, ready: int, report: int) -> None:
         end.synchronize()
         host_ms.append((time.perf_counter() - began) * 1e3)
         events_ms.append(start.elapsed_time(end))
+        # The same batch queued behind ~2 ms of device sleep, as the slot's gated rounds queue theirs: its events see
+        # the device's pace alone, not the host's launches.
+        torch.cuda._sleep(4_000_000)
+        start.record()
+        for _ in range(200):
+            values.add_(1e-6)
+        end.record()
+        end.synchronize()
+        queued_ms.append(start.elapsed_time(end))
         if time.monotonic() >= until:
             break
-    os.write(report, (json.dumps({"events_ms": events_ms[2:], "host_ms": host_ms[2:]}) + "\n").encode())
+    os.write(report, (json.dumps({"events_ms": events_ms[2:], "host_ms": host_ms[2:], "queued_ms": queued_ms[2:]})
+                      + "\n").encode())
     os._exit(0)
 
 
@@ -100,7 +111,7 @@ def victim_figures(line: bytes) -> dict:
     """Quantiles of the victim's batches, and the share of them 1.5x or more above its own median."""
     found = json.loads(line or b"{}")
     figures = {}
-    for key in ("events_ms", "host_ms"):
+    for key in ("events_ms", "host_ms", "queued_ms"):
         ordered = sorted(found.get(key) or [float("nan")])
         median = statistics.median(ordered)
         figures[key] = {"batches": len(ordered), "median": round(median, 4),
