@@ -19,7 +19,6 @@ from evaluator.contract.types import EvalRequest
 from evaluator.isolation.proctree import kill_tree, process_table, tree_resident_bytes
 from evaluator.isolation.teardown import empty_folder
 from evaluator.judging.reference_cache import ReferenceCache
-from evaluator.slot import sync_mode
 from evaluator.slot.task_driver import TaskDriver
 from evaluator.slot.task_judge import TaskJudge, input_seed  # noqa: F401 - input_seed: public here too
 from evaluator.slot.task_judge import shared_steps_from
@@ -554,7 +553,6 @@ class JudgeHost:
 
         judge_device = "cuda:0" if self.device.startswith("cuda") else "cpu"
         if judge_device != "cpu":
-            sync_mode.use_blocking_sync(0)
             torch.cuda.init()
             torch.cuda.set_device(0)
         self._prepare_triton_cache(warm=judge_device != "cpu")

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evaluator.judging import l2_persist, timing
-from evaluator.slot import sync_mode
 from evaluator.judging.rules import runtime as runtime_rules
 
 
@@ -63,7 +62,6 @@ def prepare_worker(device: str = "cpu", work_dir: str | None = None, cache_dir: 
     if device in ("cuda", "gpu"):
         device = "cuda:0"
     if device.startswith("cuda"):
-        sync_mode.use_blocking_sync(torch.device(device).index or 0)
         torch.cuda.init()
         torch.cuda.set_device(torch.device(device))
         torch.empty(1, device=device).add_(1)
