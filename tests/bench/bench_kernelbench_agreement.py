@@ -563,6 +563,7 @@ def main() -> None:
     parser.add_argument("--skip-kernelbench", action="store_true")
     parser.add_argument("--devices", default="0", help="our evaluator's devices ('cpu': a plumbing check only)")
     parser.add_argument("--slots", type=int, default=2, help="our evaluation slots per GPU")
+    parser.add_argument("--ours-slots", default="", help="several slot counts to run ours at, in turn: 1,2")
     parser.add_argument("--kb-repeats", type=int, default=1,
                         help="2+: KernelBench's evaluator this many times in a row, to print how far it agrees with itself "
                         "and our figures against the mean of its passes")
@@ -619,17 +620,32 @@ def main() -> None:
                             f"kb{n}")
         torch.cuda.empty_cache()  # its cached blocks back to the device before ours run
         timings["kb_eval_s"] = round(time.monotonic() - t0, 1)
-    # 3. Ours, alone on the GPU (a fresh evaluator: the builds come from the cache on disk).
-    t0 = time.monotonic()
-    evaluator = open_evaluator(args.devices, args.slots)
-    try:
-        warm_gpu()
-        collect_ours(submit_ours(evaluator, items, args.trials, timed=True), started + args.budget_s)
-        timings["ours_s"] = round(time.monotonic() - t0, 1)
-    finally:
-        evaluator.close()
-    summary = summarize(items)
+    # 3. Ours, alone on the GPU (a fresh evaluator: the builds come from the cache on disk), once per slot count asked
+    #    (--ours-slots): the budget left is shared among them; the last count's results are the items' "ours".
+    by_slots = {}
+    counts = [int(c) for c in (args.ours_slots or str(args.slots)).split(",")]
+    for index, slots in enumerate(counts):
+        t0 = time.monotonic()
+        for item in items:
+            item.pop("ours", None)
+        evaluator = open_evaluator(args.devices, slots)
+        try:
+            warm_gpu()
+            left = started + args.budget_s - time.monotonic()
+            collect_ours(submit_ours(evaluator, items, args.trials, timed=True),
+                         time.monotonic() + left / (len(counts) - index))
+            timings[f"ours_s_{slots}_slots"] = round(time.monotonic() - t0, 1)
+        finally:
+            evaluator.close()
+        by_slots[slots] = summarize(items)
+        if len(counts) > 1:
+            print(f"---- ours at {slots} slots a GPU", flush=True)
+            print_table(by_slots[slots])
+    summary = by_slots[counts[-1]]
     summary["timings"] = timings
+    summary["slots"] = counts[-1]
+    if len(counts) > 1:
+        summary["by_slots"] = {str(k): {key: v.get(key) for key in v if key != "rows"} for k, v in by_slots.items()}
     summary["kernelbench_commit"] = (root / "COMMIT").read_text().strip() if (root / "COMMIT").exists() else ""
     print_table(summary)
     with open(args.out, "w") as fh:
