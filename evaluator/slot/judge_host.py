@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from evaluator.contract.types import EvalRequest
+from evaluator.isolation import exchange_tmpfs
 from evaluator.isolation.proctree import kill_tree, process_table, tree_resident_bytes
 from evaluator.isolation.teardown import empty_folder
 from evaluator.judging.reference_cache import ReferenceCache
@@ -228,12 +229,10 @@ class Slot:
         self.out_path, self.err_path = out_path, err_path
         self.private_dir = os.path.join(root, "private")
         self.inputs_dir, self.outputs_dir = os.path.join(root, "xfer-in"), os.path.join(root, "xfer-out")
-        # The judge's own scratch (its hand-over cost is measured by writing there): never bound into a sandbox, so
-        # no candidate can plant a link the judge would write through.
-        self.judge_dir = os.path.join(root, "judge")
-        for folder in (self.private_dir, self.inputs_dir, self.outputs_dir, self.judge_dir):
+        for folder in (self.private_dir, self.inputs_dir, self.outputs_dir):
             os.makedirs(folder, exist_ok=True)
-        os.chmod(self.judge_dir, 0o700)
+        # Before any thread or child exists: the zygote and every runner inherit the mounts (bwrap binds them).
+        self.exchange_not_tmpfs = exchange_tmpfs.mount_private_tmpfs([self.inputs_dir, self.outputs_dir])
         os.chmod(self.outputs_dir, 0o777)  # the runner may be uid 65534; only the sandbox's bind reaches it
         os.chmod(self.inputs_dir, 0o755)
         os.chmod(self.private_dir, 0o777)
@@ -652,8 +651,7 @@ class JudgeHost:
             pass
         self.finished_runner = runner  # killed and wiped after the reply is sent (finish_task): off the verdict's path
         task = TaskJudge(request, self.device, self.slot.inputs_dir,
-                         self.task_isolation.runner_view(self.slot.outputs_dir), self.reference_cache,
-                         scratch_dir=self.slot.judge_dir)
+                         self.task_isolation.runner_view(self.slot.outputs_dir), self.reference_cache)
         driver = TaskDriver(self.slot, runner, deadline, self.resident_limit or None,
                             spares=[spare for spare in self.spares if not spare.ready], on_spare=self._on_spare,
                             group_memory=self.task_isolation.memory_bytes,

@@ -68,10 +68,9 @@ class TaskJudge:
     """The reference side of one request: its model (cached across tasks of one problem), its inputs and outputs."""
 
     def __init__(self, request: EvalRequest, device: str, inputs_dir: str, outputs_dir: str,
-                 cache: Optional[ReferenceCache] = None, scratch_dir: str = ""):
+                 cache: Optional[ReferenceCache] = None):
         self.request, self.device = request, device
         self.inputs_dir, self.outputs_dir = inputs_dir, outputs_dir
-        self.scratch_dir = scratch_dir or outputs_dir  # the judge's own writes; never a folder a runner can reach
         # The largest difference the correctness trials accepted, and how a near miss after them was decided
         # (judging/second_look.py): "float64", "trial_error" or "".
         self.accepted_max_abs_diff: Optional[float] = None

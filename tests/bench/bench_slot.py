@@ -159,6 +159,9 @@ def run(kind: str, n: int, slots: int, cache_dir: str) -> dict:
             "cupti_teardown": os.environ.get("KRL_WORKER_CUPTI_TEARDOWN") or "1",  # timing.release_cupti, "0" off
             "same_cpu": os.environ.get("KRL_WORKER_TIMING_SAME_CPU") or "0",  # isolation/timing_priority.py, opt-in
             "timing_gate": os.environ.get("KRL_WORKER_TIMING_GATE") or "1",  # slot/device_gate.py, on by default
+            # isolation/exchange_tmpfs.py: the judge host's exchange folders on its own tmpfs, on by default
+            "exchange_tmpfs": os.environ.get("KRL_WORKER_EXCHANGE_TMPFS") or "1",
+            "sizes": list(SIZES),
             # slot/timing_phase.round_limits: the GPU's counted and extra rounds at most ("" = the defaults, 7 and 3)
             "timing_rounds": os.environ.get("KRL_WORKER_TIMING_ROUNDS", ""),
             "timing_batch_ms": os.environ.get("KRL_WORKER_TIMING_BATCH_MS", ""),
@@ -239,7 +242,11 @@ def main() -> None:
     parser.add_argument("--kinds", default="triton,cuda")
     parser.add_argument("--out", default="")
     parser.add_argument("--profile", action="store_true", help="profile the judges (slot/judge_profile.py)")
+    parser.add_argument("--sizes", default="", help="the ReLU's element counts, comma-separated (default: SIZES)")
     args = parser.parse_args()
+    if args.sizes:
+        global SIZES
+        SIZES = tuple(int(size) for size in args.sizes.split(","))
     rows = []
     with tempfile.TemporaryDirectory() as cache_dir:
         for kind in args.kinds.split(","):
