@@ -28,6 +28,16 @@ def is_tmpfs(path: str) -> bool:
     return libc.statfs(os.fsencode(path), ctypes.byref(found)) == 0 and found.f_type == TMPFS_MAGIC
 
 
+def why_not_here(folder: str) -> str:
+    """What mount_private_tmpfs would answer for `folder` on this machine, without mounting anything ("" when the
+    exchange would be on tmpfs): for `krl doctor`."""
+    if os.environ.get(EXCHANGE_TMPFS_ENV, "1").strip() == "0":
+        return f"turned off ({EXCHANGE_TMPFS_ENV}=0)"
+    if is_tmpfs(folder) or os.geteuid() == 0:
+        return ""
+    return "not root"
+
+
 def mount_private_tmpfs(folders: Sequence[str]) -> str:
     """Moves this process into a mount namespace of its own (what it starts from now on inherits it, and it ends with
     the last of them: nothing to unmount or leak) and mounts an empty tmpfs over each folder. Returns "" when the

@@ -514,7 +514,7 @@ class IsolationReport:
     version: str
     protections: tuple[str, ...]
     missing: tuple[str, ...]
-    notes: tuple[str, ...] = field(default=())  # why stronger kinds were not taken
+    notes: tuple[str, ...] = field(default=())  # why stronger kinds were not taken; an exchange left on disk
     per_task: tuple[str, ...] = field(default=())  # per-task sandbox and cgroup (per_task_lines)
 
     @property
@@ -560,5 +560,17 @@ def isolation_report(kind: Optional[str] = None) -> IsolationReport:
         if why:
             notes.append(f"GPU device nodes do not open inside the sandbox ({why}): CUDA candidates will fail; "
                          f"check the nodes' permissions (0666 is usual) or use KRL_SANDBOX=none knowingly")
+    notes.append(_exchange_note())
     return IsolationReport(sandbox.kind, version, sandbox.protections, sandbox.missing(), tuple(n for n in notes if n),
                            per_task_lines(sandbox.kind))
+
+
+def _exchange_note() -> str:
+    """A line where the slots' exchange folders would stay on the pool's filesystem instead of a tmpfs of their own."""
+    import tempfile
+
+    from evaluator.isolation import exchange_tmpfs
+
+    why = exchange_tmpfs.why_not_here(tempfile.gettempdir())
+    return (f"the evaluation slots' exchange folders stay in {tempfile.gettempdir()} ({why}): where that is a disk, "
+            f"large problems' tensors go through its page cache and are slower (docs/slot.md)") if why else ""

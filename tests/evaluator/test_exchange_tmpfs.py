@@ -71,3 +71,13 @@ def test_the_judge_host_moves_tensors_through_its_own_tmpfs(tmp_path):
         pytest.skip("the pool's root is on tmpfs already: nothing to mount")
     assert any(point.endswith("/slot/xfer-in") for point in seen), seen
     assert mounted_in("self") == []  # the pool's own process (and the host) never sees them
+
+
+def test_doctor_names_an_exchange_left_on_the_pool_filesystem(monkeypatch):
+    from evaluator.isolation.sandbox import isolation_report
+
+    monkeypatch.setenv(exchange_tmpfs.EXCHANGE_TMPFS_ENV, "0")
+    assert any("exchange folders stay" in note for note in isolation_report().notes)
+    monkeypatch.setenv(exchange_tmpfs.EXCHANGE_TMPFS_ENV, "1")
+    if os.geteuid() == 0:
+        assert not any("exchange folders stay" in note for note in isolation_report().notes)
