@@ -28,10 +28,14 @@ def is_tmpfs(path: str) -> bool:
     return libc.statfs(os.fsencode(path), ctypes.byref(found)) == 0 and found.f_type == TMPFS_MAGIC
 
 
+def _turned_off() -> bool:
+    return os.environ.get(EXCHANGE_TMPFS_ENV, "1").strip() == "0"
+
+
 def why_not_here(folder: str) -> str:
     """What mount_private_tmpfs would answer for `folder` on this machine, without mounting anything ("" when the
     exchange would be on tmpfs): for `krl doctor`."""
-    if os.environ.get(EXCHANGE_TMPFS_ENV, "1").strip() == "0":
+    if _turned_off():
         return f"turned off ({EXCHANGE_TMPFS_ENV}=0)"
     if is_tmpfs(folder) or os.geteuid() == 0:
         return ""
@@ -44,7 +48,7 @@ def mount_private_tmpfs(folders: Sequence[str]) -> str:
     folders are on tmpfs (mounted here, or already), else why they stay where they are: turned off, not root, a
     process with threads (a namespace is a thread's own, and a helper thread would see the disk's folders), or the
     kernel refused."""
-    if os.environ.get(EXCHANGE_TMPFS_ENV, "1").strip() == "0":
+    if _turned_off():
         return "turned off"
     if all(is_tmpfs(folder) for folder in folders):
         return ""

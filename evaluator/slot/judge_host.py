@@ -232,7 +232,9 @@ class Slot:
         for folder in (self.private_dir, self.inputs_dir, self.outputs_dir):
             os.makedirs(folder, exist_ok=True)
         # Before any thread or child exists: the zygote and every runner inherit the mounts (bwrap binds them).
-        self.exchange_not_tmpfs = exchange_tmpfs.mount_private_tmpfs([self.inputs_dir, self.outputs_dir])
+        why_not = exchange_tmpfs.mount_private_tmpfs([self.inputs_dir, self.outputs_dir])
+        if why_not and why_not != "turned off":
+            print(f"the slot's exchange folders stay on the pool's filesystem ({why_not})", file=sys.stderr, flush=True)
         os.chmod(self.outputs_dir, 0o777)  # the runner may be uid 65534; only the sandbox's bind reaches it
         os.chmod(self.inputs_dir, 0o755)
         os.chmod(self.private_dir, 0o777)
