@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -124,9 +125,10 @@ def requests(kind: str, n: int):
             for i in range(n)]
 
 
-def run(kind: str, n: int, slots: int, cache_dir: str) -> dict:
+def run(kind: str, n: int, slots: int, cache_dir: str, on_row: Any = None) -> dict:
+    """One pass; its row goes to `on_row` as soon as the last result is in, before the pool closes (closing 8 slots
+    takes seconds, and a run cut off by its limit there used to lose its whole summary)."""
     from evaluator.local.evaluator import Evaluator
-    from evaluator.contract.types import Verdict
 
     began = time.monotonic()
     with Evaluator(devices=[0], workers_per_device=slots, cache_dir=cache_dir) as ev:
@@ -143,6 +145,16 @@ def run(kind: str, n: int, slots: int, cache_dir: str) -> dict:
                       f"{result.phase_times_s.get('timing_interfered_rounds', 0)}", file=sys.stderr, flush=True)
             wall_s = time.monotonic() - started
             cpu_to = host_cpu_ticks()
+        row = summary_row(kind, n, slots, warm, results, wall_s, gpu, cpu_from, cpu_to)
+        if on_row is not None:
+            on_row(row)
+    return row
+
+
+def summary_row(kind: str, n: int, slots: int, warm: list, results: list, wall_s: float, gpu: Any, cpu_from: tuple,
+                cpu_to: tuple) -> dict:
+    from evaluator.contract.types import Verdict
+
     phases: dict[str, list[float]] = {}
     for result in results:
         for name, value in result.phase_times_s.items():
@@ -235,6 +247,12 @@ def relative_iqr(values: list[float]) -> float:
     return round((q3 - q1) / median, 3) if median > 0 else 0.0
 
 
+def print_row(row: dict, trace: str) -> None:
+    """A pass's row, with its orders from the judges' trace, as one JSON line."""
+    row["orders"] = trace_summary(trace, tuple(row["outliers"]))
+    print(json.dumps({"machine": platform.node(), **row}), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=24)
@@ -256,9 +274,8 @@ def main() -> None:
                 profiles = tempfile.mkdtemp(prefix="judge-profiles-", dir=cache_dir)
                 if args.profile:
                     os.environ[PROFILE_ENV] = profiles
-                row = {"machine": platform.node(), **run(kind, args.n, slots, cache_dir)}
-                row["orders"] = trace_summary(trace, tuple(row["outliers"]))
-                print(json.dumps(row), flush=True)
+                row = {"machine": platform.node(),
+                       **run(kind, args.n, slots, cache_dir, on_row=lambda found, trace=trace: print_row(found, trace))}
                 if args.profile:  # the warm-up's tasks included
                     print(f"judges' profile, {kind} at {slots} slots:\n{summary(profiles)}", flush=True)
                 rows.append(row)
