@@ -30,6 +30,14 @@ _SECRET_SEED_OFFSET = secrets.randbelow(2**40) + 2**32  # per judge process; nev
 _REUSED: dict = {}  # a GPU judge's buffers for the files it reads and writes (tensorwire.ReusedBuffer), by use
 
 
+def _remove(path: str) -> None:
+    """A file of the exchange folders gone, if it is there (a link is removed, never followed)."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def reused_buffer(use: str) -> Any:
     from evaluator.judging import tensorwire
 
@@ -151,10 +159,13 @@ class TaskJudge:
         return self.values[name]
 
     def forget(self, name: str) -> None:
-        """Set `name`'s values and reference output let go once judged (the files stay): eight judges each keeping
-        every trial's on the GPU left KernelBench-sized problems out of memory (retried alone, the device drained)."""
+        """Set `name`'s values, reference output and input file let go once judged: eight judges each keeping every
+        trial's on the GPU left KernelBench-sized problems out of memory (retried alone, the device drained), and the
+        exchange folder is memory too (isolation/exchange_tmpfs.py). The runner has read the file by then; a mapping
+        of it it still holds keeps its pages until it lets go."""
         self.values.pop(name, None)
         self.reference_outputs.pop(name, None)
+        _remove(os.path.join(self.inputs_dir, name + ".krlt"))
 
     def reference_output(self, inputs: list) -> Any:
         import torch
@@ -176,8 +187,11 @@ class TaskJudge:
         # Read into the reused buffer, every tensor is copied out of it (to the device, or a CPU copy of one the
         # runner left there) before the next file.
         scratch = reused_buffer("outputs") if self.reuse_buffers else None
-        value = tensorwire.read_values(os.path.join(self.outputs_dir, file_name + ".krlt"),
-                                       max_bytes=8 * expected + 2**20, scratch=scratch)
+        path = os.path.join(self.outputs_dir, file_name + ".krlt")
+        try:
+            value = tensorwire.read_values(path, max_bytes=8 * expected + 2**20, scratch=scratch)
+        finally:
+            _remove(path)  # read once: its pages are charged to the task's memory until it goes
         return self.placed(value, copied=scratch is not None)
 
     def compare(self, file_name: str, reference: Any, inputs: Optional[Callable[[], list]] = None) -> tuple[Any, Any]:
