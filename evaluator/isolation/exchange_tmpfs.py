@@ -18,11 +18,13 @@ _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
 SIZE_OPTION = b"size=50%"
 
 
+class _Statfs(ctypes.Structure):
+    """struct statfs on 64-bit Linux: the filesystem's magic number first, 120 bytes in all."""
+    _fields_ = [("f_type", ctypes.c_long), ("rest", ctypes.c_byte * 112)]
+
+
 def is_tmpfs(path: str) -> bool:
     """Whether `path` lies on a tmpfs (statfs's magic number)."""
-    class _Statfs(ctypes.Structure):
-        _fields_ = [("f_type", ctypes.c_long), ("rest", ctypes.c_byte * 112)]
-
     found = _Statfs()
     libc = ctypes.CDLL(None, use_errno=True)
     return libc.statfs(os.fsencode(path), ctypes.byref(found)) == 0 and found.f_type == TMPFS_MAGIC

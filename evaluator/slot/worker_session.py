@@ -89,6 +89,7 @@ class TaskSession(RunState):
         mapped. The values themselves are made inside the charged batch, from the salt its order brings (make_sets):
         a runner that knew them here could compute every output off the clock."""
         self.release_profiler()  # a torch candidate has no kernel checks: its runner's warm-up profiled last
+        self.trial_output = None  # the trials are over: a whole output need not stay on the device through the timing
         if not self.ctx.is_cuda:
             # CPU mode charges every thread of the task: one intra-op thread, as the reference has in the judge, so
             # no pool thread spins idle on the candidate's account (the guard's reset after a call restores more).
