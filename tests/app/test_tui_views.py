@@ -173,10 +173,11 @@ async def test_runs_table_config_columns_groups_notes_and_rename(two_runs):
         await settle(pilot)
         app.screen.query_one("#prompt-input", Input).value = "demo-renamed"
         await pilot.press("enter")
-        for _ in range(100):  # the rename runs in a worker and the list refreshes after it: bounded wait, loaded CI
+        # The rename runs in a worker and the list refreshes after it: a wait bounded in seconds, not in settles (100
+        # settles were not enough once, with the whole suite on both cores of a 2-core machine).
+        renamed_by = time.monotonic() + 60
+        while "demo-renamed" not in table.names() and time.monotonic() < renamed_by:
             await settle(pilot)
-            if "demo-renamed" in table.names():
-                break
         assert "demo-renamed" in table.names()
     with Registry.for_workspace(path) as reg:
         run = reg.get_run(ids[0])
