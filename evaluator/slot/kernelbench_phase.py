@@ -1,7 +1,7 @@
-"""KernelBench's speedup convention measured in the slot (issue 24). GPU: the judge times its own reference exactly as
-KernelBench does (CUDA events around each call, its L2 flush and the synchronisations outside them, mean per call); the
-candidate's runner records the same events around its own calls, which the judge believes only between a lower bound
-from its own batch rounds and its own clock around the eager order. CPU: CPU time."""
+"""KernelBench's speedup convention measured in the slot (issue 24). GPU: the task's runner times the reference before
+its candidate loads (slot/reference_first.py) and then records the same events around the candidate's calls, which the
+judge believes only between a lower bound from its own batch rounds and its own clock around the eager order; the judge
+times its own reference too (KernelBench's events, flush and synchronisations), the fallback. CPU: CPU time."""
 
 from __future__ import annotations
 
@@ -35,10 +35,29 @@ def measure(phase: Any, result: Any) -> None:
     else:
         # The judge's own batch size, so the runner's fixed cost per order stays a few percent of the charged time.
         reference, candidate = _cpu_rounds(phase, max(MIN_CALLS, phase.calls), rounds)
+    reference = _reference_first(phase, reference)
     result.reference_runtime_kernelbench_ms = reference
     result.kernel_runtime_kernelbench_ms = candidate
     result.speedup_kernelbench = reference / candidate if candidate > 0 else None
     result.kernelbench_clock = CLOCK if phase.kind == "cuda" else CPU_CLOCK
+
+
+def _reference_first(phase: Any, judge_ms: float) -> float:
+    """The reference's figure: on a GPU the mean of its runner's events before the candidate loaded, where it has them
+    (slot/reference_first.py: both sides then from one process, as in KernelBench's own evaluator), else the judge's
+    own. The judge's own is recorded beside it either way; CPU mode records the runner's and keeps the judge's."""
+    first = getattr(phase.schedule, "reference_first_ms", None)
+    if not first:
+        return judge_ms
+    phases = phase.schedule.phases
+    mean = statistics.fmean(first)
+    phases["kernelbench_reference_first_per_call"] = round(mean / 1e3, 9)
+    phases["kernelbench_reference_first_median_per_call"] = round(statistics.median(first) / 1e3, 9)
+    phases["kernelbench_judge_reference_per_call"] = round(judge_ms / 1e3, 9)
+    if phase.kind != "cuda":
+        return judge_ms
+    phases["kernelbench_reference_in_runner"] = 1
+    return mean
 
 
 def prepare(phase: Any) -> None:

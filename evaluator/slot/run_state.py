@@ -131,16 +131,11 @@ class _TimedOutputSampler:
 
 
 def _load_reference(request: EvalRequest) -> types.ModuleType:
-    module = types.ModuleType(f"krl_reference_{request.request_id}")
-    module.__file__ = "<reference>"
-    code = compile(request.reference_source, "<reference>", "exec")
-    exec(code, module.__dict__)
-    # The size knob: get_inputs()/get_init_inputs() read these module globals at call time.
-    for name, value in (request.size_overrides or {}).items():
-        setattr(module, name, value)
-    for name in ("Model", "get_inputs", "get_init_inputs"):
-        if not hasattr(module, name):
-            raise Outcome(Verdict.RUNTIME_ERROR, f"The reference problem defines no `{name}` (evaluator input error).")
+    from evaluator.judging.reference import load_reference, missing_parts
+
+    module = load_reference(request.reference_source, request.size_overrides, f"krl_reference_{request.request_id}")
+    for name in missing_parts(module):
+        raise Outcome(Verdict.RUNTIME_ERROR, f"The reference problem defines no `{name}` (evaluator input error).")
     return module
 
 

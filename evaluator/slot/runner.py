@@ -14,6 +14,7 @@ from typing import Any
 
 from evaluator.isolation.proctree import become_subreaper, has_children, kill_tree
 from evaluator.isolation.teardown import empty_folder
+from evaluator.slot.reference_first import ORDERS as REFERENCE_FIRST_ORDERS, ReferenceFirst
 
 PR_SET_DUMPABLE = 4
 MAX_CONTROL_BYTES = 1 << 16
@@ -98,11 +99,18 @@ def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:
     ctx = worker.prepare_worker(device)
     write_message(result_fd, {"type": "ready", "pid": os.getpid(), "workdir": getattr(ctx, "work_dir", "")})
     message = read_message(task_fd)
-    while message and message.get("type") == "ping":  # the judge times a round trip before any candidate code runs
-        if hasattr(worker, "synchronize"):
-            worker.synchronize(ctx)  # as every timed order ends
-        write_message(result_fd, {"type": "pong"})
+    first = None  # the reference timed here before any candidate code runs (slot/reference_first.py)
+    while message and message.get("type") in ("ping",) + REFERENCE_FIRST_ORDERS:
+        if message["type"] == "ping":  # the judge times a round trip before any candidate code runs
+            if hasattr(worker, "synchronize"):
+                worker.synchronize(ctx)  # as every timed order ends
+            write_message(result_fd, {"type": "pong"})
+        else:
+            first = first or ReferenceFirst(ctx)
+            write_message(result_fd, first.answer(message))
         message = read_message(task_fd)
+    if first is not None:
+        first.release()
     if not message or message.get("type") != "task":
         return 0
     work_dir = getattr(ctx, "work_dir", "") or ""
@@ -139,6 +147,7 @@ def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:
 
 # Modules a runner would otherwise import lazily, each time, after its fork. The evaluator's own never touch CUDA.
 RUNNER_MODULES = ("evaluator.judging.judge", "evaluator.slot.worker_session", "evaluator.slot.order_loop",
+                  "evaluator.slot.reference_first", "evaluator.judging.kernelbench_timing",
                   "evaluator.judging.tensorwire", "evaluator.judging.timing", "evaluator.judging.errclean",
                   "evaluator.judging.rules.runtime", "evaluator.judging.rules.static", "evaluator.build.triton_cache", "torch.utils._device")
 # CPU mode only (TRITON_INTERPRET=1): ~25 ms per runner for triton's interpreter alone, measured. Not on a GPU: one of

@@ -7,6 +7,7 @@ from typing import Any, Callable, Optional
 
 from evaluator.contract.types import Verdict
 from evaluator.slot.device_memory import starved_by_others
+from evaluator.slot import reference_first
 from evaluator.slot.outcome import RunnerGone, SlotFailure, TaskEnded, verdict_result
 from evaluator.slot.sol_floor import check as check_speed_of_light
 from evaluator.slot.task_driver import Deadline, write_trace
@@ -33,6 +34,9 @@ def drive_task(slot: Any, runner: Any, driver: Any, task: Any, prebuilt: Optiona
     try:
         driver.clean_round_trip(ROUND_TRIP_PINGS, start_deadline)  # an honest order's fixed cost, before any
         # candidate code runs in this runner (a GPU timing takes it off each candidate order)
+        if reference_first.wanted(request, task.device):  # KernelBench's reference, timed in this runner first
+            schedule.reference_first_ms = reference_first.time_reference_first(
+                driver, request, _exclusive(device_lock, start_deadline, schedule.phases, runner), start_deadline)
         driver.order({"type": "task", "request": request.to_dict(), "prebuilt": prebuilt}, "started",
                      deadline=start_deadline)
         started = True
@@ -83,6 +87,17 @@ def drive_task(slot: Any, runner: Any, driver: Any, task: Any, prebuilt: Optiona
     result.phase_times_s.update(schedule.phases)
     write_trace(driver, request.request_id, result.phase_times_s)
     return {"type": "result", "result": result.to_dict()}
+
+
+def _exclusive(lock: Any, deadline: float, phases: dict, runner: Any) -> Callable[[], Any]:
+    """A context that holds the GPU exclusive for one timed window (timing_phase.exclusive_window); nothing on a CPU."""
+    import contextlib
+
+    from evaluator.slot.timing_phase import exclusive_window
+
+    if lock is None:
+        return contextlib.nullcontext
+    return lambda: exclusive_window(lock, deadline, phases, runner.host_pid, "reference_first")
 
 
 def crashed(slot: Any, runner: Any, request: Any, err_path: str) -> Any:

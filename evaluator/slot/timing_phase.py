@@ -348,38 +348,15 @@ class TimingPhase(GatedRounds):
         result.speedup = statistics.median(reference_ms) / candidate if candidate > 0 else None
         self.speed_of_light(result, candidate)
 
-    @contextlib.contextmanager
-    def held(self, exclusive: bool = True, why: str = "rounds") -> Iterator[None]:
-        """This GPU held exclusive for one timed window (a round's two sides, a measurement the hooks compare with), and
-        the timed pair ahead of the rest of the pool for CPU meanwhile; nothing when not `exclusive` (a round that only
-        warms) or on the CPU (no lock). TaskEnded when
-        the device is not had within the task's limit. Only the timed windows are held, not the whole timing: held
-        whole, a task kept the device 0.65-0.73 s at 8 slots on an H100, most of it in rounds that only warm (the
-        cold round, each batch size's first), and tasks went through that hold one at a time; a window at a time,
-        0.26-0.38 s."""
+    def held(self, exclusive: bool = True, why: str = "rounds") -> Any:
+        """This GPU held exclusive for one timed window (a round's two sides, a measurement the hooks compare with);
+        nothing when not `exclusive` (a round that only warms) or on the CPU (no lock). Only the timed windows are
+        held, not the whole timing: held whole, a task kept the device 0.65-0.73 s at 8 slots on an H100, most of it
+        in rounds that only warm (the cold round, each batch size's first), and tasks went through that hold one at a
+        time; a window at a time, 0.26-0.38 s."""
         if not exclusive or self.lock is None:
-            yield
-            return
-        from evaluator.isolation.timing_priority import TimingPriority
-
-        waited = self.lock.acquire(self.driver.deadline)
-        if waited is None:
-            raise TaskEnded(Verdict.TIMEOUT, "The evaluation did not get the GPU for timing within its limit.")
-        phases = self.schedule.phases
-        phases["device_wait"] = round(phases.get("device_wait", 0.0) + waited, 6)
-        # 1: shared holders (another slot's order, a hostile spin) still on the device when the drain's bound passed,
-        # so a window of this timing ran beside them (isolation/device_lock.SHARED_DRAIN_MAX_S); the bench counts it.
-        phases["device_shared_overrun"] = max(phases.get("device_shared_overrun", 0), int(self.lock.overran))
-        since = time.perf_counter()
-        try:
-            with TimingPriority(self.runner_pid()):
-                yield
-        finally:
-            self.lock.release()
-            took = time.perf_counter() - since
-            phases["timing_held"] = round(phases.get("timing_held", 0.0) + took, 6)
-            # and by window (held_rounds, held_sizing, held_kb_*): which windows the slot's bound is made of
-            phases["held_" + why] = round(phases.get("held_" + why, 0.0) + took, 6)
+            return contextlib.nullcontext()
+        return exclusive_window(self.lock, self.driver.deadline, self.schedule.phases, self.runner_pid(), why)
 
     def staging_budget(self) -> int:
         """Bytes of value sets and outputs each side may stage: STAGING_BUDGET_BYTES, and on a GPU at most a share of
@@ -747,3 +724,30 @@ def _register_kernelbench() -> None:
 
 
 _register_kernelbench()
+
+
+@contextlib.contextmanager
+def exclusive_window(lock: Any, deadline: float, phases: dict[str, Any], runner_pid: int,
+                     why: str) -> Iterator[None]:
+    """`lock` (this GPU's, isolation/device_lock.py) held exclusive for one timed window, and the timed pair (the judge,
+    the runner `runner_pid`) ahead of the rest of the pool for CPU meanwhile. TaskEnded when the device is not had by
+    `deadline`. The wait adds to `device_wait`, the hold to `timing_held` and `held_<why>` in `phases`."""
+    from evaluator.isolation.timing_priority import TimingPriority
+
+    waited = lock.acquire(deadline)
+    if waited is None:
+        raise TaskEnded(Verdict.TIMEOUT, "The evaluation did not get the GPU for timing within its limit.")
+    phases["device_wait"] = round(phases.get("device_wait", 0.0) + waited, 6)
+    # 1: shared holders (another slot's order, a hostile spin) still on the device when the drain's bound passed, so
+    # this window ran beside them (isolation/device_lock.SHARED_DRAIN_MAX_S); the bench counts it.
+    phases["device_shared_overrun"] = max(phases.get("device_shared_overrun", 0), int(lock.overran))
+    since = time.perf_counter()
+    try:
+        with TimingPriority(runner_pid):
+            yield
+    finally:
+        lock.release()
+        took = time.perf_counter() - since
+        phases["timing_held"] = round(phases.get("timing_held", 0.0) + took, 6)
+        # and by window (held_rounds, held_sizing, held_kb_*): which windows the slot's bound is made of
+        phases["held_" + why] = round(phases.get("held_" + why, 0.0) + took, 6)

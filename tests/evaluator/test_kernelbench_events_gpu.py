@@ -77,6 +77,15 @@ def test_an_honest_runners_events_are_believed(results):
     assert 0.75 < honest.speedup_kernelbench < 1.33  # the same code on both sides
 
 
+def test_the_reference_is_timed_in_the_runner_before_its_candidate(results):
+    honest = results["honest"]
+    assert honest.phase_times_s["kernelbench_reference_in_runner"] == 1, honest.phase_times_s
+    assert honest.reference_runtime_kernelbench_ms == pytest.approx(_phase(honest, "reference_first_per_call"),
+                                                                    abs=1e-5)
+    # the same reference, timed by the same events in two processes: a 0.3 ms matmul is not launch-bound
+    assert 0.8 < _phase(honest, "reference_first_per_call") / _phase(honest, "judge_reference_per_call") < 1.25
+
+
 def test_forged_tiny_event_times_come_out_at_the_lower_bound(results):
     tiny, honest = results["tiny"], results["honest"]
     assert tiny.verdict == Verdict.CORRECT, tiny.error_message

@@ -4,12 +4,14 @@ KernelBench-convention speedup (issue 24). One pool for the module; a few repeat
 
 from __future__ import annotations
 
+import os
 import statistics
 
 import pytest
 
 from evaluator.api import EvalRequest
 from evaluator.contract.types import Verdict
+from evaluator.slot import reference_first
 from tests.evaluator.candidates.harness import matmul_reference
 from tests.evaluator.pool_support import make_evaluator
 
@@ -62,6 +64,10 @@ def _request(name: str, reference: str, **fields) -> EvalRequest:
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
+    # The reference timed first in each runner, as on a GPU (slot/reference_first.py); CPU mode only records it. Read
+    # by the judge hosts the pool starts, so set before it starts.
+    saved = os.environ.get(reference_first.ENV)
+    os.environ[reference_first.ENV] = "1"
     evaluator = make_evaluator(str(tmp_path_factory.mktemp("slot-fidelity")))
     try:
         out = {}
@@ -74,6 +80,10 @@ def results(tmp_path_factory):
         return out
     finally:
         evaluator.close()
+        if saved is None:
+            os.environ.pop(reference_first.ENV, None)
+        else:
+            os.environ[reference_first.ENV] = saved
 
 
 def test_identical_code_reads_a_self_speedup_of_about_one(results):
@@ -104,6 +114,17 @@ def test_the_slot_stamps_the_kernelbench_convention_beside_the_judges_speedup(re
     assert 0.4 <= stamped.speedup_kernelbench <= 2.5  # identical code; a loose bound (three rounds, mean)
     assert plain.speedup_kernelbench is None  # not asked for
     assert stamped.kernelbench_clock == "task_cpu_eager" and plain.kernelbench_clock == ""
+
+
+def test_the_runner_times_the_reference_before_its_candidate_when_asked(results):
+    # CPU mode records the runner's figure beside the judge's and keeps charging the judge's (a GPU charges the runner's)
+    stamped, plain = results["kernelbench"].phase_times_s, results["relu-256-0"].phase_times_s
+    assert stamped["kernelbench_reference_first_per_call"] > 0, stamped
+    assert stamped["kernelbench_judge_reference_per_call"] > 0
+    assert "kernelbench_reference_in_runner" not in stamped
+    assert results["kernelbench"].reference_runtime_kernelbench_ms == pytest.approx(
+        stamped["kernelbench_judge_reference_per_call"] * 1e3, rel=1e-3)
+    assert "kernelbench_reference_first_per_call" not in plain  # no KernelBench figure asked for: nothing timed first
 
 
 def test_a_scalar_output_is_timed_like_any_other(results):

@@ -1,0 +1,155 @@
+"""KernelBench's reference timed in the task's own runner before its candidate loads (issue 24): both sides of the
+KernelBench figure then come from one process, whose host launch speed and state are the candidate's own.
+
+Why: KernelBench's convention counts host launch work the L2 flush does not hide, so a launch-bound call's figure
+depends on the process that issues it. Timed in the long-lived judge, a small GEMM fusion's reference read 2-3.5x
+KernelBench's own median where the candidate's runner matched it (H100, session 13). A runner that has run no
+candidate code yet can be believed, as its clean round trip already is (slot/task_driver.py clean_round_trip): the
+judge reads its answer before the `task` order, so nothing the candidate does later can reach it.
+
+Protocol (docs/slot.md), after the pings and before `task`:
+  `reference` {request, warmup}  -> `reference_ready`: the reference model and one input set built, warmed, untimed
+  `time_reference` {calls}       -> `reference_timed` {events_ms}: KernelBench's event timing, the device held
+An empty `events_ms` means the runner could not time it (the judge falls back to its own figure)."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from typing import Any, Optional
+
+ORDERS = ("reference", "time_reference")
+ENV = "KRL_WORKER_REFERENCE_FIRST"  # "0": never; "1": also in CPU mode (recorded only); default: on a GPU
+MIN_CALLS = 3
+MAX_CALLS = 1024
+BUDGET_S = 2.0  # the timed order's calls stop past this (at least MIN_CALLS): it holds the device exclusive
+
+
+class _Discarded(list):
+    """kernelbench_timing.event_times_ms keeps each output it is given a list for; here none needs keeping (a
+    256 MiB output a call, a hundred calls, would not fit)."""
+
+    def append(self, item: Any) -> None:
+        pass
+
+
+class ReferenceFirst:
+    """The runner's side: one problem's reference, built and timed before any candidate code runs here."""
+
+    def __init__(self, ctx: Any):
+        self.ctx = ctx
+        self.call: Any = None
+        self.flush: Any = None
+        self.error = ""
+
+    def answer(self, order: dict[str, Any]) -> dict[str, Any]:
+        if order.get("type") == "reference":
+            try:
+                self._build(order["request"], int(order.get("warmup", MIN_CALLS)))
+            except Exception as exc:  # noqa: BLE001 - a problem that fails here fails in the judge too; it decides
+                self.error = f"{type(exc).__name__}: {exc}"[:300]
+                print(f"krl runner: the reference could not be timed first: {self.error}", file=sys.stderr)
+            return {"type": "reference_ready"}
+        events: list[float] = []
+        if self.call is not None and not self.error:
+            try:
+                events = self._timed(max(MIN_CALLS, min(MAX_CALLS, int(order.get("calls", MIN_CALLS)))))
+            except Exception as exc:  # noqa: BLE001
+                print(f"krl runner: timing the reference first failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return {"type": "reference_timed", "events_ms": events}
+
+    def _build(self, request_fields: dict[str, Any], warmup: int) -> None:
+        """The reference model as the judge builds it (seeded, on the device, the request's precision) and one input
+        set, as KernelBench times it; `warmup` calls untimed, so cuBLAS's handles and the allocator are warm."""
+        import torch
+
+        from evaluator.contract.types import EvalRequest
+        from evaluator.judging import judge
+        from evaluator.judging.reference import load_reference
+
+        request = EvalRequest.from_dict(request_fields)
+        reference = load_reference(request.reference_source, request.size_overrides)
+        device = self.ctx.device
+        dtype = judge.DTYPES[request.precision]
+        with torch.device(device):
+            judge.set_seed(request.seed)
+            init_inputs = judge.to_device(list(reference.get_init_inputs()), device)
+            judge.set_seed(request.seed)
+            model = reference.Model(*init_inputs)
+        model = model.to(device)
+        model = model.to(dtype) if dtype != torch.float32 else model
+        values = judge.make_inputs(reference, request.seed, device, request.precision)
+        self.call = lambda: model(*values)
+        if self.ctx.is_cuda:
+            from evaluator.judging.kernelbench_timing import KernelBenchFlush
+
+            self.flush = KernelBenchFlush(device)
+        self._timed(max(1, warmup))
+
+    def _timed(self, calls: int) -> list[float]:
+        """Milliseconds of each call: on a GPU KernelBench's events (kernelbench_timing.event_times_ms: synchronise,
+        flush, events around the call, synchronise, autograd on); on a CPU the host clock (recorded only)."""
+        started = time.perf_counter()
+        times: list[float] = []
+        while len(times) < calls and (len(times) < MIN_CALLS or time.perf_counter() - started < BUDGET_S):
+            times += self._one_call()
+        return times
+
+    def _one_call(self) -> list[float]:
+        if self.ctx.is_cuda:
+            from evaluator.judging.kernelbench_timing import event_times_ms
+
+            return event_times_ms(lambda _: self.call(), [None], self.flush.flush, _Discarded())
+        begun = time.perf_counter()
+        self.call()
+        return [(time.perf_counter() - begun) * 1e3]
+
+    def release(self) -> None:
+        """Everything of the reference let go before the candidate loads: its memory is the candidate's to use."""
+        self.call = self.flush = None
+        if self.ctx.is_cuda:
+            import gc
+
+            import torch
+
+            gc.collect()
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()  # back to the device, not kept reserved in this process beside the other slots
+
+
+# ---------------------------------------------------------------- the judge's side
+
+def wanted(request: Any, device: str) -> bool:
+    """Whether this task's reference is timed first in its runner: KernelBench's figure is asked for and timed, on a
+    GPU (or in CPU mode with ENV=1, where it is recorded, not charged), and ENV is not 0."""
+    setting = os.environ.get(ENV, "").strip()
+    if setting == "0" or not request.measure_timing or not getattr(request, "kernelbench_timing", False):
+        return False
+    return str(device).startswith("cuda") or setting == "1"
+
+
+def calls_for(request: Any) -> tuple[int, int]:
+    """(warm-up, timed) calls: KernelBench's trial count (the request's timing_trials), and a warm-up as long as the
+    candidate's unused first KernelBench round (slot/kernelbench_phase.py: a third of them)."""
+    timed = max(MIN_CALLS, min(MAX_CALLS, int(request.timing_trials)))
+    return max(MIN_CALLS, -(-timed // 3)), timed
+
+
+def time_reference_first(driver: Any, request: Any, hold: Any, deadline: float) -> Optional[list[float]]:
+    """The runner's event times of the reference, before `task`; None when it could not time it. `hold()`: a context
+    that holds the device exclusive for the timed order (nothing on a CPU). Deadline and protocol errors propagate:
+    before `task` they are the evaluator's (the task is retried on a fresh runner)."""
+    warmup, timed = calls_for(request)
+    driver.order({"type": "reference", "request": request.to_dict(), "warmup": warmup}, "reference_ready",
+                 deadline=deadline)
+    with hold():
+        answer = driver.order({"type": "time_reference", "calls": timed}, "reference_timed", deadline=deadline)
+    events = answer.get("events_ms")
+    if not isinstance(events, list) or not events or len(events) > timed:
+        return None
+    values = [float(v) for v in events if not isinstance(v, bool) and isinstance(v, (int, float))]
+    if len(values) != len(events) or not all(math.isfinite(v) and v > 0 for v in values):
+        return None
+    return values
