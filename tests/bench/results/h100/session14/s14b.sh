@@ -1,10 +1,10 @@
 . .gpu/env.sh
 # Session 14, call B: KernelBench's reference timed in each task's runner before its candidate loads
-# (slot/reference_first.py, 39111d9): the KernelBench-convention GPU tests, then agreement with KernelBench's own
-# The attack corpus too: a profile without the candidate's own kernels is now retaken (76_Gemm_Add_ReLU was called
-# custom_kernel_not_launched once in call A); kernels that never launch must still be caught.
-# evaluator on session 13's 27 pairs, ours at 1 slot and at 2; the bench also prints what the judge's own reference
-# would have given on the same run (judge_reference_diagnostic).
+# (slot/reference_first.py, 39111d9): the KernelBench-convention GPU tests and the attack corpus (a profile without the
+# candidate's own kernels is now retaken: 76_Gemm_Add_ReLU was called custom_kernel_not_launched once in call A, and
+# kernels that never launch must still be caught), then agreement with KernelBench's own evaluator on session 13's 27
+# pairs, ours at 1 slot and at 2; the bench also prints what the judge's own reference would have given on the same
+# run (judge_reference_diagnostic).
 timeout -s INT 250 python3 -m pytest -v -p no:cacheprovider -m gpu --timeout=240 -rfE --tb=short \
     tests/evaluator/test_kernelbench_events_gpu.py tests/evaluator/test_fidelity_gpu.py tests/evaluator/test_attack_corpus.py \
     > $OUT/gpu_tests.txt 2>&1
