@@ -196,6 +196,18 @@ def profiler_events(body: Callable[[], Any], cpu: bool = False, synchronize: boo
 CUPTI_TEARDOWN_ENV = "KRL_WORKER_CUPTI_TEARDOWN"
 
 
+# "0" turns a slot runner's profiler off (a measurement's A/B of what CUPTI costs a host, docs/known-gaps.md): no
+# CUPTI set-up in its warm-up, no profile in its kernel checks, so no own-kernel share and no launch finding from a
+# profile; a Triton candidate's launches are still counted by the launch counter (rules.runtime.LaunchCounter).
+KERNEL_PROFILE_ENV = "KRL_WORKER_KERNEL_PROFILE"
+
+
+def kernel_profile_wanted() -> bool:
+    import os
+
+    return os.environ.get(KERNEL_PROFILE_ENV, "1").strip() != "0"
+
+
 def cupti_teardown_wanted() -> bool:
     """Whether a runner detaches CUPTI after its profiling: yes unless CUPTI_TEARDOWN_ENV is "0"."""
     import os
@@ -211,7 +223,7 @@ def release_cupti() -> bool:
 
     import torch
 
-    if not cupti_teardown_wanted() or not torch.cuda.is_available():
+    if not cupti_teardown_wanted() or not kernel_profile_wanted() or not torch.cuda.is_available():
         return False
     os.environ["TEARDOWN_CUPTI"] = "1"
     profiler_events(lambda: None)

@@ -89,7 +89,8 @@ def prepare_worker(device: str = "cpu", work_dir: str | None = None, cache_dir: 
         ctx.flusher = timing.L2Flusher(device)
         ctx.launch_hold = timing.LaunchHold()
         ctx.l2_reset = l2_persist.PersistingL2Reset()
-        timing.profiler_events(lambda: None)  # CUPTI's set-up, paid here rather than in an evaluation's checks
+        if timing.kernel_profile_wanted():
+            timing.profiler_events(lambda: None)  # CUPTI's set-up, paid here rather than in an evaluation's checks
         _warm_up_timing(torch, ctx)
         ctx.baseline_cuda_bytes = torch.cuda.memory_allocated()
     return ctx
