@@ -96,7 +96,7 @@ def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:
     from evaluator.slot.task_isolation import enter_runner_sandbox
     enter_runner_sandbox()
     set_dumpable(False)
-    ctx = worker.prepare_worker(device)
+    ctx = worker.prepare_runner(device)
     write_message(result_fd, {"type": "ready", "pid": os.getpid(), "workdir": getattr(ctx, "work_dir", "")})
     message = read_message(task_fd)
     first = None  # the reference timed here before any candidate code runs (slot/reference_first.py)

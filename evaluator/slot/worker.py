@@ -11,7 +11,8 @@ from evaluator.judging import timing
 from evaluator.contract.types import EvalRequest, EvalResult, Verdict
 from evaluator.slot.run_state import RunState, note_broken_context, record_failure
 from evaluator.slot.worker_session import TaskSession
-from evaluator.slot.worker_setup import WorkerContext, default_timing_settings, prepare_worker  # noqa: F401 - public here too
+from evaluator.slot.worker_setup import (  # noqa: F401 - public here too
+    WorkerContext, default_timing_settings, prepare_runner, prepare_worker)
 
 
 def evaluate_in_process(request: EvalRequest, ctx: WorkerContext, prebuilt: dict | None = None) -> EvalResult:

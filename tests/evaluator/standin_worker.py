@@ -16,6 +16,9 @@ def prepare_worker(device: str):
     return types.SimpleNamespace(device=device, device_name=f"standin-{device}", sticky_cuda_error=False)
 
 
+prepare_runner = prepare_worker
+
+
 def evaluate_in_process(request: EvalRequest, ctx, prebuilt=None) -> EvalResult:
     import torch
 
