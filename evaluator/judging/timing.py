@@ -168,6 +168,7 @@ def profiler_events(body: Callable[[], Any], cpu: bool = False, synchronize: boo
         from torch.profiler import ProfilerActivity, profile
 
         prof = profile(activities=[ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if cpu else []))
+        _CUPTI_ATTACHED[0] = True  # Kineto attaches CUPTI as the session starts and keeps it (release_cupti)
         prof.__enter__()
     except Exception:
         return None
@@ -215,19 +216,23 @@ def cupti_teardown_wanted() -> bool:
     return os.environ.get(CUPTI_TEARDOWN_ENV, "1").strip() != "0"
 
 
+_CUPTI_ATTACHED = [False]  # a torch.profiler session has run in this process (and not been torn down since)
+
+
 def release_cupti() -> bool:
-    """Where wanted (cupti_teardown_wanted) and a GPU is present: one empty torch.profiler session with
-    TEARDOWN_CUPTI=1, so Kineto tears CUPTI down as it ends (on the next CUDA call: the synchronisation here). For a
-    process that profiles no more. True when it ran."""
+    """Where wanted (cupti_teardown_wanted), a GPU is present and a profiler session attached CUPTI: one empty
+    torch.profiler session with TEARDOWN_CUPTI=1, so Kineto tears CUPTI down as it ends (on the next CUDA call: the
+    synchronisation here). For a process that profiles no more. True when it ran."""
     import os
 
     import torch
 
-    if not cupti_teardown_wanted() or not kernel_profile_wanted() or not torch.cuda.is_available():
+    if not _CUPTI_ATTACHED[0] or not cupti_teardown_wanted() or not torch.cuda.is_available():
         return False
     os.environ["TEARDOWN_CUPTI"] = "1"
     profiler_events(lambda: None)
     torch.cuda.synchronize()
+    _CUPTI_ATTACHED[0] = False
     return True
 
 

@@ -88,7 +88,7 @@ class TaskSession(RunState):
         """Ready for timed batches of up to `count` calls: the base sets on the device and (CPU) the batch's pages
         mapped. The values themselves are made inside the charged batch, from the salt its order brings (make_sets):
         a runner that knew them here could compute every output off the clock."""
-        self.release_profiler()  # a torch candidate has no kernel checks: its runner's warm-up profiled last
+        self.release_profiler()  # (a torch candidate's runner never attached CUPTI: nothing to release then)
         self.trial_output = None  # the trials are over: a whole output need not stay on the device through the timing
         if not self.ctx.is_cuda:
             # CPU mode charges every thread of the task: one intra-op thread, as the reference has in the judge, so

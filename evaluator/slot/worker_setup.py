@@ -91,9 +91,9 @@ def prepare_worker(device: str = "cpu", work_dir: str | None = None, cache_dir: 
     if ctx.is_cuda:
         ctx.launch_hold = timing.LaunchHold()
         ctx.l2_reset = l2_persist.PersistingL2Reset()
-        if timing.kernel_profile_wanted():
-            timing.profiler_events(lambda: None)  # CUPTI's set-up, paid here rather than in an evaluation's checks
         if in_process_timing:
+            if timing.kernel_profile_wanted():
+                timing.profiler_events(lambda: None)  # CUPTI's set-up, paid here rather than in an evaluation's checks
             ctx.flusher = timing.L2Flusher(device)
             _warm_up_timing(torch, ctx)
         ctx.baseline_cuda_bytes = torch.cuda.memory_allocated()
@@ -105,7 +105,9 @@ def prepare_runner(device: str) -> WorkerContext:
     slots time, and that session's 200 flushed samples (100 MiB flushes, a 16 MiB ReLU) ran on the GPU inside their
     exclusive windows, which shut out only the judges' own work (H100, session 14: a 2.7 ms GEMM's reference, timed in
     its runner as the next spare warmed, read 18% slow, small GEMMs' up to 3x). Nor its 100 MiB flush buffer, three
-    spares a slot."""
+    spares a slot. Nor CUPTI: the kernel checks attach it when they first profile (a torch candidate's runner never
+    does), so the reference timed first in this runner (slot/reference_first.py) and a torch candidate's calls run
+    without its per-launch callbacks (small GEMM references timed with it attached read 2-3x KernelBench's times)."""
     return prepare_worker(device, in_process_timing=False)
 
 

@@ -475,11 +475,15 @@ def test_work_started_early_on_a_side_stream_is_seen_behind_the_hold():
 
 def test_cupti_is_detached_by_default_where_a_gpu_is_and_kept_when_asked(monkeypatch):
     """Runners detach CUPTI unless KRL_WORKER_CUPTI_TEARDOWN is "0"; "0" leaves Kineto's switch untouched. The
-    detaching itself needs a GPU: without one release_cupti never runs."""
+    detaching itself needs a GPU: without one release_cupti never runs. Nor where no profiler session attached it (a
+    torch candidate's runner never profiles)."""
     import torch
 
     monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
     monkeypatch.delenv(timing.CUPTI_TEARDOWN_ENV, raising=False)
+    monkeypatch.setattr(timing, "_CUPTI_ATTACHED", [False])
+    assert timing.release_cupti() is False and "TEARDOWN_CUPTI" not in os.environ
+    monkeypatch.setattr(timing, "_CUPTI_ATTACHED", [True])
     assert timing.cupti_teardown_wanted()
     assert timing.release_cupti() is torch.cuda.is_available()
     monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
