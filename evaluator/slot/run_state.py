@@ -134,8 +134,9 @@ def _load_reference(request: EvalRequest) -> types.ModuleType:
     from evaluator.judging.reference import load_reference, missing_parts
 
     module = load_reference(request.reference_source, request.size_overrides, f"krl_reference_{request.request_id}")
-    for name in missing_parts(module):
-        raise Outcome(Verdict.RUNTIME_ERROR, f"The reference problem defines no `{name}` (evaluator input error).")
+    missing = missing_parts(module)
+    if missing:
+        raise Outcome(Verdict.RUNTIME_ERROR, f"The reference problem defines no `{missing[0]}` (evaluator input error).")
     return module
 
 

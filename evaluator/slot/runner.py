@@ -147,7 +147,7 @@ def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:
 
 # Modules a runner would otherwise import lazily, each time, after its fork. The evaluator's own never touch CUDA.
 RUNNER_MODULES = ("evaluator.judging.judge", "evaluator.slot.worker_session", "evaluator.slot.order_loop",
-                  "evaluator.slot.reference_first", "evaluator.judging.kernelbench_timing",
+                  "evaluator.judging.kernelbench_timing",
                   "evaluator.judging.tensorwire", "evaluator.judging.timing", "evaluator.judging.errclean",
                   "evaluator.judging.rules.runtime", "evaluator.judging.rules.static", "evaluator.build.triton_cache", "torch.utils._device")
 # CPU mode only (TRITON_INTERPRET=1): ~25 ms per runner for triton's interpreter alone, measured. Not on a GPU: one of

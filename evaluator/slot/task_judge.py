@@ -64,8 +64,9 @@ def load_reference(request: EvalRequest) -> types.ModuleType:
     from evaluator.judging.reference import load_reference as load, missing_parts
 
     module = load(request.reference_source, request.size_overrides, f"krl_reference_{request.request_id}")
-    for name in missing_parts(module):
-        raise ValueError(f"the reference problem defines no `{name}`")
+    missing = missing_parts(module)
+    if missing:
+        raise ValueError(f"the reference problem defines no `{missing[0]}`")
     return module
 
 
