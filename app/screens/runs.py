@@ -142,8 +142,12 @@ class RunsScreen(KrlScreen):
 
     @work(thread=True, exclusive=True, group="runs-refresh", exit_on_error=False)
     def refresh_runs(self, force: bool = False) -> None:
-        if not self._tick_lock.acquire(blocking=False):
-            return  # the previous tick is still reading; skip rather than pile up
+        # A tick skips while the previous one still reads, rather than pile up. A forced refresh (after an action of
+        # this screen) waits for it instead: that read may have begun before the action committed, and skipped, the
+        # list kept showing the old state until the next tick, forever without one (a rename done while the
+        # refresh that the prompt's closing started was reading, under a loaded test run).
+        if not self._tick_lock.acquire(blocking=force):
+            return
         try:
             if self.app.reconcile_runs and (force or any(r.status in ACTIVE for r in self.rows)):
                 _reconcile(self.app.registry("reconcile"))
