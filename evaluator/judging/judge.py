@@ -175,6 +175,19 @@ def to_device(values: list, device: str, dtype: Optional[torch.dtype] = None) ->
     return moved
 
 
+def build_reference_model(reference: types.ModuleType, seed: int, device: str, precision: str = "fp32") -> Any:
+    """The problem's Model as KernelBench builds it (the seed set before its init inputs and again before the model),
+    created on the device and cast to the request's precision. The judge's and the runner's timed-first copy alike."""
+    with torch.device(device):
+        set_seed(seed)
+        init_inputs = to_device(list(reference.get_init_inputs()), device)
+        set_seed(seed)
+        model = reference.Model(*init_inputs)
+    model = model.to(device)
+    dtype = DTYPES[precision]
+    return model.to(dtype) if dtype != torch.float32 else model
+
+
 def make_inputs(reference: types.ModuleType, seed: int, device: str, precision: str = "fp32") -> list:
     """The reference problem's get_inputs() under a seed, created directly on the device (generating large inputs
     on the CPU and copying them cost ~0.4 s per trial on an H200), cast to the request's precision."""

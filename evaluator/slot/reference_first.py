@@ -14,11 +14,12 @@ An empty `events_ms` means the runner could not time it (the judge falls back to
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
 from typing import Any, Optional
+
+from evaluator.slot.evidence import number
 
 ORDERS = ("reference", "time_reference")
 ENV = "KRL_WORKER_REFERENCE_FIRST"  # "0": never; "1": also in CPU mode (recorded only); default: on a GPU
@@ -40,20 +41,20 @@ class ReferenceFirst:
 
     def __init__(self, ctx: Any):
         self.ctx = ctx
-        self.call: Any = None
+        self.call: Any = None  # the reference on its input set, once built and warmed (None: not timed first)
         self.flush: Any = None
-        self.error = ""
 
     def answer(self, order: dict[str, Any]) -> dict[str, Any]:
         if order.get("type") == "reference":
             try:
                 self._build(order["request"], int(order.get("warmup", MIN_CALLS)))
             except Exception as exc:  # noqa: BLE001 - a problem that fails here fails in the judge too; it decides
-                self.error = f"{type(exc).__name__}: {exc}"[:300]
-                print(f"krl runner: the reference could not be timed first: {self.error}", file=sys.stderr)
+                self.call = None
+                print(f"krl runner: the reference could not be timed first: {type(exc).__name__}: {exc}"[:300],
+                      file=sys.stderr)
             return {"type": "reference_ready"}
         events: list[float] = []
-        if self.call is not None and not self.error:
+        if self.call is not None:
             try:
                 events = self._timed(max(MIN_CALLS, min(MAX_CALLS, int(order.get("calls", MIN_CALLS)))))
             except Exception as exc:  # noqa: BLE001
@@ -63,8 +64,6 @@ class ReferenceFirst:
     def _build(self, request_fields: dict[str, Any], warmup: int) -> None:
         """The reference model as the judge builds it (seeded, on the device, the request's precision) and one input
         set, as KernelBench times it; `warmup` calls untimed, so cuBLAS's handles and the allocator are warm."""
-        import torch
-
         from evaluator.contract.types import EvalRequest
         from evaluator.judging import judge
         from evaluator.judging.reference import load_reference
@@ -72,14 +71,7 @@ class ReferenceFirst:
         request = EvalRequest.from_dict(request_fields)
         reference = load_reference(request.reference_source, request.size_overrides)
         device = self.ctx.device
-        dtype = judge.DTYPES[request.precision]
-        with torch.device(device):
-            judge.set_seed(request.seed)
-            init_inputs = judge.to_device(list(reference.get_init_inputs()), device)
-            judge.set_seed(request.seed)
-            model = reference.Model(*init_inputs)
-        model = model.to(device)
-        model = model.to(dtype) if dtype != torch.float32 else model
+        model = judge.build_reference_model(reference, request.seed, device, request.precision)
         values = judge.make_inputs(reference, request.seed, device, request.precision)
         self.call = lambda: model(*values)
         if self.ctx.is_cuda:
@@ -134,9 +126,11 @@ def wanted(request: Any, device: str) -> bool:
 
 def calls_for(request: Any) -> tuple[int, int]:
     """(warm-up, timed) calls: KernelBench's trial count (the request's timing_trials), and a warm-up as long as the
-    candidate's unused first KernelBench round (slot/kernelbench_phase.py: a third of them)."""
+    candidate's unused first KernelBench round (one of kernelbench_phase.ROUNDS)."""
+    from evaluator.slot.kernelbench_phase import ROUNDS
+
     timed = max(MIN_CALLS, min(MAX_CALLS, int(request.timing_trials)))
-    return max(MIN_CALLS, -(-timed // 3)), timed
+    return max(MIN_CALLS, -(-timed // ROUNDS)), timed
 
 
 def time_reference_first(driver: Any, request: Any, hold: Any, deadline: float) -> Optional[list[float]]:
@@ -151,7 +145,5 @@ def time_reference_first(driver: Any, request: Any, hold: Any, deadline: float) 
     events = answer.get("events_ms")
     if not isinstance(events, list) or not events or len(events) > timed:
         return None
-    values = [float(v) for v in events if not isinstance(v, bool) and isinstance(v, (int, float))]
-    if len(values) != len(events) or not all(math.isfinite(v) and v > 0 for v in values):
-        return None
-    return values
+    values = [number(v) for v in events]  # an honest runner's mistake is no breach: the judge's own figure instead
+    return values if all(v is not None and v > 0 for v in values) else None

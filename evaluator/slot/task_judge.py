@@ -94,8 +94,6 @@ class TaskJudge:
         self.values: dict[str, list] = {}
 
     def build(self) -> None:
-        import torch
-
         from evaluator.judging import judge
 
         if self.model is not None or self.problem_error:
@@ -107,14 +105,7 @@ class TaskJudge:
         request = self.request
         try:
             self.reference = load_reference(request)
-            dtype = judge.DTYPES[request.precision]
-            with torch.device(self.device):
-                judge.set_seed(request.seed)
-                init_inputs = judge.to_device(list(self.reference.get_init_inputs()), self.device)
-                judge.set_seed(request.seed)
-                model = self.reference.Model(*init_inputs)
-            model = model.to(self.device)
-            self.model = model.to(dtype) if dtype != torch.float32 else model
+            self.model = judge.build_reference_model(self.reference, request.seed, self.device, request.precision)
             self.cache.put(("model", self.problem_key), (self.reference, self.model), nbytes(self.model))
         except Exception as exc:  # noqa: BLE001 - the problem itself is broken: the evaluator's input error
             self.problem_error = f"The reference problem failed in the judge (evaluator input error): " \
