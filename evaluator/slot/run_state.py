@@ -544,7 +544,8 @@ class RunState:
         # On a GPU the reference is timed again, interleaved with the candidate, by default: a reference timed in an
         # earlier evaluation drifted by up to ~10% against a candidate timed now (H200, identical code: 42% of
         # self-speedups within 0.95-1.05 with reuse vs 100% interleaved), and re-timing costs ~10 ms per evaluation.
-        reuse = not ctx.is_cuda or os.environ.get("KRL_WORKER_REUSE_REFERENCE_TIMING") == "1"
+        # CPU mode reuses it unless told not to (=0: the benchmark's bare run of the slot's work, both sides timed).
+        reuse = os.environ.get("KRL_WORKER_REUSE_REFERENCE_TIMING", "0" if ctx.is_cuda else "1") == "1"
         cached = ctx.reference_timing_cache.get(key) if reuse else None
 
         last: dict[str, Any] = {}

@@ -340,6 +340,8 @@ class TimingPhase(GatedRounds):
         if self.charge is not None and self.driver.order_cpu_s is not None:
             self.schedule.phases["order_cpu"] = round(self.driver.order_cpu_s, 6)
         self.schedule.phases["timing_spread"] = round(max(spread(candidate_ms), spread(reference_ms)), 4)
+        # The calls each side ran in the rounds the figure comes from (bench_slot_cpu.py times as many bare).
+        self.schedule.phases["timing_counted_calls"] = self.calls * len(candidate_ms)
         result.kernel_runtime = timing.summarize(candidate_ms)
         result.reference_runtime = timing.summarize(reference_ms)
         result.timing_clock = CLOCK_JUDGE_WALL if self.kind == "cuda" else CLOCK_TASK_CPU

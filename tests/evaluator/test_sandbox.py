@@ -138,6 +138,17 @@ def test_environment_allow_list_drops_secrets_and_points_caches_into_the_private
         allowed_environment(parent, str(tmp_path), {"KRL_WORKER_TOKEN": "x"})
 
 
+def test_pool_processes_get_one_device_queue_unless_the_user_chose(tmp_path):
+    from evaluator.isolation.environment import worker_environment
+
+    # The judge hosts' value reaches their runners through the CUDA_ prefix of the allow-list.
+    judge_host = worker_environment({"PATH": "/usr/bin"}, str(tmp_path), {})
+    assert judge_host["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    assert allowed_environment(judge_host, str(tmp_path / "runner"))["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    chosen = worker_environment({"CUDA_DEVICE_MAX_CONNECTIONS": "8"}, str(tmp_path), {})
+    assert chosen["CUDA_DEVICE_MAX_CONNECTIONS"] == "8"
+
+
 def test_an_explicit_kind_that_cannot_start_raises_one_error_type(monkeypatch, tmp_path):
     monkeypatch.setattr(sb, "_probed", {})
     monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap, no unshare on this PATH
