@@ -61,7 +61,10 @@ for (path, line, func), (cc, nc, tt, ct, callers) in stats.stats.items():
     key = func if "triton" in path or func in ("run", "communicate", "_execute_child") else None
     if key in {watched!r}:
         parts[key] = max(parts.get(key, 0.0), round(ct, 4))
-print(json.dumps({{"first_launch_s": round(first, 4), "second_launch_s": round(second, 5), "cumulative_s": parts}}))
+top = sorted(((round(ct, 4), round(tt, 4), path.rsplit("/", 2)[-1] + ":" + func)
+              for (path, line, func), (cc, nc, tt, ct, callers) in stats.stats.items()), reverse=True)[:{top}]
+print(json.dumps({{"first_launch_s": round(first, 4), "second_launch_s": round(second, 5), "cumulative_s": parts,
+                  "top_cumulative": top}}))
 '''
 
 WATCHED = ["compile_module_from_src", "make_launcher", "compile", "make_ttir", "make_ttgir", "make_llir", "make_ptx",
@@ -69,8 +72,8 @@ WATCHED = ["compile_module_from_src", "make_launcher", "compile", "make_ttir", "
            "cache_key", "ast_to_ttir", "run"]
 
 
-def child(kernels_dir: str, name: str, env: dict) -> dict:
-    code = CHILD.format(kernels_dir=kernels_dir, name=name, watched=WATCHED)
+def child(kernels_dir: str, name: str, env: dict, top: int = 0) -> dict:
+    code = CHILD.format(kernels_dir=kernels_dir, name=name, watched=WATCHED, top=top)
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     if done.returncode:
         return {"error": done.stderr[-800:]}
@@ -104,7 +107,7 @@ def main() -> None:
     print("private level warmed by run a, copied:", end=" ")
     subprocess.run(["cp", "-a", os.path.join(work, "private-a", "."), os.path.join(work, "private-c")], check=False)
     env = dict(base, TRITON_CACHE_DIR=os.path.join(work, "private-c"), **runner_environment(shared))
-    print(json.dumps(child(kernels_dir, "relu_kernel", env)))
+    print(json.dumps(child(kernels_dir, "relu_kernel", env, top=30)))
 
 
 if __name__ == "__main__":
