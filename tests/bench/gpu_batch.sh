@@ -82,8 +82,8 @@ if [[ $PARTS == *" ray14 "* ]]; then
         --cache-dir "$CACHE" --budget-s 520 --out "$OUT/batch_ray14.jsonl" > "$OUT/batch_ray14.log" 2>&1
 fi
 if [[ $PARTS == *" rayt "* ]]; then  # Triton alone (no build cache to fill first) on 1 then 4 GPUs: the scaling figure
-    timeout 560 python3 tests/bench/bench_batch.py --ray --ray-gpus 1,4 --kinds triton --budget-s 500 \
-        --out "$OUT/batch_rayt.jsonl" > "$OUT/batch_rayt.log" 2>&1
+    timeout $((${RAY_BUDGET_S:-500} + 60)) python3 tests/bench/bench_batch.py --ray --ray-gpus 1,4 --kinds triton \
+        --budget-s "${RAY_BUDGET_S:-500}" --out "$OUT/batch_rayt.jsonl" > "$OUT/batch_rayt.log" 2>&1
 fi
 if [[ $PARTS == *" ray24 "* ]]; then
     [ -d "$CACHE/cuda" ] || echo "ray24: no build cache from ray1 on this machine: a cold pass on 4 GPUs comes first"

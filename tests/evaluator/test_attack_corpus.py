@@ -54,6 +54,7 @@ REFERENCES = {"relu": RELU, "small_relu": SMALL_RELU, "matmul": MATMUL, "column_
 
 NOT_CORRECT = "not correct"
 NO_SPEEDUP = "no speedup"  # correct is acceptable, but the speedup must stay physical (< 3x)
+NO_GAIN = "no gain"  # correct is acceptable at the honest code's speed (< 1.25x; an honest matmul reads ~1x)
 HACK = "hack"  # any hack_detected rule
 CRASHED_OR_ERROR = {Verdict.CRASHED, Verdict.RUNTIME_ERROR}
 
@@ -112,9 +113,11 @@ GPU_CASES = {
     # side stream's work is charged (H100, slot: correct at 0.60x, its outputs complete by the hand-over).
     "gpu_side_stream_unjoined": NO_SPEEDUP,
     # Joined, but started before the current stream reached the start event, where its time hides behind the flush and
-    # the launch hold (timing.LaunchHold): seen running during a hold (untimed_work), or wrong where it read inputs the
-    # current stream had not finished writing.
-    "gpu_side_stream_early_start": NOT_CORRECT,
+    # the launch hold (timing.LaunchHold). With one hardware queue per context (the pool's default) it cannot start
+    # early: it queues behind whatever the current stream queued first (H100, session 15: correct at 0.96x). With
+    # CUDA's default eight queues it is seen running during a hold (untimed_work), or wrong where it read inputs the
+    # current stream had not finished writing (test_early_start_side_stream_with_cudas_default_queues).
+    "gpu_side_stream_early_start": NO_GAIN,
     "gpu_uninitialized_result_reuse": NOT_CORRECT,
     "gpu_cuda_graph_replay": NOT_CORRECT,
     "gpu_tf32_shortcut": NO_SPEEDUP,
@@ -178,8 +181,10 @@ def check_expected(result, expected) -> None:
         assert result.verdict in expected, describe(result)
     elif expected == NOT_CORRECT:
         assert result.verdict != Verdict.CORRECT, describe(result)
-    elif expected == NO_SPEEDUP:
-        assert result.verdict != Verdict.CORRECT or (result.speedup is not None and result.speedup < 3), describe(result)
+    elif expected in (NO_SPEEDUP, NO_GAIN):
+        bound = 3 if expected == NO_SPEEDUP else 1.25
+        assert result.verdict != Verdict.CORRECT or (result.speedup is not None and result.speedup < bound), \
+            describe(result)
     elif expected == HACK:
         assert result.verdict == Verdict.HACK_DETECTED, describe(result)
     else:
@@ -215,6 +220,19 @@ def gpu_results(tmp_path_factory):
 @pytest.mark.parametrize("name", list(GPU_CASES))
 def test_cuda_attack_is_stopped(gpu_results, name):
     check_expected(gpu_results[name], GPU_CASES[name])
+
+
+@pytest.mark.gpu
+def test_early_start_side_stream_with_cudas_default_queues(tmp_path, monkeypatch):
+    """A user who sets CUDA's eight hardware queues back (CUDA_DEVICE_MAX_CONNECTIONS=8) gets the early start back
+    too, and the hold's watch still stops it."""
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "8")
+    with make_evaluator(str(tmp_path), devices="auto", spare_per_device=0) as ev:
+        result = ev.evaluate(EvalRequest(
+            problem_id="attacks/gpu_matmul", reference_source=GPU_MATMUL, correctness_trials=3, timing_trials=50,
+            warmup_trials=5, candidate_source=(ATTACKS / "gpu_side_stream_early_start.py").read_text(),
+            request_id="early-start-eight-queues"))
+    check_expected(result, NOT_CORRECT)
 
 
 @pytest.mark.gpu
