@@ -1,5 +1,6 @@
 """Timing in KernelBench's convention, so speedups can be set beside published fast_p figures: each callable timed
-on its own, eager calls with host launch gaps included, one CUDA event pair per call after an L2 flush, mean of trials.
+on its own, eager calls with host launch gaps included, one CUDA event pair per call after an L2 flush, mean of trials
+(less the calls another process's GPU work spiked: trial_mean_ms).
 
 This is the convention papers report. The judge's own protocol (evaluator/judging/timing.py) holds launches behind a spin
 kernel and interleaves reference and candidate, measuring device time; the two differ most for launch-bound fusions.
@@ -16,7 +17,7 @@ from typing import Any, Callable, Optional
 
 from evaluator.judging.timing import HostClock
 
-CONVENTION = "kernelbench"  # stamped beside the numbers: eager, host gaps in, cuda events, L2 flushed, mean
+CONVENTION = "kernelbench"  # stamped beside the numbers: eager, host gaps in, cuda events, L2 flushed, trial mean
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,7 @@ def _time_cpu(fn: Callable[[], Any], name: str, settings: KernelBenchSettings,
 
 
 def mean_ms(samples: list[float]) -> Optional[float]:
+    """KernelBench's plain mean of the trials (recorded beside the stamped trial_mean_ms)."""
     values = [v for v in samples if v == v and v >= 0]
     return statistics.fmean(values) if values else None
 
@@ -193,21 +195,31 @@ def mean_ms(samples: list[float]) -> Optional[float]:
 SPIKE_FACTOR = 3.0  # a call over this many times the median had another process's GPU work in its window
 
 
+def trial_mean_ms(samples: list[float]) -> Optional[float]:
+    """The figure stamped in KernelBench's convention: the mean over the trials, less the calls over SPIKE_FACTOR x
+    their median. KernelBench times one process alone on its GPU; here other slots' and other tasks' GPU work lands in
+    a few calls' windows (a 10 us call read 110 us). Against KernelBench's own evaluator on one H100, the plain means
+    agreed within ±10% on 22 of 27 and 8 of 13 pairs, these on 24 of 27 and 13 of 13 (session 15)."""
+    values = [v for v in samples if v == v and v >= 0]
+    if not values:
+        return None
+    median = statistics.median(values)
+    return statistics.fmean(v for v in values if v <= SPIKE_FACTOR * median)
+
+
 def spread_summary(samples_ms: list[float]) -> Optional[tuple[float, float]]:
-    """(median, mean of the calls within SPIKE_FACTOR x the median) of per-call event times: recorded beside
-    KernelBench's plain mean, so what a neighbour's GPU work adds to some calls can be told from the calls' own time
-    (a diagnostic; nothing is charged by it). None without finite, non-negative samples."""
-    finite = sorted(v for v in samples_ms if math.isfinite(v) and v >= 0)
+    """(median, KernelBench's plain mean) of per-call event times, recorded beside the stamped trial_mean_ms. None
+    without finite, non-negative samples."""
+    finite = [v for v in samples_ms if math.isfinite(v) and v >= 0]
     if not finite or len(finite) != len(samples_ms):
         return None
-    median = statistics.median(finite)
-    kept = [v for v in finite if v <= SPIKE_FACTOR * median]
-    return median, statistics.fmean(kept)
+    return statistics.median(finite), statistics.fmean(finite)
 
 
 def speedup(reference_ms: list[float], candidate_ms: list[float]) -> Optional[float]:
-    """KernelBench's speedup: mean reference time over mean candidate time (None when either is missing)."""
-    reference, candidate = mean_ms(reference_ms), mean_ms(candidate_ms)
+    """KernelBench's speedup: the reference's trial mean over the candidate's (trial_mean_ms; None when either is
+    missing)."""
+    reference, candidate = trial_mean_ms(reference_ms), trial_mean_ms(candidate_ms)
     if reference is None or candidate is None or candidate <= 0:
         return None
     value = reference / candidate
@@ -236,7 +248,7 @@ def measure_pair(candidate: Callable[[], Any], reference: Callable[[], Any], dev
     settings = KernelBenchSettings(trials=max(3, trials), budget_s=budget_s)
     samples = time_callables({"reference": reference, "candidate": candidate}, device, settings,
                              before=lambda name: advance(), flush=flush, reset_l2=reset_l2)
-    return PairTiming(mean_ms(samples["reference"]), mean_ms(samples["candidate"]),
+    return PairTiming(trial_mean_ms(samples["reference"]), trial_mean_ms(samples["candidate"]),
                       speedup(samples["reference"], samples["candidate"]), len(samples["candidate"]))
 
 
@@ -272,12 +284,13 @@ def lower_bound_ms(candidate_batch_ms: float, harness_ms: float, hidden_ms: floa
 
 
 def bounded_charge(reported_ms: Optional[list[float]], lower_ms: float, upper_ms: float) -> BoundedCharge:
-    """The mean of the runner's reported event times, clamped into [lower_ms, upper_ms]. Nothing usable reported
-    (None, empty, NaN, infinite or negative values): the upper bound, the judge's own clock, which it can defend."""
+    """The trial mean of the runner's reported event times (trial_mean_ms), clamped into [lower_ms, upper_ms]. Nothing
+    usable reported (None, empty, NaN, infinite or negative values): the upper bound, the judge's own clock, which it
+    can defend. Leaving out a forged list's high calls buys nothing the clamp does not already bound."""
     lower = min(lower_ms, upper_ms)
     if not reported_ms or not all(math.isfinite(v) and v >= 0 for v in reported_ms):
         return BoundedCharge(upper_ms, None, 1)
-    mean = statistics.fmean(reported_ms)
+    mean = trial_mean_ms(reported_ms)
     if mean < lower:
         return BoundedCharge(lower, mean, -1)
     if mean > upper_ms:

@@ -1,7 +1,7 @@
-"""KernelBench's speedup convention measured in the slot (issue 24). GPU: the task's runner times the reference before
-its candidate loads (slot/reference_first.py) and then records the same events around the candidate's calls, which the
-judge believes only between a lower bound from its own batch rounds and its own clock around the eager order; the judge
-times its own reference too (KernelBench's events, flush and synchronisations), the fallback. CPU: CPU time."""
+"""KernelBench's speedup convention measured in the slot (issue 24). GPU: the judge times its own reference
+(KernelBench's events, flush and synchronisations); the task's runner records the same events around the candidate's
+calls, which the judge believes only between a lower bound from its own batch rounds and its own clock around the eager
+order. Both sides' trial means leave out spiked calls (kernelbench_timing.trial_mean_ms). CPU: CPU time."""
 
 from __future__ import annotations
 
@@ -43,21 +43,17 @@ def measure(phase: Any, result: Any) -> None:
 
 
 def _reference_first(phase: Any, judge_ms: float) -> float:
-    """The reference's figure: on a GPU the mean of its runner's events before the candidate loaded, where it has them
-    (slot/reference_first.py: both sides then from one process, as in KernelBench's own evaluator), else the judge's
-    own. The judge's own is recorded beside it either way; CPU mode records the runner's and keeps the judge's."""
+    """The reference's figure: the judge's own. Where the runner timed the reference before its candidate loaded
+    (slot/reference_first.py, KRL_WORKER_REFERENCE_FIRST=1), its trial mean and median are recorded beside it: charged
+    in session 14, it agreed with KernelBench's own evaluator on fewer pairs than the judge's trial mean (33 of 40
+    against 37 of 40, session 15)."""
     first = getattr(phase.schedule, "reference_first_ms", None)
-    if not first:
-        return judge_ms
-    phases = phase.schedule.phases
-    mean = statistics.fmean(first)
-    phases["kernelbench_reference_first_per_call"] = round(mean / 1e3, 9)
-    phases["kernelbench_reference_first_median_per_call"] = round(statistics.median(first) / 1e3, 9)
-    phases["kernelbench_judge_reference_per_call"] = round(judge_ms / 1e3, 9)
-    if phase.kind != "cuda":
-        return judge_ms
-    phases["kernelbench_reference_in_runner"] = 1
-    return mean
+    if first:
+        phases = phase.schedule.phases
+        phases["kernelbench_reference_first_per_call"] = round(kb.trial_mean_ms(first) / 1e3, 9)
+        phases["kernelbench_reference_first_median_per_call"] = round(statistics.median(first) / 1e3, 9)
+        phases["kernelbench_judge_reference_per_call"] = round(judge_ms / 1e3, 9)
+    return judge_ms
 
 
 def prepare(phase: Any) -> None:
@@ -120,17 +116,17 @@ def _gpu_rounds(phase: Any, calls: int, rounds: int) -> tuple[float, float]:
     phases["kernelbench_harness_per_call"] = round(harness_ms / 1e3, 9)
     phases["kernelbench_flush"] = round(flush_ms / 1e3, 9)
     _record_spread(phases, reference_ms, reported or [])
-    return statistics.fmean(reference_ms), charge.charged_ms
+    return kb.trial_mean_ms(reference_ms), charge.charged_ms
 
 
 def _record_spread(phases: dict[str, Any], reference_ms: list[float], reported_ms: list[float]) -> None:
-    """Each side's median call and mean of the calls free of spikes (kernelbench_timing.spread_summary), beside the
-    plain means: what another slot's GPU work added to some calls (docs/known-gaps.md). Recorded, not charged."""
+    """Each side's median call and KernelBench's plain mean (kernelbench_timing.spread_summary), beside the stamped
+    trial means: what another slot's GPU work added to some calls (docs/known-gaps.md). Recorded, not charged."""
     for side, samples in (("reference", reference_ms), ("reported", reported_ms)):
         summary = kb.spread_summary(samples)
         if summary is not None:
             phases[f"kernelbench_{side}_median_per_call"] = round(summary[0] / 1e3, 9)
-            phases[f"kernelbench_{side}_spike_free_per_call"] = round(summary[1] / 1e3, 9)
+            phases[f"kernelbench_{side}_plain_per_call"] = round(summary[1] / 1e3, 9)
 
 
 def _eager_message(calls: int, salt: int) -> dict[str, Any]:

@@ -1,9 +1,11 @@
-"""KernelBench's reference timed in the task's own runner before its candidate loads (issue 24): both sides of the
-KernelBench figure then come from one process, whose host launch speed and state are the candidate's own.
+"""KernelBench's reference timed in the task's own runner before its candidate loads (issue 24), a diagnostic turned on
+by KRL_WORKER_REFERENCE_FIRST=1: recorded beside the judge's own figure, never charged.
 
-Why: KernelBench's convention counts host launch work the L2 flush does not hide, so a launch-bound call's figure
-depends on the process that issues it. Timed in the long-lived judge, a small GEMM fusion's reference read 2-3.5x
-KernelBench's own median where the candidate's runner matched it (H100, session 13). A runner that has run no
+Why it exists: KernelBench's convention counts host launch work the L2 flush does not hide, so a launch-bound call's
+figure depends on the process that issues it. Timed in the long-lived judge, a small GEMM fusion's reference read
+2-3.5x KernelBench's own median where the candidate's runner matched it (H100, session 13), so session 14 charged this
+figure. Session 15 found those readings were spikes (other processes' GPU work in a few calls' windows): with spiked
+calls left out of both sides' means the judge's own reference agreed better (kernelbench_phase). A runner that has run no
 candidate code yet can be believed, as its clean round trip already is (slot/task_driver.py clean_round_trip): the
 judge reads its answer before the `task` order, so nothing the candidate does later can reach it.
 
@@ -22,7 +24,7 @@ from typing import Any, Optional
 from evaluator.slot.evidence import number
 
 ORDERS = ("reference", "time_reference")
-ENV = "KRL_WORKER_REFERENCE_FIRST"  # "0": never; "1": also in CPU mode (recorded only); default: on a GPU
+ENV = "KRL_WORKER_REFERENCE_FIRST"  # "1": timed first and recorded (GPU and CPU mode); default: not timed
 MIN_CALLS = 3
 MAX_CALLS = 1024
 BUDGET_S = 2.0  # each order's calls stop past this (at least one): the timed one holds the device exclusive
@@ -116,12 +118,12 @@ class ReferenceFirst:
 # ---------------------------------------------------------------- the judge's side
 
 def wanted(request: Any, device: str) -> bool:
-    """Whether this task's reference is timed first in its runner: KernelBench's figure is asked for and timed, on a
-    GPU (or in CPU mode with ENV=1, where it is recorded, not charged), and ENV is not 0."""
-    setting = os.environ.get(ENV, "").strip()
-    if setting == "0" or not request.measure_timing or not getattr(request, "kernelbench_timing", False):
+    """Whether this task's reference is timed first in its runner, a diagnostic that is recorded and never charged
+    (kernelbench_phase._reference_first): ENV=1 and KernelBench's figure asked for and timed. Off by default, since it
+    costs a GPU task ~0.1 s and a window of the device's exclusive hold."""
+    if os.environ.get(ENV, "").strip() != "1" or not request.measure_timing:
         return False
-    return str(device).startswith("cuda") or setting == "1"
+    return bool(getattr(request, "kernelbench_timing", False))
 
 
 def calls_for(request: Any) -> tuple[int, int]:

@@ -227,12 +227,17 @@ def test_the_lower_bound_is_the_batch_less_harness_and_a_flush_never_below_the_f
     assert kernelbench_timing.lower_bound_ms(0.05, 0.02, 0.09, 0.003) == 0.003
 
 
-def test_the_recorded_spread_sets_spiked_calls_apart_and_refuses_unusable_samples():
+def test_the_stamped_trial_mean_leaves_spiked_calls_out_and_the_plain_mean_is_recorded():
     # 100 calls of ~10 us, 5 of which shared their window with another process's kernel (+100 us).
     calls = [0.010] * 95 + [0.110] * 5
-    median, spike_free = kernelbench_timing.spread_summary(calls)
-    assert median == pytest.approx(0.010) and spike_free == pytest.approx(0.010)
-    assert kernelbench_timing.mean_ms(calls) == pytest.approx(0.015)  # KernelBench's plain mean, still the one charged
+    assert kernelbench_timing.trial_mean_ms(calls) == pytest.approx(0.010)
+    median, plain = kernelbench_timing.spread_summary(calls)
+    assert median == pytest.approx(0.010) and plain == pytest.approx(0.015)  # KernelBench's plain mean, recorded
+    assert kernelbench_timing.speedup(calls, [0.005] * 100) == pytest.approx(2.0)
+    # A kernel whose calls honestly vary (within 3x of their median) keeps every call in its mean.
+    assert kernelbench_timing.trial_mean_ms([0.01, 0.02, 0.025]) == pytest.approx(0.055 / 3)
+    # The runner's reported events get the same mean before the judge's bounds.
+    assert kernelbench_timing.bounded_charge([0.3] * 95 + [3.0] * 5, LOWER, UPPER).charged_ms == pytest.approx(0.3)
     assert kernelbench_timing.spread_summary([]) is None
     assert kernelbench_timing.spread_summary([0.01, float("nan")]) is None
 

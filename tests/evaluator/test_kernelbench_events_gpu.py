@@ -53,7 +53,10 @@ def results(tmp_path_factory):
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("KRL_WORKER_REFERENCE_FIRST", "1")  # the runner's figure recorded too (a diagnostic, never charged)
     evaluator = make_evaluator(str(tmp_path_factory.mktemp("kb-events")), devices="cuda:0")
+    patch.undo()  # the pool's processes have their environment
     try:
         return {name: evaluator.evaluate(EvalRequest(reference_source=MATMUL, candidate_source=source,
                                                      problem_id="kb-events/matmul", backend="torch", request_id=name,
@@ -77,10 +80,10 @@ def test_an_honest_runners_events_are_believed(results):
     assert 0.75 < honest.speedup_kernelbench < 1.33  # the same code on both sides
 
 
-def test_the_reference_is_timed_in_the_runner_before_its_candidate(results):
+def test_the_judges_reference_is_stamped_and_the_runners_first_figure_recorded_when_asked(results):
     honest = results["honest"]
-    assert honest.phase_times_s["kernelbench_reference_in_runner"] == 1, honest.phase_times_s
-    assert honest.reference_runtime_kernelbench_ms == pytest.approx(_phase(honest, "reference_first_per_call"),
+    assert "kernelbench_reference_in_runner" not in honest.phase_times_s, honest.phase_times_s
+    assert honest.reference_runtime_kernelbench_ms == pytest.approx(_phase(honest, "judge_reference_per_call"),
                                                                     abs=1e-5)
     # the same reference, timed by the same events in two processes: a 0.3 ms matmul is not launch-bound
     assert 0.8 < _phase(honest, "reference_first_per_call") / _phase(honest, "judge_reference_per_call") < 1.25
