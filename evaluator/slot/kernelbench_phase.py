@@ -35,25 +35,24 @@ def measure(phase: Any, result: Any) -> None:
     else:
         # The judge's own batch size, so the runner's fixed cost per order stays a few percent of the charged time.
         reference, candidate = _cpu_rounds(phase, max(MIN_CALLS, phase.calls), rounds)
-    reference = _reference_first(phase, reference)
+    _record_reference_first(phase, reference)
     result.reference_runtime_kernelbench_ms = reference
     result.kernel_runtime_kernelbench_ms = candidate
     result.speedup_kernelbench = reference / candidate if candidate > 0 else None
     result.kernelbench_clock = CLOCK if phase.kind == "cuda" else CPU_CLOCK
 
 
-def _reference_first(phase: Any, judge_ms: float) -> float:
-    """The reference's figure: the judge's own. Where the runner timed the reference before its candidate loaded
-    (slot/reference_first.py, KRL_WORKER_REFERENCE_FIRST=1), its trial mean and median are recorded beside it: charged
-    in session 14, it agreed with KernelBench's own evaluator on fewer pairs than the judge's trial mean (33 of 40
-    against 37 of 40, session 15)."""
+def _record_reference_first(phase: Any, judge_ms: float) -> None:
+    """Where the runner timed the reference before its candidate loaded (slot/reference_first.py,
+    KRL_WORKER_REFERENCE_FIRST=1), its trial mean and median beside the judge's own figure, which is the one stamped:
+    charged in session 14, the runner's agreed with KernelBench's own evaluator on fewer pairs than the judge's trial
+    mean (33 of 40 against 37 of 40, session 15)."""
     first = getattr(phase.schedule, "reference_first_ms", None)
     if first:
         phases = phase.schedule.phases
         phases["kernelbench_reference_first_per_call"] = round(kb.trial_mean_ms(first) / 1e3, 9)
         phases["kernelbench_reference_first_median_per_call"] = round(statistics.median(first) / 1e3, 9)
         phases["kernelbench_judge_reference_per_call"] = round(judge_ms / 1e3, 9)
-    return judge_ms
 
 
 def prepare(phase: Any) -> None:

@@ -117,7 +117,7 @@ class ReferenceFirst:
 
 # ---------------------------------------------------------------- the judge's side
 
-def wanted(request: Any, device: str) -> bool:
+def wanted(request: Any) -> bool:
     """Whether this task's reference is timed first in its runner, a diagnostic that is recorded and never charged
     (kernelbench_phase._reference_first): ENV=1 and KernelBench's figure asked for and timed. Off by default, since it
     costs a GPU task ~0.1 s and a window of the device's exclusive hold."""

@@ -195,11 +195,9 @@ def hash_triton_once() -> None:
     on a full cache hit (H100, triton 3.6, session 15). Hashing files imports nothing and touches no device."""
     try:
         from triton.runtime.cache import triton_key
-    except Exception:  # noqa: BLE001 - no triton, or a version that keeps it elsewhere: each runner hashes as before
-        return
-    try:
+
         triton_key()  # functools.lru_cache: the value stays in this process, and so in each fork of it
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - no triton, or a version that keeps it elsewhere: each runner hashes as before
         pass
 
 

@@ -34,7 +34,7 @@ def drive_task(slot: Any, runner: Any, driver: Any, task: Any, prebuilt: Optiona
     try:
         driver.clean_round_trip(ROUND_TRIP_PINGS, start_deadline)  # an honest order's fixed cost, before any
         # candidate code runs in this runner (a GPU timing takes it off each candidate order)
-        if reference_first.wanted(request, task.device):  # KernelBench's reference, timed in this runner first
+        if reference_first.wanted(request):  # KernelBench's reference, timed in this runner first
             schedule.reference_first_ms = reference_first.time_reference_first(
                 driver, request, _exclusive(device_lock, start_deadline, schedule.phases, runner), start_deadline)
         driver.order({"type": "task", "request": request.to_dict(), "prebuilt": prebuilt}, "started",

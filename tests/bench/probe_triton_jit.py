@@ -15,19 +15,12 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
 
-KERNELS = '''
-import triton
-import triton.language as tl
+from tests.bench.bench_slot import TRITON  # noqa: E402
 
-
-@triton.jit
-def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    x = tl.load(x_ptr + offsets, mask=mask)
-    tl.store(out_ptr + offsets, tl.maximum(x, 0.0), mask=mask)
-
+# The slot benchmark's own ReLU kernel (its module's imports and kernel, no model), and one of the same signature.
+KERNELS = TRITON.split("class ModelNew")[0] + '''
 
 @triton.jit
 def double_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
