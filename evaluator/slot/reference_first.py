@@ -12,7 +12,7 @@ judge reads its answer before the `task` order, so nothing the candidate does la
 Protocol (docs/slot.md), after the pings and before `task`:
   `reference` {request, warmup}  -> `reference_ready`: the reference model and one input set built, warmed, untimed
   `time_reference` {calls}       -> `reference_timed` {events_ms}: KernelBench's event timing, the device held
-An empty `events_ms` means the runner could not time it (the judge falls back to its own figure)."""
+An empty `events_ms` means the runner could not time it (nothing is recorded)."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ class ReferenceFirst:
 
 def wanted(request: Any) -> bool:
     """Whether this task's reference is timed first in its runner, a diagnostic that is recorded and never charged
-    (kernelbench_phase._reference_first): ENV=1 and KernelBench's figure asked for and timed. Off by default, since it
+    (kernelbench_phase._record_reference_first): ENV=1 and KernelBench's figure asked for and timed. Off by default, since it
     costs a GPU task ~0.1 s and a window of the device's exclusive hold."""
     if os.environ.get(ENV, "").strip() != "1" or not request.measure_timing:
         return False

@@ -454,6 +454,12 @@ def kb_pass_keys(item: dict) -> list[str]:
     return [key for key in ["kb"] + [f"kb{n}" for n in range(2, 10)] if isinstance(item.get(key), dict)]
 
 
+def agreement(ratios: list[float]) -> dict:
+    """How many of these ratios (ours or a second figure over KernelBench's) fall within ±10%, and their median."""
+    return {"pairs": len(ratios), "within_10pct": sum(1 for r in ratios if abs(r - 1) <= 0.10),
+            "median_ratio": statistics.median(ratios) if ratios else None}
+
+
 def summarize(items: list[dict]) -> dict:
     rows, both = [], []
     for item in items:
@@ -510,19 +516,11 @@ def summarize(items: list[dict]) -> dict:
              and item["kb"].get("speedup") and item["kb2"].get("speedup")]
     return {"rows": rows, "both_correct": len(both), "within_10pct": within,
             "clamped": {"raised": clamps.count(-1), "believed": clamps.count(0), "lowered": clamps.count(1)},
-            "kernelbench_self": {"pairs": len(again), "within_10pct": sum(1 for r in again if abs(r - 1) <= 0.10),
-                                 "median_ratio": statistics.median(again) if again else None},
+            "kernelbench_self": agreement(again),
             "share_within_10pct": within / len(both) if both else None,
-            "plain_mean_diagnostic": {"pairs": len(plain),
-                                      "within_10pct": sum(1 for r in plain if abs(r - 1) <= 0.10),
-                                      "median_ratio": statistics.median(plain) if plain else None},
-            "runner_reference_diagnostic": {"pairs": len(runner_reference),
-                                           "within_10pct": sum(1 for r in runner_reference if abs(r - 1) <= 0.10),
-                                           "median_ratio": statistics.median(runner_reference) if runner_reference
-                                           else None},
-            "against_kernelbench_mean": {"pairs": len(against_mean),
-                                         "within_10pct": sum(1 for r in against_mean if abs(r - 1) <= 0.10),
-                                         "median_ratio": statistics.median(against_mean) if against_mean else None},
+            "plain_mean_diagnostic": agreement(plain),
+            "runner_reference_diagnostic": agreement(runner_reference),
+            "against_kernelbench_mean": agreement(against_mean),
             "median_ratio": statistics.median(both) if both else None,
             "verdict_agreement": sum(1 for i in items if bool(i.get("kb", {}).get("correct")) ==
                                      (i.get("ours", {}).get("verdict") == "correct")), "pairs": len(items)}

@@ -14,6 +14,7 @@ import statistics
 import sys
 import tempfile
 import time
+from unittest import mock
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -68,26 +69,18 @@ def bare_seconds(size: int, n: int, timing_trials: int, same_calls: int = 0) -> 
     from evaluator.slot.worker import evaluate_in_process, prepare_worker
 
     trials = same_calls or timing_trials
-    reuse = os.environ.get(REUSE_ENV)
-    if same_calls:
-        os.environ[REUSE_ENV] = "0"
-    try:
-        with tempfile.TemporaryDirectory() as work:
-            ctx = prepare_worker("cpu", work_dir=work)
-            # The slot's calls all timed, not cut at the in-process path's 1.5 s budget.
-            ctx.timing_settings = dataclasses.replace(ctx.timing_settings, budget_s=60.0)
-            evaluate_in_process(request(size, -1, trials), ctx)
-            seconds = []
-            for index in range(n):
-                start = time.perf_counter()
-                result = evaluate_in_process(request(size, index, trials), ctx)
-                seconds.append(time.perf_counter() - start)
-                assert result.verdict.value == "correct", (result.verdict, result.error_message)
-    finally:
-        if reuse is None:
-            os.environ.pop(REUSE_ENV, None)
-        else:
-            os.environ[REUSE_ENV] = reuse
+    with mock.patch.dict(os.environ, {REUSE_ENV: "0"} if same_calls else {}), \
+            tempfile.TemporaryDirectory() as work:
+        ctx = prepare_worker("cpu", work_dir=work)
+        # The slot's calls all timed, not cut at the in-process path's 1.5 s budget.
+        ctx.timing_settings = dataclasses.replace(ctx.timing_settings, budget_s=60.0)
+        evaluate_in_process(request(size, -1, trials), ctx)
+        seconds = []
+        for index in range(n):
+            start = time.perf_counter()
+            result = evaluate_in_process(request(size, index, trials), ctx)
+            seconds.append(time.perf_counter() - start)
+            assert result.verdict.value == "correct", (result.verdict, result.error_message)
     return seconds
 
 

@@ -53,10 +53,9 @@ def results(tmp_path_factory):
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
-    patch = pytest.MonkeyPatch()
-    patch.setenv("KRL_WORKER_REFERENCE_FIRST", "1")  # the runner's figure recorded too (a diagnostic, never charged)
-    evaluator = make_evaluator(str(tmp_path_factory.mktemp("kb-events")), devices="cuda:0")
-    patch.undo()  # the pool's processes have their environment
+    with pytest.MonkeyPatch.context() as patch:  # the pool's processes take their environment as they start
+        patch.setenv("KRL_WORKER_REFERENCE_FIRST", "1")  # the runner's figure recorded too (a diagnostic, never charged)
+        evaluator = make_evaluator(str(tmp_path_factory.mktemp("kb-events")), devices="cuda:0")
     try:
         return {name: evaluator.evaluate(EvalRequest(reference_source=MATMUL, candidate_source=source,
                                                      problem_id="kb-events/matmul", backend="torch", request_id=name,
