@@ -74,7 +74,6 @@ class GatedRounds:
         import torch
 
         from evaluator.contract.framing import encode_message
-        from evaluator.judging import judge
         from evaluator.slot.task_driver import Deadline
 
         own = self.own_gate()
@@ -83,7 +82,8 @@ class GatedRounds:
         with own.queueing(GATE_QUEUE_WAIT_S) as queueing:
             self.outputs, self.judge_sets = [], []
             with torch.no_grad():
-                sets = self.judge_sets = judge.nudged_batch(self.bases, salt, calls, own.gate.wait(own.writer.next()))
+                shift = own.gate.wait(own.writer.next())  # queued first: the making's events start behind the gate
+                sets = self.judge_sets = self.made_sets(salt, calls, shift)
                 self.outputs = [self.task.model(*sets[index % len(sets)]) for index in range(calls)]
         if queueing.forced:
             torch.cuda.synchronize()

@@ -120,6 +120,8 @@ class TimingPhase(GatedRounds):
         self.kept: list[list[tuple[str, Any, list]]] = []
         self.kept_bytes = 0
         self.candidate_projection: list[float] = []
+        self.made_events: Any = None  # made_sets' two events around its last making (GPU)
+        self.harness_ms: list[float] = []  # per counted GPU round: note_harness
         self.batch_only: dict[str, float] = {}
         self.calls = 1  # calls per timed batch, once sized
         self.staged = 1
@@ -161,11 +163,29 @@ class TimingPhase(GatedRounds):
             finally:
                 torch.set_num_threads(threads)
 
-    def made_sets(self, salt: int, calls: int) -> list[list]:
-        """This round's value sets, made as the runner makes its own (judge.nudged_batch of the base sets, `salt`)."""
+    def made_sets(self, salt: int, calls: int, shift: Any = None) -> list[list]:
+        """This round's value sets, made as the runner makes its own (judge.nudged_batch of the base sets, `salt` and a
+        gate's `shift`); on a GPU the making's device time is bracketed by events (made_events, read by one_round)."""
         from evaluator.judging import judge
 
-        return judge.nudged_batch(self.bases, salt, calls)
+        if self.kind != "cuda":
+            return judge.nudged_batch(self.bases, salt, calls, shift)
+        import torch
+
+        events = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        events[0].record()
+        sets = judge.nudged_batch(self.bases, salt, calls, shift)
+        events[1].record()
+        self.made_events = events
+        return sets
+
+    def note_harness(self, reference_hand: float, calls: int) -> None:
+        """A counted GPU round's harness per call, in ms: the judge's making of its sets (device time, from its own
+        events) and its projection of every output, the work both sides' charges carry beside the calls. KernelBench's
+        convention takes its largest as the harness of its lower bound (kernelbench_phase.py), which a dedicated
+        measurement held the device ~20 ms a task for (8 slots, H100, session 15)."""
+        start, end = self.made_events
+        self.harness_ms.append((start.elapsed_time(end) + reference_hand * 1e3) / calls)
 
     def reference_hand(self, picked: list[int], seed: int) -> float:
         """Seconds of the judge doing what the runner's charged hand-over does: project every output of its batch.
@@ -451,6 +471,8 @@ class TimingPhase(GatedRounds):
         else:
             self.issued_sides(candidate_first, counted, exclusive, calls, salt, picked, seed, hands)
         self.check(picked)
+        if counted and self.kind == "cuda":
+            self.note_harness(hands["reference"], calls)
         if self.driver.trace is not None:  # per round for the benchmark's trace: batch and hand-over of each side, ms
             self.driver.rounds.append([calls] + [round(v * 1e3, 4) for v in (
                 self.batch_only["reference"], hands["reference"], self.batch_only["candidate"], hands["candidate"])])
