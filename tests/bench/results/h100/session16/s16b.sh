@@ -9,15 +9,15 @@ mkdir -p $OUT/raw
 timeout -s INT 130 python3 -m pytest -v -p no:cacheprovider -m gpu --timeout=120 -rfE --tb=short \
     tests/evaluator/test_kernelbench_events_gpu.py > $OUT/raw/gpu_tests.txt 2>&1
 timeout 40 python3 tests/bench/probe_harness.py > $OUT/raw/probe_harness.txt 2>&1
-slot() { name=$1; shift; timeout 85 env "$@" python3 tests/bench/bench_slot.py --slots 8 > $OUT/raw/$name.txt 2>&1 ; }
+slot() { name=$1; vars=$2; shift 2; timeout 85 env $vars python3 tests/bench/bench_slot.py --slots 8 "$@" > $OUT/raw/$name.txt 2>&1 ; }
 slot torch_q1 X=1 --n 32 --kinds torch
 slot torch_q8 CUDA_DEVICE_MAX_CONNECTIONS=8 --n 32 --kinds torch
 timeout 60 python3 tests/bench/bench_slot.py --slots 2 --n 16 --kinds torch > $OUT/raw/torch_s2.txt 2>&1
 slot triton_default X=1 --n 64 --kinds triton
 slot triton_b25 KRL_WORKER_TIMING_BATCH_MS=2.5 --n 64 --kinds triton
-slot triton_r51 KRL_WORKER_TIMING_ROUNDS=5 KRL_WORKER_TIMING_EXTRA_ROUNDS=1 --n 64 --kinds triton
-slot triton_both KRL_WORKER_TIMING_BATCH_MS=2.5 KRL_WORKER_TIMING_ROUNDS=5 KRL_WORKER_TIMING_EXTRA_ROUNDS=1 --n 64 --kinds triton
-slot torch_both KRL_WORKER_TIMING_BATCH_MS=2.5 KRL_WORKER_TIMING_ROUNDS=5 KRL_WORKER_TIMING_EXTRA_ROUNDS=1 --n 32 --kinds torch
+slot triton_r51 "KRL_WORKER_TIMING_ROUNDS=5 KRL_WORKER_TIMING_EXTRA_ROUNDS=1" --n 64 --kinds triton
+slot triton_both "KRL_WORKER_TIMING_BATCH_MS=2.5 KRL_WORKER_TIMING_ROUNDS=5 KRL_WORKER_TIMING_EXTRA_ROUNDS=1" --n 64 --kinds triton
+slot torch_both "KRL_WORKER_TIMING_BATCH_MS=2.5 KRL_WORKER_TIMING_ROUNDS=5 KRL_WORKER_TIMING_EXTRA_ROUNDS=1" --n 32 --kinds torch
 tar -czf $OUT/raw.tgz -C $OUT raw
 grep -E "PASSED|FAILED|ERROR|^E  " $OUT/raw/gpu_tests.txt | cut -c1-200 | tail -12; tail -1 $OUT/raw/gpu_tests.txt
 cut -c1-900 $OUT/raw/probe_harness.txt
