@@ -82,8 +82,8 @@ class GatedRounds:
         with own.queueing(GATE_QUEUE_WAIT_S) as queueing:
             self.outputs, self.judge_sets = [], []
             with torch.no_grad():
-                shift = own.gate.wait(own.writer.next())  # queued first: the making's events start behind the gate
-                sets = self.judge_sets = self.made_sets(salt, calls, shift)
+                count = own.writer.next()  # the wait is queued after the sets' draws (judge.nudged_batch)
+                sets = self.judge_sets = self.made_sets(salt, calls, lambda: own.gate.wait(count))
                 self.outputs = [self.task.model(*sets[index % len(sets)]) for index in range(calls)]
         if queueing.forced:
             torch.cuda.synchronize()

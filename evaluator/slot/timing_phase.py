@@ -172,11 +172,21 @@ class TimingPhase(GatedRounds):
             return judge.nudged_batch(self.bases, salt, calls, shift)
         import torch
 
-        events = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        events[0].record()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if callable(shift):  # a gate's wait, queued after the draws: the timed making starts behind it
+            wait = shift
+
+            def opened() -> Any:
+                value = wait()
+                start.record()
+                return value
+
+            shift = opened
+        else:
+            start.record()
         sets = judge.nudged_batch(self.bases, salt, calls, shift)
-        events[1].record()
-        self.made_events = events
+        end.record()
+        self.made_events = start, end
         return sets
 
     def note_harness(self, reference_hand: float, calls: int) -> None:
@@ -197,7 +207,8 @@ class TimingPhase(GatedRounds):
 
         cuda = self.kind == "cuda"
         start = time.perf_counter() if cuda else time.thread_time_ns() / 1e9
-        self.reference_projection = projections(self.outputs, seed)
+        self.reference_projection = projections(self.outputs, seed, magnitudes=False)
+        self.hand_seed = seed  # the magnitudes are projected after the timed window (check)
         if cuda:
             torch.cuda.synchronize()
         # The runner's answer carries every projection, encoded on its charge (~1 ms for 2048 calls here): the same
@@ -283,8 +294,13 @@ class TimingPhase(GatedRounds):
             self.kept_bytes += sum(tensor_bytes(output) + tensor_bytes(values) for _, output, values in batch)
             if self.kept_bytes > KEPT_BYTES_MAX:
                 self.check_kept()
+        from evaluator.slot.projection import projections
+
         atol, rtol = self.task.request.tolerances()
-        sums, magnitudes, weights = self.reference_projection
+        sums = self.reference_projection[0]
+        # The tolerance's magnitudes (untimed: the runner's hand-over answers the sums alone, so neither side's
+        # charge carries them)
+        _, magnitudes, weights = projections(self.outputs, self.hand_seed, sums=False)
         for call, (got, want, size, scale) in enumerate(zip(self.candidate_projection, sums, magnitudes, weights)):
             allowed = atol * scale + (rtol + PROJECTION_SLACK) * size + 1e-6
             if not abs(got - want) <= allowed:  # NaN fails too

@@ -149,8 +149,9 @@ class TaskSession(RunState):
 
     def queue(self, calls: int, salt: int, count: int) -> None:
         """A batch like run()'s, queued behind the judge's gate (it runs when the page's count reaches `count`) and not
-        waited for: its value sets are made on the device from the shift the judge writes as it opens the gate."""
-        self._batch(calls, salt, self.gate.wait(count))
+        waited for: its value sets are made on the device from the shift the judge writes as it opens the gate (the
+        wait queued once their draws are: judge.nudged_batch)."""
+        self._batch(calls, salt, lambda: self.gate.wait(count))
 
     def drain(self) -> None:
         """The queued batch waited for (the judge's clock runs from its gate's opening to this answer)."""
@@ -206,7 +207,7 @@ class TaskSession(RunState):
         """Every batch call's output projected on weights drawn from `seed` (evaluator/slot/projection.py)."""
         from evaluator.slot.projection import projections
 
-        return projections(self.outputs, seed)[0]
+        return projections(self.outputs, seed, magnitudes=False)[0]
 
     def recheck(self, fresh: list) -> Any:
         """The last inputs refilled in place with fresh values: a memo by identity, pointer or shape answers stale."""

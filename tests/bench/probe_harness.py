@@ -26,17 +26,37 @@ def timed(step, torch) -> dict:
     """Median over REPEATS of the step's host time (its launches, up to before the synchronisation) and its whole
     time (through the synchronisation), in ms."""
     host, whole = [], []
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     for _ in range(REPEATS):
-        sync()
+        synchronise(torch)
         start = time.perf_counter()
         step()
         launched = time.perf_counter()
-        sync()
+        synchronise(torch)
         done = time.perf_counter()
         host.append((launched - start) * 1e3)
         whole.append((done - start) * 1e3)
     return {"host_ms": round(statistics.median(host), 4), "whole_ms": round(statistics.median(whole), 4)}
+
+
+def behind_gate(bases: list, calls: int, shift, torch) -> float:
+    """Milliseconds of nudged_batch's work once a gate's shift is asked for (the draws are made before it)."""
+    from evaluator.judging import judge
+
+    marks = {}
+
+    def opened():
+        synchronise(torch)
+        marks["from"] = time.perf_counter()
+        return shift
+
+    judge.nudged_in_bulk(bases, 7, calls, opened)  # the GPU path of nudged_batch, here on any device
+    synchronise(torch)
+    return (time.perf_counter() - marks["from"]) * 1e3
+
+
+def synchronise(torch) -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 def probe(size: int, batch_ms: float, device_name: str = "cuda") -> dict:
@@ -65,7 +85,10 @@ def probe(size: int, batch_ms: float, device_name: str = "cuda") -> dict:
     figures = {"elements": size, "calls": calls, "relu_call_ms": round(per_call_ms, 5)}
     figures["calls_only"] = timed(lambda: [torch.relu(*values) for values in sets], torch)
     figures["nudged_batch"] = timed(lambda: judge.nudged_batch(bases, 7, calls, shift), torch)
+    figures["nudged_behind_gate_ms"] = round(statistics.median(behind_gate(bases, calls, shift, torch)
+                                                                for _ in range(REPEATS)), 4)
     figures["projections"] = timed(lambda: projections(outputs, 11), torch)
+    figures["projections_sums"] = timed(lambda: projections(outputs, 11, magnitudes=False), torch)
     # The projection's steps, as slot/projection.py takes them for one-shape outputs.
     stacked = torch.stack(outputs).float().reshape(len(outputs), -1)
     weights = torch.rand(outputs[0].shape, device=device).reshape(-1)

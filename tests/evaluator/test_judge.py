@@ -120,6 +120,30 @@ def test_nudged_values_change_every_float_element_and_keep_the_domain(dtype):
     assert first[2] is index and first[3] is flag and first[4:] == [3, None]
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_batchs_sets_in_bulk_take_the_gates_shift_after_their_draws_and_stay_within_the_nudge(dtype):
+    # The GPU's bulk path (judge.nudged_in_bulk), here on the CPU: the gate's wait is queued only once every draw is,
+    # so the draws run before the gate opens; the values depend on the shift, and each set is its own allocation.
+    import torch
+
+    dtype = getattr(torch, dtype)
+    bases = [[torch.rand(256, dtype=dtype) + 0.5, torch.arange(4)], [torch.randn(16, 16, dtype=dtype), 7]]
+    shift = torch.tensor([0.375])
+    queued = []
+    made = judge.nudged_in_bulk(bases, 5, 5, lambda: queued.append(len(queued)) or shift)
+    assert queued == [0] and len(made) == 5
+    assert all(torch.equal(a, b) for a, b in zip(made[2], judge.nudged_in_bulk(bases, 5, 5, shift)[2]))
+    moved = judge.nudged_in_bulk(bases, 5, 5, torch.tensor([0.625]))
+    for call, values in enumerate(made):
+        base = bases[call % 2]
+        nudged = values[0]
+        assert nudged.dtype == dtype and nudged.shape == base[0].shape
+        assert float((nudged.double() / base[0].double() - 1).abs().max()) <= judge.NUDGE * 1.01 + 2 ** -7
+        assert float((nudged != moved[call][0]).double().mean()) > 0.85  # another shift, other values
+        assert values[1] is base[1]  # what is not a float tensor is passed as it is
+    assert made[0][0].data_ptr() != made[2][0].data_ptr()
+
+
 def test_nudged_set_names_round_trip_and_nothing_else_parses():
     assert judge.parse_nudged_set(judge.nudged_set_name(2, 123456789)) == (2, 123456789)
     for name in ("timing-2", "nudged-2", "nudged-100-1", "nudged-1-12345678901", "nudged-1-2/../x"):

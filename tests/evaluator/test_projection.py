@@ -31,3 +31,14 @@ def test_one_changed_element_moves_its_projection_only():
     outputs[2][5, 7] += 1.0
     moved = projections(outputs, 3)[0]
     assert moved[2] != sums[2] and moved[:2] == sums[:2] and moved[3] == sums[3]
+
+
+def test_a_hand_over_of_sums_alone_and_the_magnitudes_after_it_add_up_to_the_whole_projection():
+    outputs = [torch.randn(4, 5) for _ in range(3)]
+    whole = projections(outputs, 11)
+    sums, no_sizes, no_weights = projections(outputs, 11, magnitudes=False)
+    no_sums, sizes, weights = projections(outputs, 11, sums=False)
+    assert (sums, sizes, weights) == whole and no_sizes == no_weights == no_sums == []
+    mixed = [(o, o[:2]) for o in outputs]  # the general path too
+    assert projections(mixed, 5, magnitudes=False)[0] == projections(mixed, 5)[0]
+    assert projections(mixed, 5, sums=False)[1:] == projections(mixed, 5)[1:]
