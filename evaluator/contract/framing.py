@@ -3,10 +3,12 @@ JSON, never pickle: the other end may run candidate code, and unpickling what it
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
 import struct
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 HEADER = struct.Struct(">I")
 MAX_MESSAGE_BYTES = 64 * 2**20
@@ -15,6 +17,25 @@ MAX_MESSAGE_BYTES = 64 * 2**20
 def encode_message(message: dict[str, Any]) -> bytes:
     body = json.dumps(message).encode()
     return HEADER.pack(len(body)) + body
+
+
+def pack_floats(values: Sequence[float]) -> str:
+    """Numbers as one string in a message: base64 of little-endian float64s. A timed hand-over answers hundreds of
+    projections, and both sides are charged the encoding: JSON's numbers took ~0.4 ms for 756 of them on a 2-core VM,
+    this ~0.02 ms."""
+    return base64.b64encode(struct.pack(f"<{len(values)}d", *values)).decode("ascii")
+
+
+def unpack_floats(text: Any, count: int) -> Optional[list[float]]:
+    """pack_floats' `count` numbers back (NaN and infinities as they are), or None for anything else a message
+    carries there."""
+    if not isinstance(text, str) or len(text) != 4 * -(-8 * count // 3):
+        return None
+    try:
+        data = base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        return None
+    return list(struct.unpack(f"<{count}d", data)) if len(data) == 8 * count else None
 
 
 def write_message(fd: int, message: dict[str, Any]) -> None:

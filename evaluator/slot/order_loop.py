@@ -63,6 +63,8 @@ def _plain(name: Any) -> str:
 def serve_orders(read_message, write_message, session: Any, exchange: Exchange) -> None:
     """Answer the judge's orders until it says finish (or closes the pipe). A candidate fault answers 'failed' and
     ends the loop: the judge decides what it means."""
+    from evaluator.contract.framing import pack_floats
+
     while True:
         order = read_message()
         if not order:
@@ -99,7 +101,7 @@ def serve_orders(read_message, write_message, session: Any, exchange: Exchange) 
             elif kind == "hand":  # the projection of every output (seed), or kept outputs (kept), or both
                 answer = {"type": "handed"}
                 if "seed" in order:
-                    answer["projections"] = session.projections(int(order["seed"]))
+                    answer["projections"] = pack_floats(session.projections(int(order["seed"])))
                 for name in order.get("kept", ()):
                     exchange.hand(_plain(name), session.kept_output(_plain(name)))
             elif kind == "keep":  # picked outputs of the last batch, kept by name until the judge asks for them

@@ -22,15 +22,15 @@ def projections(outputs: list, seed: int, sums: bool = True,
 
     from evaluator.judging import judge
 
-    same = _one_shape(outputs, torch)
-    if same is not None:  # the usual case: one tensor per call, one shape: a few whole-batch ops, not a few per call
-        generator = torch.Generator(device=same.device)
+    stacked = _stacked(outputs, torch)
+    if stacked is not None:  # the usual case: one tensor per call, one shape: a few whole-batch ops, not a few per call
+        generator = torch.Generator(device=stacked.device)
         generator.manual_seed(seed)
-        drawn = torch.rand(same.shape, generator=generator, device=same.device).mul_(2).sub_(1)
+        drawn = torch.rand(stacked.shape[1:], generator=generator, device=stacked.device).mul_(2).sub_(1)
         # One row per call: reshape, not flatten(1), which a stack of 0-dim outputs (a loss) does not have. Two
         # temporaries the batch's size (the stack's copy, its magnitudes), each row's sums a matrix-vector product
         # (fresh pages cost: on a CPU the hand-over of six 1 MiB outputs took 2-9 ms where the batch took 4).
-        values = torch.stack(outputs).float().reshape(len(outputs), -1)
+        values = stacked.float().reshape(len(outputs), -1)
         weights = drawn.reshape(-1)
         sizes = torch.mv(values.abs(), weights.abs()).double().cpu().tolist() if magnitudes else []
         projected = torch.mv(values.sin_(), weights).double().cpu().tolist() if sums else []
@@ -60,15 +60,18 @@ def projections(outputs: list, seed: int, sums: bool = True,
             [r[2] for r in table] if magnitudes else [])
 
 
-def _one_shape(outputs: list, torch: Any) -> Any:
-    """The first output when every output is a plain floating-point tensor of one shape, dtype and device; else None."""
-    if not outputs:
+def _stacked(outputs: list, torch: Any) -> Any:
+    """Every output in one floating-point tensor, a row per call, when each is a plain tensor of one shape on one
+    device (floating dtypes promoted, as .float() would); else None. Stacked first and checked after: checking each
+    output's shape, dtype and device in Python took ~0.4 ms of a 756-call hand-over's ~1.1 ms (2-core VM)."""
+    if not outputs or type(outputs[0]) is not torch.Tensor:
         return None
-    first = outputs[0]
-    if type(first) is not torch.Tensor or not first.is_floating_point() or not first.numel():
+    try:
+        stacked = torch.stack(outputs)
+    except (TypeError, RuntimeError):  # another shape or device, or not a tensor: the general path
         return None
-    for output in outputs:
-        if type(output) is not torch.Tensor or output.shape != first.shape or output.dtype != first.dtype or \
-                output.device != first.device:
-            return None
-    return first
+    if type(stacked) is not torch.Tensor or not stacked.is_floating_point() or not stacked.numel():
+        return None
+    if stacked.shape[1:] != outputs[0].shape:  # defensive: stack never reshapes
+        return None
+    return stacked

@@ -202,7 +202,7 @@ class TimingPhase(GatedRounds):
         The picked outputs' files are not mirrored: neither side is charged for them (see candidate_hand)."""
         import torch
 
-        from evaluator.contract.framing import encode_message
+        from evaluator.contract.framing import encode_message, pack_floats
         from evaluator.slot.projection import projections
 
         cuda = self.kind == "cuda"
@@ -213,7 +213,7 @@ class TimingPhase(GatedRounds):
             torch.cuda.synchronize()
         # The runner's answer carries every projection, encoded on its charge (~1 ms for 2048 calls here): the same
         # encoding on the judge's, or identical code read 0.71x at 256 elements.
-        encode_message({"type": "handed", "projections": self.reference_projection[0]})
+        encode_message({"type": "handed", "projections": pack_floats(self.reference_projection[0])})
         return (time.perf_counter() if cuda else time.thread_time_ns() / 1e9) - start
 
     def order(self, message: dict[str, Any], expected: str, calls: int) -> dict[str, Any]:
@@ -268,12 +268,13 @@ class TimingPhase(GatedRounds):
         charged: the projection has already shown every output, so no work of the batch can still be pending; in CPU
         mode the files' writes inside the sandbox cost the runner 2-3x the judge's, which read identical code as 0.4x
         at 1 MiB when both were charged)."""
+        from evaluator.contract.framing import unpack_floats
+
         hand_s, answer = self.measured({"type": "hand", "seed": seed}, "handed")
-        projected = answer.get("projections")
-        if not isinstance(projected, list) or len(projected) != calls or \
-                not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in projected):
+        projected = unpack_floats(answer.get("projections"), calls)
+        if projected is None:
             raise ProtocolBreach("its hand-over did not project every call of the batch")
-        self.candidate_projection = [float(v) for v in projected]
+        self.candidate_projection = projected
         if picked:
             self.order({"type": "keep", "calls": {self.kept_name(call): call for call in picked}}, "kept", len(picked))
         return hand_s

@@ -62,7 +62,7 @@ def synchronise(torch) -> None:
 def probe(size: int, batch_ms: float, device_name: str = "cuda") -> dict:
     import torch
 
-    from evaluator.contract.framing import encode_message
+    from evaluator.contract.framing import encode_message, pack_floats
     from evaluator.judging import judge
     from evaluator.slot.projection import projections
 
@@ -98,7 +98,7 @@ def probe(size: int, batch_ms: float, device_name: str = "cuda") -> dict:
     sums = torch.mv(stacked, weights)
     figures["p_to_host"] = timed(lambda: sums.double().cpu().tolist(), torch)
     listed = sums.double().cpu().tolist()
-    figures["encode"] = timed(lambda: encode_message({"type": "handed", "projections": listed}), torch)
+    figures["encode"] = timed(lambda: encode_message({"type": "handed", "projections": pack_floats(listed)}), torch)
     return figures
 
 

@@ -42,3 +42,17 @@ def test_a_hand_over_of_sums_alone_and_the_magnitudes_after_it_add_up_to_the_who
     mixed = [(o, o[:2]) for o in outputs]  # the general path too
     assert projections(mixed, 5, magnitudes=False)[0] == projections(mixed, 5)[0]
     assert projections(mixed, 5, sums=False)[1:] == projections(mixed, 5)[1:]
+
+
+def test_packed_projections_come_back_whole_and_anything_else_is_refused():
+    from evaluator.contract.framing import pack_floats, unpack_floats
+
+    values = [0.0, -1.5, 1e300, float("inf"), 3.141592653589793]
+    back = unpack_floats(pack_floats(values), 5)
+    assert back == values
+    nan = unpack_floats(pack_floats([float("nan")]), 1)
+    assert nan is not None and nan[0] != nan[0]  # NaN comes back as NaN (the check fails it, not the unpacking)
+    assert unpack_floats(pack_floats([]), 0) == []
+    packed = pack_floats(values)
+    for bad in (values, packed, packed[:-4], packed + "AAAA", "!" * len(packed), None, 5, "é" * len(packed)):
+        assert unpack_floats(bad, 5 if bad is not packed else 4) is None
