@@ -114,7 +114,8 @@ class TimingPhase(GatedRounds):
         self.bases: list[list] = []
         self.judge_sets: list[list] = []  # this round's value sets, made as the runner makes its own
         self.outputs: list = []  # the reference's outputs of this round's batch
-        self.reference_projection: tuple = ([], [], [])
+        self.reference_sums: list[float] = []  # the judge's projection of its last batch (reference_hand)
+        self.hand_seed = 0  # and the seed it drew, for the magnitudes projected after the window (check)
         # Picked calls of the batches so far, by batch: (the name the runner keeps the output under, the judge's
         # reference output, the values), compared after the hold (check_kept).
         self.kept: list[list[tuple[str, Any, list]]] = []
@@ -207,13 +208,12 @@ class TimingPhase(GatedRounds):
 
         cuda = self.kind == "cuda"
         start = time.perf_counter() if cuda else time.thread_time_ns() / 1e9
-        self.reference_projection = projections(self.outputs, seed, magnitudes=False)
-        self.hand_seed = seed  # the magnitudes are projected after the timed window (check)
+        self.reference_sums, self.hand_seed = projections(self.outputs, seed, magnitudes=False)[0], seed
         if cuda:
             torch.cuda.synchronize()
-        # The runner's answer carries every projection, encoded on its charge (~1 ms for 2048 calls here): the same
-        # encoding on the judge's, or identical code read 0.71x at 256 elements.
-        encode_message({"type": "handed", "projections": pack_floats(self.reference_projection[0])})
+        # The runner's answer carries every projection, encoded on its charge: the same encoding on the judge's (with
+        # JSON's numbers, ~1 ms for 2048 calls on a 2-core VM, identical code read 0.71x at 256 elements without it).
+        encode_message({"type": "handed", "projections": pack_floats(self.reference_sums)})
         return (time.perf_counter() if cuda else time.thread_time_ns() / 1e9) - start
 
     def order(self, message: dict[str, Any], expected: str, calls: int) -> dict[str, Any]:
@@ -287,6 +287,8 @@ class TimingPhase(GatedRounds):
     def check(self, picked: list[int]) -> None:
         """Every call through its projection, now; the picked outputs, kept in the runner, against the reference outputs
         of the same values after the exclusive hold (check_kept), or at once when a projection is wrong."""
+        from evaluator.slot.projection import projections
+
         if picked:
             from evaluator.judging.sol import tensor_bytes
 
@@ -295,14 +297,11 @@ class TimingPhase(GatedRounds):
             self.kept_bytes += sum(tensor_bytes(output) + tensor_bytes(values) for _, output, values in batch)
             if self.kept_bytes > KEPT_BYTES_MAX:
                 self.check_kept()
-        from evaluator.slot.projection import projections
-
         atol, rtol = self.task.request.tolerances()
-        sums = self.reference_projection[0]
-        # The tolerance's magnitudes (untimed: the runner's hand-over answers the sums alone, so neither side's
-        # charge carries them)
+        # The tolerance's magnitudes, projected now, untimed: the hand-overs answer the sums alone
         _, magnitudes, weights = projections(self.outputs, self.hand_seed, sums=False)
-        for call, (got, want, size, scale) in enumerate(zip(self.candidate_projection, sums, magnitudes, weights)):
+        for call, (got, want, size, scale) in enumerate(zip(self.candidate_projection, self.reference_sums, magnitudes,
+                                                            weights)):
             allowed = atol * scale + (rtol + PROJECTION_SLACK) * size + 1e-6
             if not abs(got - want) <= allowed:  # NaN fails too
                 self.check_kept()  # a replay among the picked outputs says more (cached_output) than a wrong sum
