@@ -252,8 +252,8 @@ def part_spreads(tasks_rounds: list) -> dict:
             spreads[part].append(relative_iqr(values))
             side = [r[index] + r[index + 1 if index % 2 else index - 1] for r in counted]
             shares[part].append(statistics.median(v / t for v, t in zip(values, side) if t > 0))
-    return {part: {"spread": round(statistics.median(spreads[part]), 3), "share": round(statistics.median(shares[part]), 3)}
-            for part in PARTS if spreads[part]}
+    return {part: {"spread": round(statistics.median(spreads[part]), 3),
+                   "share": round(statistics.median(shares[part]), 3)} for part in PARTS if spreads[part]}
 
 
 def round_ratio_spread(tasks_rounds: list) -> dict:
