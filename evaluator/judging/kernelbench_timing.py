@@ -186,12 +186,6 @@ def _time_cpu(fn: Callable[[], Any], name: str, settings: KernelBenchSettings,
     return samples
 
 
-def mean_ms(samples: list[float]) -> Optional[float]:
-    """KernelBench's plain mean of the trials (recorded beside the stamped trial_mean_ms)."""
-    values = [v for v in samples if v == v and v >= 0]
-    return statistics.fmean(values) if values else None
-
-
 SPIKE_FACTOR = 3.0  # a call over this many times the median had another process's GPU work in its window
 
 

@@ -6,7 +6,6 @@ order. Both sides' trial means leave out spiked calls (kernelbench_timing.trial_
 from __future__ import annotations
 
 import statistics
-import time
 from typing import Any, Optional
 
 from evaluator.judging import kernelbench_timing as kb
@@ -17,7 +16,6 @@ CLOCK = "runner_events_within_judge_bounds"
 CPU_CLOCK = "task_cpu_eager"
 MIN_CALLS = 3
 ROUNDS = 3  # reference and candidate alternate; the mean of each side's per-call times is reported
-HARNESS_REPEATS = 2  # the judge's harness timed this many times, the largest kept (a larger one only lowers the bound)
 
 
 def measure(phase: Any, result: Any) -> None:
@@ -95,9 +93,9 @@ def _gpu_rounds(phase: Any, calls: int, rounds: int) -> tuple[float, float]:
             # projection: what the candidate cannot have taken less than, whatever it says.
             upper_ms.append((seen["order"] + max(0.0, seen["hand"] - seen["reference_hand"])) / calls * 1e3)
             reported = reported + seen["events"] if reported is not None and seen["events"] is not None else None
-    # The counted rounds' largest harness (timing_phase.note_harness), else a measurement of its own (rounds that
-    # never counted on a GPU): a larger figure only lowers the bound.
-    harness_ms = max(phase.harness_ms) if phase.harness_ms else judge_harness_ms(phase)
+    # The judge's harness per call in its counted rounds (timing_phase.note_harness; every GPU timing counts one before
+    # this hook runs): the largest, since a larger figure only lowers the bound.
+    harness_ms = max(phase.harness_ms)
     # The quietest of the rounds, not their median: a neighbour's GPU work that lands in the rounds raises them (one
     # H100 run at 2 slots: 5 honest reports of 27 raised to bounds 3-12x KernelBench's own times); the least of them is
     # still far above a forged report.
@@ -169,28 +167,6 @@ def _gpu_round(phase: Any, flush: Any, calls: int, index: int) -> dict[str, Any]
                 seen["hand"] = phase.candidate_hand(calls, picked, seed)
     phase.check(picked)  # the eager calls' outputs are checked like the judge's own batches
     return seen
-
-
-def judge_harness_ms(phase: Any) -> float:
-    """Milliseconds per call of what the judge's batch rounds time beside the calls themselves: making the batch's
-    value sets and projecting every output (as timing_phase's reference_batch and reference_hand do), at the batch
-    size of those rounds, on the judge's own reference. The largest of a few: a larger figure only lowers the bound."""
-    import torch
-
-    calls, model, worst = phase.calls, phase.task.model, 0.0
-    with torch.no_grad(), phase.held(why="kb_harness"):
-        for _ in range(HARNESS_REPEATS):
-            salt, seed = phase.rng.getrandbits(30), phase.rng.getrandbits(30)
-            phase.outputs = []
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            sets = phase.judge_sets = phase.made_sets(salt, calls)
-            torch.cuda.synchronize()
-            made = time.perf_counter() - start
-            phase.outputs = [model(*sets[index % len(sets)]) for index in range(calls)]
-            worst = max(worst, (made + phase.reference_hand([], seed)) / calls)
-    phase.outputs, phase.judge_sets = [], []
-    return worst * 1e3
 
 
 def _sol_floor_ms(phase: Any) -> Optional[float]:

@@ -73,11 +73,11 @@ def probe(size: int, batch_ms: float, device_name: str = "cuda") -> dict:
     x = bases[0][0]
     for _ in range(50):
         torch.relu(x)
-    timed(lambda: None, torch)  # a synchronisation
+    synchronise(torch)
     start = time.perf_counter()
     for _ in range(200):
         torch.relu(x)
-    timed(lambda: None, torch)
+    synchronise(torch)
     per_call_ms = (time.perf_counter() - start) * 1e3 / 200
     calls = max(3, min(1024, int(batch_ms / per_call_ms)))
     sets = judge.nudged_batch(bases, 7, calls, shift)

@@ -77,9 +77,8 @@ def test_an_honest_runners_events_are_believed(results):
     assert honest.kernel_runtime_kernelbench_ms == pytest.approx(_phase(honest, "reported_per_call"), abs=1e-5)
     assert _phase(honest, "lower_per_call") < honest.kernel_runtime_kernelbench_ms < _phase(honest, "upper_per_call")
     assert 0.75 < honest.speedup_kernelbench < 1.33  # the same code on both sides
-    # The bound's harness is the counted rounds' own (timing_phase.note_harness): no hold of its own, and a share of
-    # the matmul's call far below the call itself.
-    assert "held_kb_harness" not in honest.phase_times_s
+    # The bound's harness is the counted rounds' own (timing_phase.note_harness): a share of the matmul's call far
+    # below the call itself.
     assert 0 < _phase(honest, "harness_per_call") < 0.5 * _phase(honest, "batch_per_call")
 
 
