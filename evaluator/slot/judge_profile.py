@@ -35,8 +35,8 @@ class JudgeProfile:
             self.profiler.dump_stats(os.path.join(self.folder, f"judge-{os.getpid()}.prof"))
 
 
-def summary(folder: str, top: int = 25) -> str:
-    """The judges' profiles in `folder` merged: the `top` entries by cumulative time, as pstats prints them."""
+def summary(folder: str, top: int = 25, order: str = "cumulative") -> str:
+    """The judges' profiles in `folder` merged: the `top` entries by `order` (a pstats key), as pstats prints them."""
     import io
     import pstats
 
@@ -45,5 +45,5 @@ def summary(folder: str, top: int = 25) -> str:
         return "no judge profiles"
     out = io.StringIO()
     stats = pstats.Stats(*paths, stream=out)
-    stats.sort_stats("cumulative").print_stats(top)
+    stats.sort_stats(order).print_stats(top)
     return out.getvalue()

@@ -305,6 +305,7 @@ def main() -> None:
                        **run(kind, args.n, slots, cache_dir, on_row=lambda found, trace=trace: print_row(found, trace))}
                 if args.profile:  # the warm-up's tasks included
                     print(f"judges' profile, {kind} at {slots} slots:\n{summary(profiles)}", flush=True)
+                    print(f"by own time:\n{summary(profiles, order='tottime')}", flush=True)
                 rows.append(row)
     if args.out:
         with open(args.out, "w") as handle:
