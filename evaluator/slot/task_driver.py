@@ -62,6 +62,7 @@ class TaskDriver:
         self.runner.reader.max_bytes = MAX_ANSWER_BYTES
         self.memory_at = 0.0
         self.sent_at = self.answered_at = 0.0
+        self.begun: tuple[str, float] = ("", 0.0)  # the order sent last: its type, when its sending began
         self.pending: list[dict[str, Any]] = []
         # KRL_EVAL_TRACE=file: every order's type, when the judge began sending it and when its answer came, for
         # tests/bench/bench_slot.py's breakdown of where a task's time goes (judge-side clocks only).
@@ -77,14 +78,25 @@ class TaskDriver:
               deadline: Optional[float] = None) -> dict[str, Any]:
         """Send `message` and return its answer (of type `expected`). sent_at / answered_at: the judge's clock just
         before the write that completed the order, and when the answer was read."""
+        self.send(message, deadline)
+        return self.collect(expected, name, deadline)
+
+    def send(self, message: dict[str, Any], deadline: Optional[float] = None) -> None:
+        """The first half of `order`: the judge may do its own work before it collects the answer (one order is out
+        at a time all the same)."""
         from evaluator.contract.framing import encode_message
 
         self.expect_silence()
-        begun = time.perf_counter()
+        self.begun = (str(message.get("type")), time.perf_counter())
         self.send_bytes(encode_message(message), deadline)
+
+    def collect(self, expected: str, name: Optional[str] = None, deadline: Optional[float] = None) -> dict[str, Any]:
+        """The second half of `order`: the answer to the order sent last. answered_at is late by whatever the judge
+        did between the two."""
         answer = self.answer(expected, name, deadline)
         if self.trace is not None:
-            self.trace.append((str(message.get("type")), round(begun, 6), round(self.answered_at - begun, 6)))
+            kind, begun = self.begun
+            self.trace.append((kind, round(begun, 6), round(self.answered_at - begun, 6)))
         return answer
 
     def clean_round_trip(self, count: int, deadline: float) -> float:

@@ -19,15 +19,18 @@ from evaluator.slot.outcome import TaskEnded
 from evaluator.slot.task_driver import Deadline
 
 MAX_TIMING_SETS = 64
+# A trial set (inputs and reference output) up to this size is made while the runner runs the trial before it; a larger
+# one after (two at once per judge, eight judges a GPU, would crowd its memory).
+OVERLAP_MAX_BYTES = 1 << 30
 # The GPU steps outside timing that hold the device lock shared (docs/slot.md), named so a measurement can leave some
-# out (KRL_WORKER_DEVICE_SHARED_STEPS, read by slot/judge_host.py): the first trial, say, carries a Triton candidate's
-# JIT (~0.9 s on an H100, mostly CPU), which a timing waiting for the device sits through.
+# out (KRL_WORKER_DEVICE_SHARED_STEPS, read by slot/judge_host.py): the trials, say, carry a Triton candidate's JIT
+# (~0.9 s on an H100, mostly CPU), which a timing waiting for the device sits through.
 # warm_rounds: the timing's cold and warm rounds, full batches outside its exclusive windows (slot/timing_phase.py).
-SHARED_STEPS = frozenset({"first_trial", "trials", "checks", "timing_inputs", "timing_checks", "recheck",
+SHARED_STEPS = frozenset({"trials", "checks", "timing_inputs", "timing_checks", "recheck",
                           "warm_rounds"})
 _SET_NAME = re.compile(r"^(trial-\d{1,4}|timing-\d{1,2}|recheck|poison)$")
 _SECRET_SEED_OFFSET = secrets.randbelow(2**40) + 2**32  # per judge process; never sent to a runner
-_REUSED: dict = {}  # a GPU judge's buffers for the files it reads and writes (tensorwire.ReusedBuffer), by use
+_OUTPUTS_BUFFER: list = []  # outputs_buffer's, once made
 
 
 def _remove(path: str) -> None:
@@ -38,10 +41,13 @@ def _remove(path: str) -> None:
         pass
 
 
-def reused_buffer(use: str) -> Any:
+def outputs_buffer() -> Any:
+    """A GPU judge's buffer for the runner's output files, pinned: they go to the device from it."""
     from evaluator.judging import tensorwire
 
-    return _REUSED.setdefault(use, tensorwire.ReusedBuffer())
+    if not _OUTPUTS_BUFFER:
+        _OUTPUTS_BUFFER.append(tensorwire.ReusedBuffer(pinned=True))
+    return _OUTPUTS_BUFFER[0]
 
 
 def input_seed(request: EvalRequest, name: str) -> Optional[int]:
@@ -84,8 +90,9 @@ class TaskJudge:
         self.cache = cache if cache is not None else ReferenceCache(0)
         self.problem_key = problem_key(request.reference_source, request.size_overrides, request.precision,
                                        request.seed, device)
-        # On a GPU the files this judge writes and reads go through its reused buffers (tensorwire.ReusedBuffer):
-        # values go to the device at once there. CPU mode keeps a fresh buffer a file (its values stay views of it).
+        # On a GPU the outputs this judge reads go through its one pinned buffer (outputs_buffer), and sets too large
+        # for its cache go from the device straight into their files: values go to the device at once there. CPU
+        # mode keeps a fresh buffer a file (its values stay views of it).
         self.reuse_buffers = device.startswith("cuda")
         self.model: Any = None
         self.reference: Any = None
@@ -125,13 +132,17 @@ class TaskJudge:
             raise ValueError(f"no input set named {name!r}")
         key = ("set", self.problem_key, seed)
         made = self.cache.get(key)
+        path = os.path.join(self.inputs_dir, name + ".krlt")
         if made is None:
             inputs = judge.make_inputs(self.reference, seed, self.device, self.request.precision)
-            # Encoded before the reference runs (it may work in place). A set too large for the cache to keep (a 256
-            # MiB elementwise input) is built in a reused buffer on a GPU and its file written from there: fresh
-            # pages for bytes thrown away after one write cost their faults.
-            cacheable = not self.reuse_buffers or self.cache.keeps(nbytes(inputs))
-            encoded = tensorwire.encode_values(inputs, None if cacheable else reused_buffer("inputs"))
+            # Written before the reference runs (it may work in place). A set too large for the cache to keep (a 256
+            # MiB elementwise input) goes from the device straight into the file's pages (tensorwire.write_values);
+            # one the cache keeps is built once in memory and served from there to later tasks.
+            # Its entry holds the reference output too, not made yet: taken as large as the inputs (asked on the
+            # inputs alone, 256 MiB sets were built in fresh memory for an entry of 512 MiB the cache then refused).
+            cacheable = not self.reuse_buffers or self.cache.keeps(2 * nbytes(inputs))
+            encoded = tensorwire.encode_values(inputs) if cacheable else None
+            self._write(path, encoded, inputs)
             made = (encoded, self.reference_output(judge.clone_inputs(inputs)))
             if cacheable:
                 self.cache.put(key, made, len(encoded) + nbytes(made[1]))
@@ -139,13 +150,25 @@ class TaskJudge:
             # two copies of each set saved (~0.2 s a 256 MiB set on a loaded host).
             self.values[name] = inputs
         else:
-            self.values[name] = judge.to_device(list(tensorwire.decode(bytearray(made[0]))), self.device)
+            self._write(path, made[0])
+            # On a GPU the move to the device copies; on a CPU the values would be views of the cached bytes, which
+            # the reference or the comparison may change.
+            cached = made[0] if self.reuse_buffers else bytearray(made[0])
+            self.values[name] = judge.to_device(list(tensorwire.decode(cached)), self.device)
         self.reference_outputs[name] = made[1]
-        path = os.path.join(self.inputs_dir, name + ".krlt")
-        with open(path + ".part", "wb") as handle:
-            handle.write(made[0])
-        os.replace(path + ".part", path)
         return self.values[name]
+
+    @staticmethod
+    def _write(path: str, encoded: Any, values: Any = None) -> None:
+        """The set's file, whole or absent: its `encoded` bytes, else `values` written straight to it."""
+        from evaluator.judging import tensorwire
+
+        if encoded is not None:
+            with open(path + ".part", "wb") as handle:
+                handle.write(encoded)
+        else:
+            tensorwire.write_values(path + ".part", values)
+        os.replace(path + ".part", path)
 
     def forget(self, name: str) -> None:
         """Set `name`'s values, reference output and input file let go once judged: eight judges each keeping every
@@ -155,6 +178,10 @@ class TaskJudge:
         self.values.pop(name, None)
         self.reference_outputs.pop(name, None)
         _remove(os.path.join(self.inputs_dir, name + ".krlt"))
+
+    def set_bytes(self, name: str) -> int:
+        """The device bytes a made set holds in this judge: its inputs and its reference output."""
+        return nbytes(self.values.get(name)) + nbytes(self.reference_outputs.get(name))
 
     def reference_output(self, inputs: list) -> Any:
         import torch
@@ -175,7 +202,7 @@ class TaskJudge:
                        if isinstance(t, torch.Tensor))
         # Read into the reused buffer, every tensor is copied out of it (to the device, or a CPU copy of one the
         # runner left there) before the next file.
-        scratch = reused_buffer("outputs") if self.reuse_buffers else None
+        scratch = outputs_buffer() if self.reuse_buffers else None
         path = os.path.join(self.outputs_dir, file_name + ".krlt")
         try:
             value = tensorwire.read_values(path, max_bytes=8 * expected + 2**20, scratch=scratch)
@@ -316,34 +343,50 @@ class Schedule:
         return result
 
     def trials(self) -> None:
-        request, result = self.task.request, self.result
+        """The correctness trials, judged in order, and overlapped: the judge makes trial k+1's inputs while the runner
+        runs trial k, and compares trial k's output while the runner runs trial k+1 (one order is out at a time all
+        the same). On 256 MiB problems each side's files and copies took ~0.25 s a trial, one after the other."""
+        request, result, task, driver = self.task.request, self.result, self.task, self.driver
+        names = [f"trial-{trial}" for trial in range(request.correctness_trials)]
         passed, failure, worst = 0, None, (0.0, 0.0)
-        for trial in range(request.correctness_trials):
-            name = f"trial-{trial}"
-            # The judge's inputs and reference output, the runner's call, the comparison: each timed (the split of
-            # `correctness`; on large problems the values' files and copies are most of a trial).
-            with self.on_device("trials" if trial else "first_trial"):
-                t = time.monotonic()
-                self.task.make(name)
+        # Every trial's GPU work, the judge's and the runner's, overlaps the next one's: the trials hold the device
+        # shared as one step.
+        with self.on_device("trials"):
+            t = time.monotonic()
+            if names:
+                task.make(names[0])
+                driver.send({"type": "trial", "name": names[0]})
+            for trial, name in enumerate(names):
+                following = names[trial + 1] if trial + 1 < len(names) else None
+                ahead = following is not None and task.set_bytes(name) <= OVERLAP_MAX_BYTES
+                if ahead:  # beside the runner's trial; two sets at once on the judge's device
+                    task.make(following)
                 t = self.lap("trials_judge_inputs", t)
-                self.driver.order({"type": "trial", "name": name}, "output", name)
-                took = self.driver.answered_at - self.driver.sent_at  # the pace timing orders are bounded by
+                driver.collect("output", name)
+                # The pace timing orders are bounded by (timing_phase). An answer that came while the judge was
+                # making the next set reads late; the last trial's never does, and it is in the minimum.
+                took = driver.answered_at - driver.sent_at
                 self.fastest_trial_s = took if self.fastest_trial_s is None else min(self.fastest_trial_s, took)
                 t = self.lap("trials_runner", t)
-                comparison, output = self.task.compare(name, self.task.reference_outputs[name])
-                self.task.forget(name)
-                self.lap("trials_judge_compare", t)
-            if not comparison.ok:
-                self.replayed(output)
-            if comparison.verdict == Verdict.SHAPE_MISMATCH:
-                result.correctness_trials_passed = passed
-                raise TaskEnded(Verdict.SHAPE_MISMATCH, comparison.message)
-            if comparison.ok:
-                passed += 1
-                worst = (max(worst[0], comparison.max_abs_diff or 0.0), max(worst[1], comparison.mean_abs_diff or 0.0))
-            elif failure is None:
-                failure = comparison
-            self.remember(output)
+                if following is not None:
+                    if not ahead:
+                        task.make(following)
+                    driver.send({"type": "trial", "name": following})
+                comparison, output = task.compare(name, task.reference_outputs[name])
+                task.forget(name)
+                t = self.lap("trials_judge_compare", t)
+                if not comparison.ok:
+                    self.replayed(output)
+                if comparison.verdict == Verdict.SHAPE_MISMATCH:  # the order out ends with the runner
+                    result.correctness_trials_passed = passed
+                    raise TaskEnded(Verdict.SHAPE_MISMATCH, comparison.message)
+                if comparison.ok:
+                    passed += 1
+                    worst = (max(worst[0], comparison.max_abs_diff or 0.0),
+                             max(worst[1], comparison.mean_abs_diff or 0.0))
+                elif failure is None:
+                    failure = comparison
+                self.remember(output)
         result.correctness_trials_passed = passed
         if failure is not None:
             result.max_abs_diff, result.mean_abs_diff = failure.max_abs_diff, failure.mean_abs_diff

@@ -40,8 +40,8 @@ def test_the_judge_checks_an_output_against_its_own_reference(tmp_path):
 
 
 def test_the_judge_reading_and_writing_through_its_reused_buffers_keeps_every_value_its_own(tmp_path, monkeypatch):
-    """The GPU judge's path, on this CPU: a set the cache would not keep is written from a reused buffer, and outputs
-    read into one come out as copies, so the next file read leaves earlier outputs and values as they were."""
+    """The GPU judge's path, on this CPU: a set the cache would not keep is written straight into its file, and
+    outputs read into the reused buffer come out as copies, so the next file read leaves earlier outputs and values as they were."""
     task = _judge(tmp_path)
     task.reuse_buffers = True
     monkeypatch.setattr(task.cache, "keeps", lambda size: False)

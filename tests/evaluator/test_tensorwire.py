@@ -93,3 +93,17 @@ def test_the_runner_side_on_a_gpu_maps_inputs_and_builds_outputs_in_one_buffer(t
     exchange.hand("trial-1", torch.zeros(2))
     assert torch.equal(tensorwire.read_values(str(outputs_dir / "trial-0.krlt"), 1 << 20), torch.full((64,), 6.0))
     assert torch.equal(tensorwire.read_values(str(outputs_dir / "trial-1.krlt"), 1 << 20), torch.zeros(2))
+
+
+def test_a_large_file_written_through_its_mapping_holds_what_a_built_one_holds(tmp_path):
+    """Past MAPPED_WRITE_BYTES the tensors go straight into the file's pages; the bytes (padding included) are the
+    ones encode_values builds, and an existing larger file at the path is cut to the new size."""
+    values = [torch.arange(300_001, dtype=torch.float32), 3, torch.ones(7, dtype=torch.float16)]
+    path = str(tmp_path / "trial-0.krlt")
+    with open(path, "wb") as handle:
+        handle.write(b"\xff" * (4 << 20))  # a stale larger file there before
+    written = tensorwire.write_values(path, values)
+    assert written >= tensorwire.MAPPED_WRITE_BYTES
+    assert open(path, "rb").read() == bytes(tensorwire.encode_values(values))
+    back = tensorwire.read_values(path, 8 << 20)
+    assert all(_same(a, b) for a, b in zip(values, back))
