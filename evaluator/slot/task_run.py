@@ -90,10 +90,10 @@ def drive_task(slot: Any, runner: Any, driver: Any, task: Any, prebuilt: Optiona
 
 
 def _exclusive(lock: Any, deadline: float, phases: dict, runner: Any) -> Callable[[], Any]:
-    """A context that holds the GPU exclusive for one timed window (timing_phase.exclusive_window); nothing on a CPU."""
+    """A context that holds the GPU exclusive for one timed window (exclusive_hold.exclusive_window); nothing on a CPU."""
     import contextlib
 
-    from evaluator.slot.timing_phase import exclusive_window
+    from evaluator.slot.exclusive_hold import exclusive_window
 
     if lock is None:
         return contextlib.nullcontext

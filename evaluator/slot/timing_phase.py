@@ -15,6 +15,7 @@ import time
 from typing import Any, Iterator, Optional
 
 from evaluator.contract.types import Verdict
+from evaluator.slot.exclusive_hold import exclusive_window
 from evaluator.slot.gated_rounds import GATE_OFF_BY, GatedRounds
 from evaluator.slot.outcome import Interfered, ProtocolBreach, TaskEnded, timed_again_if_interfered
 
@@ -55,6 +56,10 @@ PICKED_PER_BATCH = 2  # two calls' outputs: the same answer for both (a replay) 
 # Picked outputs travel as files and are compared whole: the first batch of each size always, later ones at this rate,
 # decided after each batch. Every call of every batch is still checked through its projection.
 PICK_SHARE = 0.25
+# Whole outputs a timing compares, in bytes, beyond which a floating-point output's batches go without picks (the
+# projections still check every call, and the first picks have compared whole outputs): a 256 MiB output's picks
+# were ~16 files a task (written by the runner, read and compared by the judge), 2.3 s of its 6.8 on an H100.
+PICKED_BYTES_MAX = 1 << 30
 ROUNDS = {"cuda": 7, "cpu": 3}
 PROBE_CALLS = 3  # the cold round's and the sizing probe's batch
 MAX_SPREAD = 0.25  # (p75 - p25) / median of the candidate's per-call times beyond this: measured again
@@ -120,6 +125,7 @@ class TimingPhase(GatedRounds):
         # reference output, the values), compared after the hold (check_kept).
         self.kept: list[list[tuple[str, Any, list]]] = []
         self.kept_bytes = 0
+        self.picked_bytes = 0  # of every pick so far (picks, PICKED_BYTES_MAX)
         self.candidate_projection: list[float] = []
         self.made_events: Any = None  # made_sets' two events around its last making (GPU)
         self.harness_ms: list[float] = []  # per counted GPU round: note_harness
@@ -422,12 +428,24 @@ class TimingPhase(GatedRounds):
 
     def picks(self, calls: int, first: bool) -> list[int]:
         """The calls of a batch whose whole outputs the runner hands over: PICKED_PER_BATCH of them on a `first` batch
-        (of its size, or of a phase), on every batch whose outputs the projection cannot see whole, else at PICK_SHARE.
+        (of its size, or of a phase), on every batch whose outputs the projection cannot see whole, else at PICK_SHARE;
+        none once PICKED_BYTES_MAX of floating-point outputs were picked.
         Each pick is a copy the runner keeps on the device, handed over as a file after the rounds; every output is
         projected either way."""
-        if first or not self.projected_whole() or self.rng.random() < PICK_SHARE:
-            return sorted(self.rng.sample(range(calls), min(PICKED_PER_BATCH, calls)))
+        whole = self.projected_whole()
+        if whole and self.picked_bytes >= PICKED_BYTES_MAX:
+            return []
+        if first or not whole or self.rng.random() < PICK_SHARE:
+            picked = sorted(self.rng.sample(range(calls), min(PICKED_PER_BATCH, calls)))
+            self.picked_bytes += len(picked) * self.output_bytes()
+            return picked
         return []
+
+    def output_bytes(self) -> int:
+        """The bytes of one call's output (the reference's on the first timing set)."""
+        from evaluator.judging.sol import tensor_bytes
+
+        return tensor_bytes(self.task.reference_outputs.get("timing-0"))
 
     def runner_pid(self) -> int:
         """The timed runner's pid as this process sees it (0 where unknown: then only the judge is boosted)."""
@@ -764,30 +782,3 @@ def _register_kernelbench() -> None:
 
 
 _register_kernelbench()
-
-
-@contextlib.contextmanager
-def exclusive_window(lock: Any, deadline: float, phases: dict[str, Any], runner_pid: int,
-                     why: str) -> Iterator[None]:
-    """`lock` (this GPU's, isolation/device_lock.py) held exclusive for one timed window, and the timed pair (the judge,
-    the runner `runner_pid`) ahead of the rest of the pool for CPU meanwhile. TaskEnded when the device is not had by
-    `deadline`. The wait adds to `device_wait`, the hold to `timing_held` and `held_<why>` in `phases`."""
-    from evaluator.isolation.timing_priority import TimingPriority
-
-    waited = lock.acquire(deadline)
-    if waited is None:
-        raise TaskEnded(Verdict.TIMEOUT, "The evaluation did not get the GPU for timing within its limit.")
-    phases["device_wait"] = round(phases.get("device_wait", 0.0) + waited, 6)
-    # 1: shared holders (another slot's order, a hostile spin) still on the device when the drain's bound passed, so
-    # this window ran beside them (isolation/device_lock.SHARED_DRAIN_MAX_S); the bench counts it.
-    phases["device_shared_overrun"] = max(phases.get("device_shared_overrun", 0), int(lock.overran))
-    since = time.perf_counter()
-    try:
-        with TimingPriority(runner_pid):
-            yield
-    finally:
-        lock.release()
-        took = time.perf_counter() - since
-        phases["timing_held"] = round(phases.get("timing_held", 0.0) + took, 6)
-        # and by window (held_rounds, held_sizing, held_kb_*): which windows the slot's bound is made of
-        phases["held_" + why] = round(phases.get("held_" + why, 0.0) + took, 6)
