@@ -56,10 +56,6 @@ PICKED_PER_BATCH = 2  # two calls' outputs: the same answer for both (a replay) 
 # Picked outputs travel as files and are compared whole: the first batch of each size always, later ones at this rate,
 # decided after each batch. Every call of every batch is still checked through its projection.
 PICK_SHARE = 0.25
-# Whole outputs a timing compares, in bytes, beyond which a floating-point output's batches go without picks (the
-# projections still check every call, and the first picks have compared whole outputs): a 256 MiB output's picks
-# were ~16 files a task (written by the runner, read and compared by the judge), 2.3 s of its 6.8 on an H100.
-PICKED_BYTES_MAX = 1 << 30
 ROUNDS = {"cuda": 7, "cpu": 3}
 PROBE_CALLS = 3  # the cold round's and the sizing probe's batch
 MAX_SPREAD = 0.25  # (p75 - p25) / median of the candidate's per-call times beyond this: measured again
@@ -94,8 +90,6 @@ WATCHED_EXTRA_MAX = 16
 # under this many bytes (the runner's copies match them); beyond it they are checked at once, after the round: on a GPU
 # eight judges' caches filled the device before (an honest candidate out of memory at 8 slots on an H100).
 KEPT_BYTES_MAX = 512 << 20
-# Beyond the request's tolerances, the summation order's rounding of a projection (relative to its magnitude).
-PROJECTION_SLACK = 1e-4
 
 # Further measurements of the same task by other conventions (KernelBench's: evaluator/slot/kernelbench_phase.py, set
 # at the end of this module): each hook's prepare(phase) runs with the untimed start of the timing and its
@@ -125,7 +119,6 @@ class TimingPhase(GatedRounds):
         # reference output, the values), compared after the hold (check_kept).
         self.kept: list[list[tuple[str, Any, list]]] = []
         self.kept_bytes = 0
-        self.picked_bytes = 0  # of every pick so far (picks, PICKED_BYTES_MAX)
         self.candidate_projection: list[float] = []
         self.made_events: Any = None  # made_sets' two events around its last making (GPU)
         self.harness_ms: list[float] = []  # per counted GPU round: note_harness
@@ -293,7 +286,7 @@ class TimingPhase(GatedRounds):
     def check(self, picked: list[int]) -> None:
         """Every call through its projection, now; the picked outputs, kept in the runner, against the reference outputs
         of the same values after the exclusive hold (check_kept), or at once when a projection is wrong."""
-        from evaluator.slot.projection import projections
+        from evaluator.slot.projection import allowed_difference, projections, tolerance_spreads
 
         if picked:
             from evaluator.judging.sol import tensor_bytes
@@ -304,11 +297,13 @@ class TimingPhase(GatedRounds):
             if self.kept_bytes > KEPT_BYTES_MAX:
                 self.check_kept()
         atol, rtol = self.task.request.tolerances()
-        # The tolerance's magnitudes, projected now, untimed: the hand-overs answer the sums alone
+        # The tolerance's magnitudes, projected now, untimed: the hand-overs answer the sums alone. The trials' largest
+        # accepted difference (a near miss they let through) is a floor on each element's tolerance.
         _, magnitudes, weights = projections(self.outputs, self.hand_seed, sums=False)
-        for call, (got, want, size, scale) in enumerate(zip(self.candidate_projection, self.reference_sums, magnitudes,
-                                                            weights)):
-            allowed = atol * scale + (rtol + PROJECTION_SLACK) * size + 1e-6
+        spreads = tolerance_spreads(self.outputs, atol, rtol, self.task.accepted_max_abs_diff or 0.0)
+        for call, (got, want, size, scale, spread) in enumerate(zip(self.candidate_projection, self.reference_sums,
+                                                                    magnitudes, weights, spreads)):
+            allowed = allowed_difference(size, scale, spread, atol, rtol)
             if not abs(got - want) <= allowed:  # NaN fails too
                 self.check_kept()  # a replay among the picked outputs says more (cached_output) than a wrong sum
                 raise TaskEnded(Verdict.WRONG_OUTPUT, f"Wrong while being timed: the output of timed call {call} "
@@ -428,24 +423,12 @@ class TimingPhase(GatedRounds):
 
     def picks(self, calls: int, first: bool) -> list[int]:
         """The calls of a batch whose whole outputs the runner hands over: PICKED_PER_BATCH of them on a `first` batch
-        (of its size, or of a phase), on every batch whose outputs the projection cannot see whole, else at PICK_SHARE;
-        none once PICKED_BYTES_MAX of floating-point outputs were picked.
+        (of its size, or of a phase), on every batch whose outputs the projection cannot see whole, else at PICK_SHARE.
         Each pick is a copy the runner keeps on the device, handed over as a file after the rounds; every output is
         projected either way."""
-        whole = self.projected_whole()
-        if whole and self.picked_bytes >= PICKED_BYTES_MAX:
-            return []
-        if first or not whole or self.rng.random() < PICK_SHARE:
-            picked = sorted(self.rng.sample(range(calls), min(PICKED_PER_BATCH, calls)))
-            self.picked_bytes += len(picked) * self.output_bytes()
-            return picked
+        if first or not self.projected_whole() or self.rng.random() < PICK_SHARE:
+            return sorted(self.rng.sample(range(calls), min(PICKED_PER_BATCH, calls)))
         return []
-
-    def output_bytes(self) -> int:
-        """The bytes of one call's output (the reference's on the first timing set)."""
-        from evaluator.judging.sol import tensor_bytes
-
-        return tensor_bytes(self.task.reference_outputs.get("timing-0"))
 
     def runner_pid(self) -> int:
         """The timed runner's pid as this process sees it (0 where unknown: then only the judge is boosted)."""

@@ -1,10 +1,10 @@
 """The timed batch's projection (evaluator/slot/projection.py): the one-shape path agrees with the general path,
-leaves the outputs alone, and moves when any one element of any output does."""
+leaves the outputs alone, and moves when any one element of any output does; the judge's bound on it lets honest
+outputs within the tolerance through and stops wrong ones of every size."""
 
 import torch
 
-from evaluator.slot.projection import projections
-from evaluator.slot.timing_phase import PROJECTION_SLACK
+from evaluator.slot.projection import PROJECTION_SLACK, allowed_difference, projections, tolerance_spreads
 
 
 def general(outputs: list, seed: int) -> tuple:
@@ -18,7 +18,7 @@ def test_the_one_shape_path_matches_the_general_one_and_leaves_the_outputs_alone
         before = [o.clone() for o in outputs]
         fast, slow = projections(outputs, 7), general(outputs, 7)
         # The two paths sum in different orders (a matrix-vector product against a sum per output): within the
-        # rounding the judge allows a projection (timing_phase.PROJECTION_SLACK of its magnitude)
+        # rounding the judge allows a projection (projection.PROJECTION_SLACK of its magnitude)
         for got, want in zip(fast, slow):
             allowed = PROJECTION_SLACK * torch.tensor(slow[1]) + 1e-6
             assert bool(((torch.tensor(got) - torch.tensor(want)).abs() <= allowed).all()), (got, want)
@@ -56,3 +56,52 @@ def test_packed_projections_come_back_whole_and_anything_else_is_refused():
     packed = pack_floats(values)
     for bad in (values, packed, packed[:-4], packed + "AAAA", "!" * len(packed), None, 5, "é" * len(packed)):
         assert unpack_floats(bad, 5 if bad is not packed else 4) is None
+
+
+ATOL = RTOL = 1e-2  # KernelBench's float32 tolerances
+# The outputs' own seeds stay clear of the projections' (0-19): weights drawn from a generator seeded as the one that
+# made the values would be correlated with them (the judge's seeds are secret 30-bit draws, its inputs' seeds others).
+
+
+def _off_by(reference: torch.Tensor, candidate: torch.Tensor, seed: int) -> tuple[float, float]:
+    """(how far the candidate's projection is from the reference's, how far the judge allows)."""
+    got = projections([candidate], seed, magnitudes=False)[0][0]
+    want, size, scale = (part[0] for part in projections([reference], seed))
+    spread = tolerance_spreads([reference], ATOL, RTOL)[0]
+    return abs(got - want), allowed_difference(size, scale, spread, ATOL, RTOL)
+
+
+def test_a_wrong_output_of_a_million_elements_is_stopped_though_the_worst_case_bound_let_it_through():
+    """Every element off by its whole tolerance, in the direction of its weight, is the worst case the judge allowed
+    before: on a million elements an output of zeros, or one with half its elements left at zero, stayed inside it."""
+    reference = torch.randn(1 << 20, generator=torch.Generator().manual_seed(12345))
+    for wrong in (torch.zeros_like(reference), torch.where(torch.arange(reference.numel()) % 2 == 0, reference, 0.0)):
+        caught = 0
+        for seed in range(20):
+            off, allowed = _off_by(reference, wrong, seed)
+            size, scale = (part[0] for part in projections([reference], seed)[1:])
+            assert off < ATOL * scale + (RTOL + PROJECTION_SLACK) * size  # the old bound: never caught
+            caught += off > allowed
+        assert caught >= 8, caught  # each call of a batch is a fresh chance (~50-70% each)
+
+
+def test_honest_outputs_anywhere_within_the_tolerance_pass_every_draw():
+    """Errors up to each element's whole tolerance, in patterns fixed before the weights are drawn (all one way,
+    following the reference's sign, at random), at a million elements and at 256."""
+    for count in (256, 1 << 20):
+        reference = torch.randn(count, generator=torch.Generator().manual_seed(12346))
+        bound = ATOL + RTOL * reference.abs()
+        signs = torch.randint(0, 2, (count,), generator=torch.Generator().manual_seed(12347)) * 2 - 1
+        for errors in (bound, bound * reference.sign(), bound * signs, bound * 0.999 * torch.rand(count)):
+            for seed in range(20):
+                off, allowed = _off_by(reference, reference + errors, seed)
+                assert off <= allowed, (count, seed, off, allowed)
+
+
+def test_the_tolerance_spread_is_the_same_on_the_one_shape_path_and_the_general_one():
+    outputs = [torch.randn(64, 33) for _ in range(5)]
+    before = [o.clone() for o in outputs]
+    fast = tolerance_spreads(outputs, ATOL, RTOL, 0.02)
+    slow = tolerance_spreads([(o,) for o in outputs], ATOL, RTOL, 0.02)
+    assert torch.allclose(torch.tensor(fast), torch.tensor(slow), rtol=1e-6)
+    assert all(torch.equal(o, b) for o, b in zip(outputs, before))

@@ -80,7 +80,6 @@ def test_a_floating_point_output_is_projected_after_every_batch(traced):
 
 def test_a_floating_point_output_skips_picks_on_later_batches_at_the_share():
     phase = TimingPhase(SimpleNamespace(device="cpu"), SimpleNamespace(), SimpleNamespace())
-    phase.output_bytes = lambda: 4096
     phase.projected_whole = lambda: True
     phase.rng = SimpleNamespace(random=lambda: PICK_SHARE, sample=lambda calls, k: list(calls)[:k])
     assert phase.picks(10, first=True) == [0, 1]
@@ -91,17 +90,3 @@ def test_a_floating_point_output_skips_picks_on_later_batches_at_the_share():
     phase.rng.random = lambda: 0.99
     assert phase.picks(10, first=False) == [0, 1]
 
-
-def test_a_large_floating_point_output_stops_being_picked_past_the_byte_budget():
-    """Past PICKED_BYTES_MAX of picked outputs (256 MiB outputs: ~16 files a task) the projections check alone; an
-    index or mask output, which they cannot see, keeps its picks."""
-    from evaluator.slot.timing_phase import PICKED_BYTES_MAX
-
-    output = PICKED_BYTES_MAX // 4  # two picks a batch: two picked batches fill the budget
-    phase = TimingPhase(SimpleNamespace(device="cpu"), SimpleNamespace(), SimpleNamespace())
-    phase.output_bytes = lambda: output
-    phase.projected_whole = lambda: True
-    phase.rng = SimpleNamespace(random=lambda: 0.0, sample=lambda calls, k: list(calls)[:k])
-    assert [phase.picks(10, first=True) for _ in range(3)] == [[0, 1], [0, 1], []]
-    phase.projected_whole = lambda: False
-    assert phase.picks(10, first=False) == [0, 1]

@@ -38,6 +38,8 @@ if os.fork() == 0:
         out["inputs_writable"] = True
     except OSError:
         out["inputs_writable"] = False
+    mounts = [l.split(" - ")[-1] for l in open("/proc/self/mountinfo") if l.split()[4] == sys.argv[2]]
+    out["outputs_huge"] = any("huge=within_size" in m for m in mounts)
     libc = ctypes.CDLL(None, use_errno=True)
     out["unshare"] = libc.unshare(0x10000000)
     out["mount"] = libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 0, None)
@@ -66,7 +68,7 @@ def test_a_runner_gets_a_fresh_view_and_no_privileges(tmp_path):
     spec = worker_spec(str(private), os.environ, extra_env=extra, writable=[str(outputs)], read_only=[str(inputs)])
     spec = dataclasses.replace(spec, filters_in_runner=True,
                                env={**spec.env, "PYTHONPATH": project_root()})
-    process = sandbox.popen(spec, [sys.executable, "-c", INSIDE, str(inputs)], stdout=subprocess.PIPE,
+    process = sandbox.popen(spec, [sys.executable, "-c", INSIDE, str(inputs), str(outputs)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     out, err = process.communicate(timeout=120)
     assert process.returncode == 0, err
@@ -79,3 +81,5 @@ def test_a_runner_gets_a_fresh_view_and_no_privileges(tmp_path):
     assert seen["unshare"] == -1 and seen["mount"] == -1
     assert seen["signal_parent"] is False
     assert not (inputs / "new").exists()
+    # the outputs' tmpfs with huge pages where the kernel has them for tmpfs
+    assert seen["outputs_huge"] or not os.path.exists("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
