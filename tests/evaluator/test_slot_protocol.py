@@ -10,7 +10,7 @@ import pytest
 
 from evaluator.contract.types import EvalRequest, Verdict
 from evaluator.isolation.sandbox import get_sandbox
-from tests.evaluator.pool_support import GOOD, make_evaluator, request
+from tests.evaluator.pool_support import GOOD, RELU_REFERENCE, make_evaluator, request
 
 pytestmark = pytest.mark.skipif(get_sandbox().kind == "none", reason="no sandbox works on this machine")
 
@@ -142,6 +142,18 @@ def test_a_candidate_working_while_the_reference_is_timed_is_caught(evaluator, r
 def test_skipping_the_batch_and_computing_only_the_picked_calls_gains_nothing(evaluator, results):
     result = evaluator.evaluate(request(attack("lazy_hand_over"), run_timeout_s=60.0))
     assert result.verdict != Verdict.CORRECT or result.speedup < FORGED_SPEEDUP, result.speedup
+
+
+def test_skipping_the_batch_and_guessing_its_projections_is_caught_on_a_large_output(evaluator):
+    # 0 for every call's projection, the picked calls computed when kept: at KernelBench's tolerances (1e-2, as fp16 and
+    # bf16 requests have by default) on 65,536 elements the worst-case bound let it through, 0 being within a zero-mean
+    # projection's reach; Hoeffding's bound on the tolerance does not.
+    result = evaluator.evaluate(EvalRequest(
+        reference_source=RELU_REFERENCE.format(n=65536), candidate_source=attack("guessed_projection"),
+        problem_id="test/relu-64k", request_id="guessed-projection", correctness_trials=2, timing_trials=3,
+        warmup_trials=1, run_timeout_s=60.0, atol=1e-2, rtol=1e-2))
+    assert result.verdict == Verdict.WRONG_OUTPUT, (result.verdict, result.speedup, result.error_message)
+    assert "while being timed" in result.error_message
 
 
 LINEAR_REFERENCE = """
