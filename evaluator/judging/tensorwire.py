@@ -60,8 +60,11 @@ class ReusedBuffer:
         if size > self.REUSE_MAX_BYTES:
             return bytearray(size)
         if size > len(self._bytes):
-            grown = min(self.REUSE_MAX_BYTES, max(size, len(self._bytes) * 5 // 4))
+            # Pinned: torch keeps freed page-locked blocks for reuse, so the buffer doubles, and those it keeps add up
+            # to at most its own size.
+            grown = 1 << (size - 1).bit_length() if self._pinned else max(size, len(self._bytes) * 5 // 4)
             self._bytes = bytearray(0)  # the old buffer let go first (unless a view still holds it)
+            grown = min(self.REUSE_MAX_BYTES, grown)
             self._bytes = self._pinned_bytes(grown) if self._pinned else bytearray(grown)
         return memoryview(self._bytes)[:size]
 

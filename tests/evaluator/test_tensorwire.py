@@ -107,3 +107,14 @@ def test_a_large_file_written_through_its_mapping_holds_what_a_built_one_holds(t
     assert open(path, "rb").read() == bytes(tensorwire.encode_values(values))
     back = tensorwire.read_values(path, 8 << 20)
     assert all(_same(a, b) for a, b in zip(values, back))
+
+
+def test_a_pinned_buffer_grows_by_doubling_and_a_plain_one_by_a_quarter():
+    """Torch keeps freed page-locked blocks for reuse: a pinned buffer that doubles leaves at most its own size there.
+    (Without a GPU the pinned buffer is plain memory; the sizes are the same.)"""
+    pinned, plain = tensorwire.ReusedBuffer(pinned=True), tensorwire.ReusedBuffer()
+    assert [len(pinned.get(n)) for n in (100, 129, 300)] == [100, 129, 300]  # each view is the size asked
+    assert len(pinned._bytes) == 512
+    plain.get(100)
+    plain.get(110)
+    assert len(plain._bytes) == 125
