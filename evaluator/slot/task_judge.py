@@ -363,30 +363,27 @@ class Schedule:
                     task.make(following)
                 t = self.lap("trials_judge_inputs", t)
                 driver.collect("output", name)
-                # The pace timing orders are bounded by (timing_phase). An answer that came while the judge was
-                # making the next set reads late; the last trial's never does, and it is in the minimum.
+                # The pace timing orders are bounded by (timing_phase). An answer that came while the judge made or
+                # compared a set reads late; the last trial's order goes out alone, after the comparison before it,
+                # so at least that one reads exactly.
                 took = driver.answered_at - driver.sent_at
                 self.fastest_trial_s = took if self.fastest_trial_s is None else min(self.fastest_trial_s, took)
                 t = self.lap("trials_runner", t)
-                if following is not None:
-                    if not ahead:
-                        task.make(following)
+                if following is not None and not ahead:
+                    task.make(following)
+                sent_early = following is not None and following != names[-1]
+                if sent_early:
                     driver.send({"type": "trial", "name": following})
-                comparison, output = task.compare(name, task.reference_outputs[name])
-                task.forget(name)
+                comparison = self.judged_trial(name, passed)
                 t = self.lap("trials_judge_compare", t)
-                if not comparison.ok:
-                    self.replayed(output)
-                if comparison.verdict == Verdict.SHAPE_MISMATCH:  # the order out ends with the runner
-                    result.correctness_trials_passed = passed
-                    raise TaskEnded(Verdict.SHAPE_MISMATCH, comparison.message)
+                if following is not None and not sent_early:
+                    driver.send({"type": "trial", "name": following})
                 if comparison.ok:
                     passed += 1
                     worst = (max(worst[0], comparison.max_abs_diff or 0.0),
                              max(worst[1], comparison.mean_abs_diff or 0.0))
                 elif failure is None:
                     failure = comparison
-                self.remember(output)
         result.correctness_trials_passed = passed
         if failure is not None:
             result.max_abs_diff, result.mean_abs_diff = failure.max_abs_diff, failure.mean_abs_diff
@@ -394,6 +391,19 @@ class Schedule:
                             "trials.")
         result.max_abs_diff, result.mean_abs_diff = worst
         self.task.accepted_max_abs_diff = worst[0]
+
+    def judged_trial(self, name: str, passed: int) -> Any:
+        """Trial `name`'s output against the reference's (judge.Comparison), its values let go; a replayed answer or
+        another shape ends the task here (an order still out ends with the runner)."""
+        comparison, output = self.task.compare(name, self.task.reference_outputs[name])
+        self.task.forget(name)
+        if not comparison.ok:
+            self.replayed(output)
+        if comparison.verdict == Verdict.SHAPE_MISMATCH:
+            self.result.correctness_trials_passed = passed
+            raise TaskEnded(Verdict.SHAPE_MISMATCH, comparison.message)
+        self.remember(output)
+        return comparison
 
     def remember(self, output: Any) -> None:
         """An output the candidate gave for some inputs, kept as its fingerprint (see replayed)."""
