@@ -23,52 +23,85 @@ HOEFFDING_Z = math.sqrt(2 * math.log(2 / 1e-9))
 PROJECTION_SLACK = 1e-4
 
 
-def projections(outputs: list, seed: int, sums: bool = True,
-                magnitudes: bool = True) -> tuple[list[float], list[float], list[float]]:
-    """Per output: (sum of w * sin(output), sum of |w * output|, sum of |w|) over its floating-point tensors, w uniform
-    in [-1, 1) drawn from `seed` (the same w for every output of one shape and device). Without `sums` or `magnitudes`
-    that part comes back empty: a timed hand-over answers the sums alone, and the judge projects the magnitudes its
-    tolerance needs after the timed window (on an H100 they were 3 of the 8 passes over a batch's outputs)."""
+def projections(outputs: list, seed: int) -> list[float]:
+    """Per output: the sum of w * sin(output) over its floating-point tensors, w uniform in [-1, 1) drawn from `seed`
+    (the same w for every output of one shape and device): what a timed hand-over answers, on both sides' charge."""
     import torch
 
     from evaluator.judging import judge
 
     stacked = _stacked(outputs, torch)
     if stacked is not None:  # the usual case: one tensor per call, one shape: a few whole-batch ops, not a few per call
-        generator = torch.Generator(device=stacked.device)
-        generator.manual_seed(seed)
-        drawn = torch.rand(stacked.shape[1:], generator=generator, device=stacked.device).mul_(2).sub_(1)
-        # One row per call: reshape, not flatten(1), which a stack of 0-dim outputs (a loss) does not have. Two
-        # temporaries the batch's size (the stack's copy, its magnitudes), each row's sums a matrix-vector product
-        # (fresh pages cost: on a CPU the hand-over of six 1 MiB outputs took 2-9 ms where the batch took 4).
+        # One row per call: reshape, not flatten(1), which a stack of 0-dim outputs (a loss) does not have; each row's
+        # sum a matrix-vector product (fresh pages cost: on a CPU the hand-over of six 1 MiB outputs took 2-9 ms where
+        # the batch took 4).
         values = stacked.float().reshape(len(outputs), -1)
-        weights = drawn.reshape(-1)
-        sizes = torch.mv(values.abs(), weights.abs()).double().cpu().tolist() if magnitudes else []
-        projected = torch.mv(values.sin_(), weights).double().cpu().tolist() if sums else []
-        return projected, sizes, [float(drawn.abs().sum())] * len(outputs) if magnitudes else []
-    weights: dict[Any, Any] = {}
-    rows = []
+        weights = _weights(stacked.shape[1:], stacked.device, seed).reshape(-1)
+        return torch.mv(values.sin_(), weights).double().cpu().tolist()
+    drawn: dict[Any, Any] = {}
+    sums = []
     for output in outputs:
-        parts = []
-        for tensor in judge.flatten_output(output):
-            if not (isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and tensor.numel()):
-                continue
-            key = (tuple(tensor.shape), tensor.device)
-            if key not in weights:
-                generator = torch.Generator(device=tensor.device)
-                generator.manual_seed(seed)
-                drawn = torch.rand(tensor.shape, generator=generator, device=tensor.device) * 2 - 1
-                weights[key] = (drawn, drawn.abs().sum())
-            drawn, drawn_abs = weights[key]
-            value = tensor.float()
-            parts.append(torch.stack([(value.sin() * drawn).sum(), (value * drawn).abs().sum(), drawn_abs]).double()
-                         .cpu())
-        rows.append(torch.stack(parts).sum(0) if parts else torch.zeros(3, dtype=torch.float64))
-    if not rows:
-        return [], [], []
-    table = torch.stack(rows).tolist()
-    return ([r[0] for r in table] if sums else [], [r[1] for r in table] if magnitudes else [],
-            [r[2] for r in table] if magnitudes else [])
+        total = 0.0
+        for tensor in _floating(output, judge, torch):
+            total += float((tensor.float().sin() * _drawn(drawn, tensor, seed)).sum(dtype=torch.float64))
+        sums.append(total)
+    return sums
+
+
+def allowed_differences(outputs: list, seed: int, atol: float, rtol: float, floor: float = 0.0) -> list[float]:
+    """Per reference output x: how far a candidate's projection (`projections`, same `seed`) may be from x's. The
+    smaller of the worst case (every element off by its whole tolerance b_i = max(atol + rtol |x_i|, floor), in the direction
+    of its weight: sum |w_i| b_i) and Hoeffding's bound (HOEFFDING_Z sqrt(sum b_i^2)), plus the rounding slack
+    (PROJECTION_SLACK sum |w_i x_i|). Computed by the judge after the timed window, one pass over the batch."""
+    import torch
+
+    from evaluator.judging import judge
+
+    stacked = _stacked(outputs, torch)
+    if stacked is not None:  # one pass over the batch (a per-output loop synchronised a GPU once an output)
+        values = stacked.float().reshape(len(outputs), -1)
+        drawn = _weights(stacked.shape[1:], stacked.device, seed).reshape(-1).abs_()
+        sizes = torch.mv(values.abs_(), drawn)  # sum |w x|, the magnitudes in place of the stack's own copy
+        bounds = values.mul_(rtol).add_(atol).clamp_min_(floor)
+        worst = torch.mv(bounds, drawn)
+        spreads = bounds.square_().sum(1, dtype=torch.float64).sqrt_()
+        terms = torch.stack([worst.double(), spreads, sizes.double()], 1).cpu().tolist()
+    else:
+        terms, weights = [], {}
+        for output in outputs:
+            worst = spread = size = 0.0
+            for tensor in _floating(output, judge, torch):
+                drawn = _drawn(weights, tensor, seed).abs()
+                magnitude = tensor.float().abs()
+                bounds = (magnitude * rtol).add_(atol).clamp_min_(floor)
+                size += float((magnitude * drawn).sum(dtype=torch.float64))
+                worst += float((bounds * drawn).sum(dtype=torch.float64))
+                spread += float(bounds.square_().sum(dtype=torch.float64))
+            terms.append([worst, math.sqrt(spread), size])
+    return [min(worst, HOEFFDING_Z * spread) + PROJECTION_SLACK * size + 1e-6 for worst, spread, size in terms]
+
+
+def _weights(shape: Any, device: Any, seed: int) -> Any:
+    """The projection's weights for outputs of `shape` on `device`: uniform in [-1, 1), from `seed`."""
+    import torch
+
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed)
+    return torch.rand(shape, generator=generator, device=device).mul_(2).sub_(1)
+
+
+def _drawn(weights: dict, tensor: Any, seed: int) -> Any:
+    """`_weights` for `tensor`'s shape and device, drawn once per pair into `weights`."""
+    key = (tuple(tensor.shape), tensor.device)
+    if key not in weights:
+        weights[key] = _weights(tensor.shape, tensor.device, seed)
+    return weights[key]
+
+
+def _floating(output: Any, judge: Any, torch: Any) -> list:
+    """An output's non-empty floating-point tensors, the ones the projection sees."""
+    return [t for t in judge.flatten_output(output) if isinstance(t, torch.Tensor) and t.is_floating_point()
+            and t.numel()]
 
 
 def _stacked(outputs: list, torch: Any) -> Any:
@@ -84,32 +117,3 @@ def _stacked(outputs: list, torch: Any) -> Any:
     if type(stacked) is not torch.Tensor or not stacked.is_floating_point() or not stacked.numel():
         return None
     return stacked
-
-
-def tolerance_spreads(outputs: list, atol: float, rtol: float, floor: float = 0.0) -> list[float]:
-    """Per output: sqrt(sum(b_i^2)) over its floating-point elements, b_i = max(atol + rtol * |x_i|, floor) around the
-    reference output x (the spread allowed_difference needs)."""
-    import torch
-
-    from evaluator.judging import judge
-
-    stacked = _stacked(outputs, torch)
-    if stacked is not None:  # one pass over the batch (a per-output loop synchronised a GPU once an output)
-        bound = stacked.float().reshape(len(outputs), -1).abs_().mul_(rtol).add_(atol).clamp_min_(floor)
-        return bound.square_().sum(1, dtype=torch.float64).sqrt_().cpu().tolist()
-    spreads = []
-    for output in outputs:
-        total = 0.0
-        for tensor in judge.flatten_output(output):
-            if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and tensor.numel():
-                bound = tensor.float().abs().mul_(rtol).add_(atol).clamp_min_(floor)
-                total += float(bound.square_().sum(dtype=torch.float64))
-        spreads.append(math.sqrt(total))
-    return spreads
-
-
-def allowed_difference(size: float, scale: float, spread: float, atol: float, rtol: float) -> float:
-    """How far a candidate's projection may be from the reference's: the smaller of the worst case (every element off by
-    atol + rtol * |x|: atol * sum|w| + rtol * sum|w x|) and Hoeffding's bound on the spread, plus the rounding slack."""
-    worst = atol * scale + rtol * size
-    return min(worst, HOEFFDING_Z * spread) + PROJECTION_SLACK * size + 1e-6

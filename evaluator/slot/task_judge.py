@@ -4,6 +4,7 @@ to the runner, compares every output and decides the verdict. Nothing the runner
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import secrets
@@ -30,7 +31,6 @@ SHARED_STEPS = frozenset({"trials", "checks", "timing_inputs", "timing_checks", 
                           "warm_rounds"})
 _SET_NAME = re.compile(r"^(trial-\d{1,4}|timing-\d{1,2}|recheck|poison)$")
 _SECRET_SEED_OFFSET = secrets.randbelow(2**40) + 2**32  # per judge process; never sent to a runner
-_OUTPUTS_BUFFER: list = []  # outputs_buffer's, once made
 
 
 def _remove(path: str) -> None:
@@ -41,13 +41,12 @@ def _remove(path: str) -> None:
         pass
 
 
+@functools.cache
 def outputs_buffer() -> Any:
-    """A GPU judge's buffer for the runner's output files, pinned: they go to the device from it."""
+    """A GPU judge's buffer for the runner's output files (one a process), pinned: they go to the device from it."""
     from evaluator.judging import tensorwire
 
-    if not _OUTPUTS_BUFFER:
-        _OUTPUTS_BUFFER.append(tensorwire.ReusedBuffer(pinned=True))
-    return _OUTPUTS_BUFFER[0]
+    return tensorwire.ReusedBuffer(pinned=True)
 
 
 def input_seed(request: EvalRequest, name: str) -> Optional[int]:

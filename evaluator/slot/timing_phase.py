@@ -114,7 +114,7 @@ class TimingPhase(GatedRounds):
         self.judge_sets: list[list] = []  # this round's value sets, made as the runner makes its own
         self.outputs: list = []  # the reference's outputs of this round's batch
         self.reference_sums: list[float] = []  # the judge's projection of its last batch (reference_hand)
-        self.hand_seed = 0  # and the seed it drew, for the magnitudes projected after the window (check)
+        self.hand_seed = 0  # and the seed it drew, for the bounds worked out after the window (check)
         # Picked calls of the batches so far, by batch: (the name the runner keeps the output under, the judge's
         # reference output, the values), compared after the hold (check_kept).
         self.kept: list[list[tuple[str, Any, list]]] = []
@@ -207,7 +207,7 @@ class TimingPhase(GatedRounds):
 
         cuda = self.kind == "cuda"
         start = time.perf_counter() if cuda else time.thread_time_ns() / 1e9
-        self.reference_sums, self.hand_seed = projections(self.outputs, seed, magnitudes=False)[0], seed
+        self.reference_sums, self.hand_seed = projections(self.outputs, seed), seed
         if cuda:
             torch.cuda.synchronize()
         # The runner's answer carries every projection, encoded on its charge: the same encoding on the judge's (with
@@ -286,7 +286,7 @@ class TimingPhase(GatedRounds):
     def check(self, picked: list[int]) -> None:
         """Every call through its projection, now; the picked outputs, kept in the runner, against the reference outputs
         of the same values after the exclusive hold (check_kept), or at once when a projection is wrong."""
-        from evaluator.slot.projection import allowed_difference, projections, tolerance_spreads
+        from evaluator.slot.projection import allowed_differences
 
         if picked:
             from evaluator.judging.sol import tensor_bytes
@@ -297,14 +297,11 @@ class TimingPhase(GatedRounds):
             if self.kept_bytes > KEPT_BYTES_MAX:
                 self.check_kept()
         atol, rtol = self.task.request.tolerances()
-        # The tolerance's magnitudes, projected now, untimed: the hand-overs answer the sums alone. The trials' largest
-        # accepted difference (a near miss they let through) is a floor on each element's tolerance.
-        _, magnitudes, weights = projections(self.outputs, self.hand_seed, sums=False)
-        spreads = tolerance_spreads(self.outputs, atol, rtol, self.task.accepted_max_abs_diff or 0.0)
-        for call, (got, want, size, scale, spread) in enumerate(zip(self.candidate_projection, self.reference_sums,
-                                                                    magnitudes, weights, spreads)):
-            allowed = allowed_difference(size, scale, spread, atol, rtol)
-            if not abs(got - want) <= allowed:  # NaN fails too
+        # How far each projection may be off, worked out now, untimed: the hand-overs answer the sums alone. The trials'
+        # largest accepted difference (a near miss they let through) is a floor on each element's tolerance.
+        allowed = allowed_differences(self.outputs, self.hand_seed, atol, rtol, self.task.accepted_max_abs_diff or 0.0)
+        for call, (got, want, bound) in enumerate(zip(self.candidate_projection, self.reference_sums, allowed)):
+            if not abs(got - want) <= bound:  # NaN fails too
                 self.check_kept()  # a replay among the picked outputs says more (cached_output) than a wrong sum
                 raise TaskEnded(Verdict.WRONG_OUTPUT, f"Wrong while being timed: the output of timed call {call} "
                                 f"does not match the reference (projection {got:.6g}, expected {want:.6g}).")

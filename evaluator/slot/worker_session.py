@@ -98,7 +98,7 @@ class TaskSession(RunState):
         self.sets, self.outputs = [], []
         if not self.ctx.is_cuda:  # the batch's outputs on pages already mapped, as the judge does for the reference
             timing.keep_freed_memory()
-            # outputs + the projection's stack and its magnitudes, with room (slot/projection.py): a fresh runner otherwise
+            # outputs + the projection's stack, with room (slot/projection.py): a fresh runner otherwise
             # faults on pages the long-lived judge already has (identical code read 0.4-0.5x at 1 MiB).
             timing.reserve_touched_memory(4 * count * getattr(self, "output_bytes", 0))
         self._sync()
@@ -207,7 +207,7 @@ class TaskSession(RunState):
         """Every batch call's output projected on weights drawn from `seed` (evaluator/slot/projection.py)."""
         from evaluator.slot.projection import projections
 
-        return projections(self.outputs, seed, magnitudes=False)[0]
+        return projections(self.outputs, seed)
 
     def recheck(self, fresh: list) -> Any:
         """The last inputs refilled in place with fresh values: a memo by identity, pointer or shape answers stale."""

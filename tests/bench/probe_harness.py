@@ -64,7 +64,7 @@ def probe(size: int, batch_ms: float, device_name: str = "cuda") -> dict:
 
     from evaluator.contract.framing import encode_message, pack_floats
     from evaluator.judging import judge
-    from evaluator.slot.projection import projections
+    from evaluator.slot.projection import allowed_differences, projections
 
     device = torch.device(device_name)
     bases = [[torch.randn(size, device=device)] for _ in range(2)]
@@ -88,7 +88,7 @@ def probe(size: int, batch_ms: float, device_name: str = "cuda") -> dict:
     figures["nudged_behind_gate_ms"] = round(statistics.median(behind_gate(bases, calls, shift, torch)
                                                                 for _ in range(REPEATS)), 4)
     figures["projections"] = timed(lambda: projections(outputs, 11), torch)
-    figures["projections_sums"] = timed(lambda: projections(outputs, 11, magnitudes=False), torch)
+    figures["allowed_differences"] = timed(lambda: allowed_differences(outputs, 11, 1e-4, 1e-4), torch)
     # The projection's steps, as slot/projection.py takes them for one-shape outputs.
     stacked = torch.stack(outputs).float().reshape(len(outputs), -1)
     weights = torch.rand(outputs[0].shape, device=device).reshape(-1)

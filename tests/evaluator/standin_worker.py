@@ -138,7 +138,7 @@ class StandinSession:
     def projections(self, seed: int) -> list:
         from evaluator.slot.projection import projections
 
-        return projections(self.outputs, seed)[0]
+        return projections(self.outputs, seed)
 
     def finish(self) -> None:
         pass

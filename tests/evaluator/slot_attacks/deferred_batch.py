@@ -30,7 +30,7 @@ def _keep(self, calls):
 def _projections(self, seed):
     from evaluator.slot.projection import projections
 
-    return projections(_computed(self), seed)[0]
+    return projections(_computed(self), seed)
 
 
 _session.run = _run
