@@ -216,6 +216,8 @@ def trace_summary(path: str, outliers: tuple = ()) -> dict:
                                   if task.get("request_id") in outliers}
     summary["round_ratios"] = round_ratio_spread([task.get("rounds", []) for task in tasks])
     summary["round_parts"] = part_spreads([task.get("rounds", []) for task in tasks])
+    # Every task's rounds at its counted length, to try other estimators on them offline (identical code's spread).
+    summary["counted_rounds"] = {task.get("request_id"): counted_rounds(task.get("rounds", [])) for task in tasks}
     os.remove(path)
     return summary
 
