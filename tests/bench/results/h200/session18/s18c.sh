@@ -9,11 +9,11 @@ timeout 330 python3 tests/bench/bench_kernelbench_agreement.py --only 0,3,8,10-2
     --budget-s 300 --kb-repeats 1 --slots 2 > "$OUT/raw/kb.txt" 2>&1
 slot() { name=$1; limit=$2; vars=$3; shift 3; timeout $limit env $vars python3 tests/bench/bench_slot.py "$@" > $OUT/raw/$name.txt 2>&1 ; }
 slot torch_shared 75 KRL_WORKER_DEVICE_SHARED_STEPS=1 --slots 8 --n 32 --kinds torch
-slot triton_shared 80 KRL_WORKER_DEVICE_SHARED_STEPS=1 --slots 8 --n 64 --kinds triton
+slot torch_default 75 X=1 --slots 8 --n 32 --kinds torch
 cp $OUT/raw/kb.json $OUT/kb.json 2>/dev/null
 tar -czf $OUT/raw.tgz -C $OUT raw
 tail -12 $OUT/raw/kb.txt | cut -c1-400
-for f in torch_shared triton_shared; do
+for f in torch_shared torch_default; do
 echo "== $f"; tail -2 $OUT/raw/$f.txt | grep -v "^{" | cut -c1-200
 grep "^{" $OUT/raw/$f.txt | python3 -c "
 import json,sys
