@@ -1,8 +1,8 @@
 . .gpu/env.sh
 # Session 18, call C (one H200): the live agreement with KernelBench's own evaluator at 2 slots (its pass in the same
-# call), then identical torch code and the Triton rate at 8 slots with every GPU step outside the timing held off the
-# timed windows (KRL_WORKER_DEVICE_SHARED_STEPS=1): call A's rounds were bimodal (a 768-call batch read ~3.4 or ~6.5 ms),
-# as when another context's work takes time slices inside a timed window.
+# call), then identical torch code at 8 slots with every GPU step outside the timing held off the timed windows
+# (KRL_WORKER_DEVICE_SHARED_STEPS=1) and without, every task's counted rounds kept: call A's rounds were bimodal (a
+# 768-call batch read ~3.4 or ~6.5 ms), as when another context's work takes time slices inside a timed window.
 mkdir -p $OUT/raw
 nvidia-smi -L > $OUT/raw/device.txt
 timeout 330 python3 tests/bench/bench_kernelbench_agreement.py --only 0,3,8,10-25,27,30-36 --out "$OUT/raw/kb.json" \
