@@ -23,6 +23,11 @@ GATE_CALLS_MAX = 768
 # A block at this many calls or fewer cannot be CUDA's launch queue filling up: that side synchronises inside a call.
 SYNC_BLOCK_CALLS = 3
 GATE_OFF_BY = {"reference": 1, "candidate": 2, "runner": 3}  # phases["timing_gate_off"]: which side turned gates off
+# Milliseconds a held window waits before releasing its first side (0: none). On an H200 at 8 slots the side released
+# first read ~1.4x the second in most rounds (session 18), the order alternating by round; one slot alone and two
+# processes alone showed nothing of it, a busy neighbour context 2x: the reading is that the previous holder's GPU work
+# right after its release shares the start of the next window.
+GATE_SETTLE_ENV = "KRL_WORKER_TIMING_SETTLE_MS"
 
 
 class GatedRounds:
@@ -35,6 +40,10 @@ class GatedRounds:
         self.gated = kind == "cuda" and os.environ.get(GATE_ENV, "1").strip() != "0"
         self.gate_cap = GATE_CALLS_MAX  # calls a gated batch may have (halved by each block)
         self.gate_overflows = 0
+        try:
+            self.gate_settle_s = min(20.0, max(0.0, float(os.environ.get(GATE_SETTLE_ENV, "0")))) / 1e3
+        except ValueError:
+            self.gate_settle_s = 0.0
 
     def gated_sides(self, candidate_first: bool, counted: bool, calls: int, picked: list[int], seed: int,
                     hands: dict) -> None:
@@ -46,6 +55,8 @@ class GatedRounds:
         drained = False
         try:
             with self.held(True, "rounds" if counted else "sizing"):
+                if self.gate_settle_s:
+                    time.sleep(self.gate_settle_s)
                 for side in self.sides(candidate_first):
                     if side == "reference":
                         with self.reference_watched(counted):

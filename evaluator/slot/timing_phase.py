@@ -473,6 +473,7 @@ class TimingPhase(GatedRounds):
         the other slots do. A `counted` round watches the runner while the reference is timed (reference_watched)."""
         if exclusive:  # a block while queueing may have halved what a gate holds back since this length was chosen
             calls = min(calls, self.most_calls())
+        waited_before = self.schedule.phases.get("device_wait", 0.0)
         first = calls != self.staged_for
         salt = self.stage(calls)
         picked = self.picks(calls, first)
@@ -488,8 +489,10 @@ class TimingPhase(GatedRounds):
         if counted and self.kind == "cuda":
             self.note_harness(hands["reference"], calls)
         if self.driver.trace is not None:  # per round for the benchmark's trace: batch and hand-over of each side, ms
+            # and the round's wait for the device (a window that follows another slot's at once, or not)
             self.driver.rounds.append([calls] + [round(v * 1e3, 4) for v in (
-                self.batch_only["reference"], hands["reference"], self.batch_only["candidate"], hands["candidate"])])
+                self.batch_only["reference"], hands["reference"], self.batch_only["candidate"], hands["candidate"],
+                self.schedule.phases.get("device_wait", 0.0) - waited_before)])
         reference, candidate = self.charged(hands["reference"], hands["candidate"])
         return reference / calls, candidate / calls
 
