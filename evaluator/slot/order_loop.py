@@ -90,6 +90,8 @@ def serve_orders(read_message, write_message, session: Any, exchange: Exchange) 
                 session.queue(int(order["calls"]), int(order["salt"]), int(order["count"]))
                 answer = {"type": "queued"}
             elif kind == "drain":
+                if order.get("armed"):  # said before the wait, so the judge opens the gate on a runner already waiting
+                    write_message({"type": "draining"})
                 session.drain()
                 answer = {"type": "ran"}
             elif kind == "run":

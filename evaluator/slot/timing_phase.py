@@ -220,14 +220,26 @@ class TimingPhase(GatedRounds):
         ORDER_BASE_S plus ORDER_FACTOR times the calls at the pace of its fastest correctness trial. A candidate that
         hangs or spins in its timing (an honest loop bound that the nudged values break, or a hostile one) otherwise
         held the device exclusive, and every other slot's timing with it, until its task's limit (60 s)."""
+        with self.order_bound(calls) as deadline:
+            return self.driver.order(message, expected, deadline=deadline)
+
+    def collected(self, expected: str, calls: int) -> dict[str, Any]:
+        """A further answer to the order sent last (an armed drain's second), within the same bound as `order`."""
+        with self.order_bound(calls) as deadline:
+            return self.driver.collect(expected, deadline=deadline)
+
+    @contextlib.contextmanager
+    def order_bound(self, calls: int) -> Iterator[Optional[float]]:
+        """The deadline of an order covering `calls` calls (None: the task's own), and the timeout past it."""
         from evaluator.slot.task_driver import Deadline
 
         trial_s = self.schedule.fastest_trial_s
         if trial_s is None:
-            return self.driver.order(message, expected)
+            yield None
+            return
         bound_s = ORDER_BASE_S + ORDER_FACTOR * max(1, calls) * trial_s
         try:
-            return self.driver.order(message, expected, deadline=time.monotonic() + bound_s)
+            yield time.monotonic() + bound_s
         except Deadline:
             if time.monotonic() >= self.driver.deadline:
                 raise  # the task's own limit: the usual timeout
@@ -243,15 +255,16 @@ class TimingPhase(GatedRounds):
             return (self.charge.now() - before) / 1e9, answer
         return self.driver.answered_at - self.driver.sent_at, answer
 
-    def less_round_trip(self, seconds: float) -> float:
+    def less_round_trip(self, seconds: float, share: float = 1.0) -> float:
         """A candidate order's charge in the judge's rounds, less the fixed cost of an honest order measured before any
         candidate code ran in the runner (task_driver.clean_round_trip), capped, and never below half the raw figure.
-        GPU: the clean round trip on the judge's clock. CPU: the runner's CPU time for a clean ping (reading the
-        order, answering), which the judge's own reference batch never pays."""
+        GPU: the clean round trip on the judge's clock (a `share` of it where the clock holds only the answer's way).
+        CPU: the runner's CPU time for a clean ping (reading the order, answering), which the judge's own reference
+        batch never pays."""
         if self.charge is not None:
             fixed = min(self.driver.order_cpu_s or 0.0, ORDER_CPU_CAP_S)
         else:
-            fixed = min(self.driver.round_trip, ROUND_TRIP_CAP_S)
+            fixed = share * min(self.driver.round_trip, ROUND_TRIP_CAP_S)
         return max(seconds - fixed, seconds / 2)
 
     def candidate_batch(self, calls: int, salt: int, picked: list[int], seed: int) -> tuple[float, float]:
