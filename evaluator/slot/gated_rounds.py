@@ -23,12 +23,6 @@ GATE_CALLS_MAX = 768
 # A block at this many calls or fewer cannot be CUDA's launch queue filling up: that side synchronises inside a call.
 SYNC_BLOCK_CALLS = 3
 GATE_OFF_BY = {"reference": 1, "candidate": 2, "runner": 3}  # phases["timing_gate_off"]: which side turned gates off
-# Milliseconds a held window had after a wait for the device lets pass before it releases its first side (0: none).
-# On an H200 at 8 slots the side released first read a median 1.47x the second in windows had after a wait, 0.99x in
-# windows had at once (session 18, call E); one slot alone and two processes alone showed nothing of it, a busy
-# neighbour context 2x: the previous holder's GPU work right after its release (its check, its next round's draws)
-# shares the start of the next window. A 3 ms settle took it to 1.14x, 10 ms to 1.00x.
-GATE_SETTLE_ENV = "KRL_WORKER_TIMING_SETTLE_MS"
 
 
 class GatedRounds:
@@ -41,10 +35,6 @@ class GatedRounds:
         self.gated = kind == "cuda" and os.environ.get(GATE_ENV, "1").strip() != "0"
         self.gate_cap = GATE_CALLS_MAX  # calls a gated batch may have (halved by each block)
         self.gate_overflows = 0
-        try:
-            self.gate_settle_s = min(20.0, max(0.0, float(os.environ.get(GATE_SETTLE_ENV, "3")))) / 1e3
-        except ValueError:
-            self.gate_settle_s = 0.0
 
     def gated_sides(self, candidate_first: bool, counted: bool, calls: int, picked: list[int], seed: int,
                     hands: dict) -> None:
@@ -54,11 +44,8 @@ class GatedRounds:
         shift = self.rng.random()
         writer = self.own_gate().writer
         drained = False
-        waited_before = self.schedule.phases.get("device_wait", 0.0)
         try:
             with self.held(True, "rounds" if counted else "sizing"):
-                if self.gate_settle_s and self.schedule.phases.get("device_wait", 0.0) - waited_before > 1e-4:
-                    time.sleep(self.gate_settle_s)  # handed over by another slot just now: its work settles first
                 for side in self.sides(candidate_first):
                     if side == "reference":
                         with self.reference_watched(counted):

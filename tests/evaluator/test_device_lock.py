@@ -204,3 +204,34 @@ def test_a_measurement_can_pick_the_shared_steps():
     assert shared_steps_from("1") == SHARED_STEPS
     assert shared_steps_from("") == shared_steps_from("0") == frozenset()  # the default: measured faster
     assert shared_steps_from("trials, recheck,no_such_step") == {"trials", "recheck"}
+
+
+def test_a_window_had_as_another_slot_lets_go_settles_first(holders, lock_dir, monkeypatch):
+    """A window had after a wait lets the settle pass before its timed work (the slot before starts its next GPU work
+    at once); a window had at once does not wait."""
+    import threading
+    from types import SimpleNamespace
+
+    from evaluator.slot.exclusive_hold import SETTLE_ENV
+    from evaluator.slot.timing_phase import TimingPhase
+
+    monkeypatch.setenv(SETTLE_ENV, "20")
+    other, lock = holders[0], DeviceLock("gpu-test")
+    driver = SimpleNamespace(deadline=time.monotonic() + LONG_S, runner=SimpleNamespace(host_pid=0))
+    phase = TimingPhase(SimpleNamespace(device="cuda:0"), driver, SimpleNamespace(phases={}), lock=lock)
+    phases = phase.schedule.phases
+    try:
+        with phase.held():
+            pass
+        assert "held_settle" not in phases  # had at once
+        assert other.ask("exclusive", LONG_S, LONG_S)[0] is not None
+        letting_go = threading.Timer(0.2, lambda: other.ask("release"))
+        letting_go.start()
+        began = time.perf_counter()
+        with phase.held():
+            inside = time.perf_counter()
+        letting_go.join()
+        assert phases["held_settle"] == 0.02 and phases["device_wait"] >= 0.1
+        assert inside - began >= phases["device_wait"] + 0.02 - 1e-3  # the settle came after the wait, inside the hold
+    finally:
+        lock.close()
