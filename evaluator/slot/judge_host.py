@@ -20,6 +20,7 @@ from evaluator.isolation import exchange_tmpfs
 from evaluator.isolation.proctree import kill_tree, process_table, tree_resident_bytes
 from evaluator.isolation.teardown import empty_folder
 from evaluator.judging.reference_cache import ReferenceCache
+from evaluator.slot.groups_ahead import GroupsAhead
 from evaluator.slot.task_driver import TaskDriver
 from evaluator.slot.task_judge import TaskJudge, input_seed  # noqa: F401 - input_seed: public here too
 from evaluator.slot.task_judge import shared_steps_from
@@ -545,6 +546,7 @@ class JudgeHost:
         self.spares_adapt = not fixed and device.startswith("cuda")
         self.finished_runner: Optional[_Runner] = None
         self.task_isolation: Any = None  # the running task's cgroup and runner view (evaluator/slot/task_isolation.py)
+        self.groups_ahead = GroupsAhead()  # the next task's cgroup, made while this one runs
         self.reference_cache = ReferenceCache()
         self.device_name = ""
         self.device_lock: Any = None  # this GPU's lock (evaluator/isolation/device_lock.py), once started
@@ -607,6 +609,7 @@ class JudgeHost:
                 except InfrastructureFailure:
                     pass
             self.slot.counters.add("spare_runners_lost")
+            self.groups_ahead.drop()
             self.slot.discard(spare)
         if not self.slot.zygote_alive():
             self.slot.counters.add("zygote_restarts")
@@ -636,8 +639,8 @@ class JudgeHost:
 
         runner_pid = self.slot.locate(runner)
         cpu_spent = CpuSpent(runner_pid)
-        self.task_isolation = task_isolation.begin_task(runner.runner_id, runner_pid,
-                                                        self.resident_limit, self.slot.runner_namespaces)
+        self.task_isolation = self.groups_ahead.take(runner.runner_id, runner_pid) or task_isolation.begin_task(
+            runner.runner_id, runner_pid, self.resident_limit, self.slot.runner_namespaces)
         if self.slot.runner_namespaces and self.task_isolation.host_pid <= 0:
             self.slot.discard(runner)
             return {"type": "infra", "task": task_id, "why": "the runner's host pid was not found"}
@@ -651,6 +654,7 @@ class JudgeHost:
                 self.spares.append(self.slot.fork_runner())  # warm up (CUDA init) while this task runs
         except InfrastructureFailure:
             pass
+        self._group_ahead()
         self.finished_runner = runner  # killed and wiped after the reply is sent (finish_task): off the verdict's path
         task = TaskJudge(request, self.device, self.slot.inputs_dir,
                          self.task_isolation.runner_view(self.slot.outputs_dir), self.reference_cache)
@@ -697,7 +701,16 @@ class JudgeHost:
         except ValueError:
             self.slot.discard(spare)
             return True
+        if spare.ready:
+            self._group_ahead()
         return spare.reader.eof or spare.ready
+
+    def _group_ahead(self) -> None:
+        """The next task's group made now, in a thread, for the spare that gets it, once that spare is ready and its
+        host pid known (GroupsAhead)."""
+        if self.spares and self.spares[0].ready and self.spares[0].host_pid > 0:
+            self.groups_ahead.prepare(self.spares[0].runner_id, self.spares[0].host_pid, self.resident_limit,
+                                      self.slot.runner_namespaces)
 
     def _runner_cpu(self, runner: "_Runner", runner_pid: int) -> Any:
         """The task's CPU accounting (slot/cpu_charge.py): its cgroup where it has one, else the runner's tree."""
@@ -739,6 +752,7 @@ class JudgeHost:
         while True:
             message = read_message(self.task_fd)
             if message is None or message.get("type") == "exit":
+                self.groups_ahead.drop()
                 self.slot.stop_zygote()
                 return 0
             try:

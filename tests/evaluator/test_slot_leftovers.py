@@ -34,14 +34,17 @@ def evaluator(tmp_path_factory):
 
 
 def test_leftovers_do_not_reach_the_next_task(evaluator):
-    failures = []
+    failures, setups = [], []
     for name in LEFTOVERS:
         attack = evaluator.evaluate(request(source(name), run_timeout_s=60.0))
         probe = evaluator.evaluate(request(source("probe_clean_slate"), run_timeout_s=60.0))
+        setups.append((probe.phase_times_s or {}).get("task_setup", 1.0))
         if probe.verdict != Verdict.CORRECT:
             failures.append(f"{name} (attack: {attack.verdict.value}): probe {probe.verdict.value}: "
                             f"{probe.error_message[-600:]}")
     assert not failures, "\n".join(failures)
+    # The probes' groups were made while the attacks ran (slot/groups_ahead.py), into which the attacks reached nothing.
+    assert min(setups) < 0.003, setups
 
 
 def test_an_honest_probe_passes_on_a_fresh_slot(evaluator):
