@@ -103,7 +103,8 @@ def serve_orders(read_message, write_message, session: Any, exchange: Exchange) 
             elif kind == "hand":  # the projection of every output (seed), or kept outputs (kept), or both
                 answer = {"type": "handed"}
                 if "seed" in order:
-                    answer["projections"] = pack_floats(session.projections(int(order["seed"])))
+                    answer["projections"] = pack_floats(session.projections(int(order["seed"]),
+                                                                            float(order.get("scale", 1.0))))
                 for name in order.get("kept", ()):
                     exchange.hand(_plain(name), session.kept_output(_plain(name)))
             elif kind == "keep":  # picked outputs of the last batch, kept by name until the judge asks for them

@@ -1,11 +1,11 @@
 """A random projection of every output of a timed batch, with weights drawn after the batch: the runner cannot answer
 it without every call's output, and the judge checks it against the same projection of its own reference outputs."""
 
-# What is projected is sin(output), not the output: a projection linear in the output can be moved onto the values of a
-# linear problem (sum(w * (x @ W)) = sum(x * (w @ W^T)): one product a batch, then a dot product a call), and a runner
-# that skipped its batch answered it that way at 3.3-3.7x where honest code read 1.1 (slot_attacks/fused_projection.py,
-# CPU mode). sin moves no further than its argument (|sin a - sin b| <= |a - b|), so the judge's tolerance on the raw
-# outputs' magnitudes (timing_phase.check) still bounds an honest difference.
+# What is projected is sin(output / scale), not the output: a projection linear in the output can be moved onto the
+# values of a linear problem (sum(w * (x @ W)) = sum(x * (w @ W^T)): one product a batch, then a dot product a call),
+# and a runner that skipped its batch answered it that way at 3.3-3.7x where honest code read 1.1
+# (slot_attacks/fused_projection.py, CPU mode). sin moves no further than its argument (|sin a - sin b| <= |a - b|), so
+# the judge's tolerance on the raw outputs, over the scale (timing_phase.check), still bounds an honest difference.
 
 from __future__ import annotations
 
@@ -19,23 +19,57 @@ from typing import Any
 # tolerance, in the direction of its weight) grows with the size: on a million elements the worst case let an output of
 # zeros through (237 off against 9,464 allowed), the statistical bound does not (124 allowed).
 HOEFFDING_Z = math.sqrt(2 * math.log(2 / 1e-9))
-# Beyond the tolerance, the summation order's rounding of a projection (relative to its magnitude).
+# Beyond the tolerance, the summation order's rounding of a projection (relative to the sum of its terms' magnitudes),
+# and each argument's own rounding (x / scale in float32, both sides: a few units of 2^-24 of |x / scale|).
 PROJECTION_SLACK = 1e-4
+ARGUMENT_ROUNDING = 4 * 2.0 ** -24
+# What is projected is sin(output / scale). The scale is 1 for outputs whose mean magnitude is within SCALED_BEYOND of
+# a standard normal's (ARGUMENT_SPREAD); others are brought to that magnitude. Unscaled, sin saw outputs of large
+# magnitude through a tolerance wider than its reach (a 512-wide matrix product at 1e-2: every element allowed ~0.2,
+# an output of zeros inside the bound on every draw; slot_attacks/guessed_projection_matmul.py read correct at
+# 2.2-2.4x on a CPU), and outputs of small magnitude in its linear part, where a projection folds onto a linear
+# problem's values again. Not scaled further: a smaller argument is checked more tightly (the tolerance over the scale
+# grows as the scale shrinks, the projection's spread does not), until sin is nearly linear.
+ARGUMENT_SPREAD = math.sqrt(2 / math.pi)
+SCALED_BEYOND = 4.0
 
 
-def projections(outputs: list, seed: int) -> list[float]:
-    """Per output: the sum of w * sin(output) over its floating-point tensors, w uniform in [-1, 1) drawn from `seed`
-    (the same w for every output of one shape and device): what a timed hand-over answers, on both sides' charge."""
+def output_scale(output: Any) -> float:
+    """The scale for projections of outputs like `output` (a reference output): 1.0, or where its floating-point
+    elements' mean magnitude is more than SCALED_BEYOND times from ARGUMENT_SPREAD (either way), that magnitude over
+    ARGUMENT_SPREAD. 1.0 where there is no finite magnitude."""
     import torch
 
     from evaluator.judging import judge
 
+    total, count = 0.0, 0
+    for tensor in _floating(output, judge, torch):
+        total += float(tensor.detach().abs().sum(dtype=torch.float64))
+        count += tensor.numel()
+    scale = total / count / ARGUMENT_SPREAD if count else 0.0
+    if not (math.isfinite(scale) and scale > 0) or 1 / SCALED_BEYOND <= scale <= SCALED_BEYOND:
+        return 1.0
+    return scale
+
+
+def projections(outputs: list, seed: int, scale: float = 1.0) -> list[float]:
+    """Per output: the sum of w * sin(output / scale) over its floating-point tensors, w uniform in [-1, 1) drawn from
+    `seed` (the same w for every output of one shape and device): what a timed hand-over answers, on both sides'
+    charge."""
+    import torch
+
+    from evaluator.judging import judge
+
+    inverse = 1.0 / scale
     stacked = _stacked(outputs, torch)
     if stacked is not None:  # the usual case: one tensor per call, one shape: a few whole-batch ops, not a few per call
         # One row per call: reshape, not flatten(1), which a stack of 0-dim outputs (a loss) does not have; each row's
         # sum a matrix-vector product (fresh pages cost: on a CPU the hand-over of six 1 MiB outputs took 2-9 ms where
-        # the batch took 4).
+        # the batch took 4). The scale's product in float32 (in half precision it would round each argument by 2^-11),
+        # in place in the stack, which is the hand-over's own.
         values = stacked.float().reshape(len(outputs), -1)
+        if scale != 1.0:
+            values = values.mul_(inverse)
         weights = _weights(stacked.shape[1:], stacked.device, seed).reshape(-1)
         return torch.mv(values.sin_(), weights).double().cpu().tolist()
     drawn: dict[Any, Any] = {}
@@ -43,42 +77,52 @@ def projections(outputs: list, seed: int) -> list[float]:
     for output in outputs:
         total = 0.0
         for tensor in _floating(output, judge, torch):
-            total += float((tensor.float().sin() * _drawn(drawn, tensor, seed)).sum(dtype=torch.float64))
+            arguments = tensor.float() if scale == 1.0 else tensor.float().mul(inverse)
+            # sin() not in place: a float32 output is its own .float()
+            total += float((arguments.sin() * _drawn(drawn, tensor, seed)).sum(dtype=torch.float64))
         sums.append(total)
     return sums
 
 
-def allowed_differences(outputs: list, seed: int, atol: float, rtol: float, floor: float = 0.0) -> list[float]:
-    """Per reference output x: how far a candidate's projection (`projections`, same `seed`) may be from x's. The
-    smaller of the worst case (every element off by its whole tolerance b_i = max(atol + rtol |x_i|, floor), in the direction
-    of its weight: sum |w_i| b_i) and Hoeffding's bound (HOEFFDING_Z sqrt(sum b_i^2)), plus the rounding slack
-    (PROJECTION_SLACK sum |w_i x_i|). Computed by the judge after the timed window, one pass over the batch."""
+def allowed_differences(outputs: list, seed: int, atol: float, rtol: float, floor: float = 0.0,
+                        scale: float = 1.0) -> list[float]:
+    """Per reference output x: how far a candidate's projection (`projections`, same `seed` and `scale`) may be from
+    x's. Each element may move its term by b_i = min(max(atol + rtol |x_i|, floor) / scale, 2) (|sin a - sin b| <=
+    min(|a - b|, 2)). The smaller of the worst case (every element off by its whole b_i, in the direction of its
+    weight: sum |w_i| b_i) and Hoeffding's bound (HOEFFDING_Z sqrt(sum b_i^2)), plus the rounding slack
+    (PROJECTION_SLACK sum |w_i sin(x_i / scale)| + ARGUMENT_ROUNDING sum |w_i x_i / scale|). Computed by the judge after
+    the timed window, one pass over the batch."""
     import torch
 
     from evaluator.judging import judge
 
+    inverse = 1.0 / scale
     stacked = _stacked(outputs, torch)
     if stacked is not None:  # one pass over the batch (a per-output loop synchronised a GPU once an output)
-        values = stacked.float().reshape(len(outputs), -1)
+        arguments = stacked.float().mul_(inverse).reshape(len(outputs), -1)
         drawn = _weights(stacked.shape[1:], stacked.device, seed).reshape(-1).abs_()
-        sizes = torch.mv(values.abs_(), drawn)  # sum |w x|, the magnitudes in place of the stack's own copy
-        bounds = values.mul_(rtol).add_(atol).clamp_min_(floor)
+        sines = torch.mv(arguments.sin().abs_(), drawn)
+        sizes = torch.mv(arguments.abs_(), drawn)  # sum |w x / scale|, in place of the arguments
+        bounds = arguments.mul_(rtol).add_(atol * inverse).clamp_(min(floor * inverse, 2.0), 2.0)
         worst = torch.mv(bounds, drawn)
         spreads = bounds.square_().sum(1, dtype=torch.float64).sqrt_()
-        terms = torch.stack([worst.double(), spreads, sizes.double()], 1).cpu().tolist()
+        terms = torch.stack([worst.double(), spreads, sines.double(), sizes.double()], 1).cpu().tolist()
     else:
         terms, weights = [], {}
         for output in outputs:
-            worst = spread = size = 0.0
+            worst = spread = sine = size = 0.0
             for tensor in _floating(output, judge, torch):
                 drawn = _drawn(weights, tensor, seed).abs()
-                magnitude = tensor.float().abs()
-                bounds = (magnitude * rtol).add_(atol).clamp_min_(floor)
+                arguments = tensor.float().mul(inverse)
+                sine += float((arguments.sin().abs_() * drawn).sum(dtype=torch.float64))
+                magnitude = arguments.abs_()
+                bounds = (magnitude * rtol).add_(atol * inverse).clamp_(min(floor * inverse, 2.0), 2.0)
                 size += float((magnitude * drawn).sum(dtype=torch.float64))
                 worst += float((bounds * drawn).sum(dtype=torch.float64))
                 spread += float(bounds.square_().sum(dtype=torch.float64))
-            terms.append([worst, math.sqrt(spread), size])
-    return [min(worst, HOEFFDING_Z * spread) + PROJECTION_SLACK * size + 1e-6 for worst, spread, size in terms]
+            terms.append([worst, math.sqrt(spread), sine, size])
+    return [min(worst, HOEFFDING_Z * spread) + PROJECTION_SLACK * sine + ARGUMENT_ROUNDING * size + 1e-6
+            for worst, spread, sine, size in terms]
 
 
 def _weights(shape: Any, device: Any, seed: int) -> Any:

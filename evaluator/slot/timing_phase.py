@@ -115,6 +115,7 @@ class TimingPhase(GatedRounds):
         self.outputs: list = []  # the reference's outputs of this round's batch
         self.reference_sums: list[float] = []  # the judge's projection of its last batch (reference_hand)
         self.hand_seed = 0  # and the seed it drew, for the bounds worked out after the window (check)
+        self.hand_scale = 1.0  # the projections' scale (projection.output_scale of the reference's first timing output)
         # Picked calls of the batches so far, by batch: (the name the runner keeps the output under, the judge's
         # reference output, the values), compared after the hold (check_kept).
         self.kept: list[list[tuple[str, Any, list]]] = []
@@ -207,7 +208,7 @@ class TimingPhase(GatedRounds):
 
         cuda = self.kind == "cuda"
         start = time.perf_counter() if cuda else time.thread_time_ns() / 1e9
-        self.reference_sums, self.hand_seed = projections(self.outputs, seed), seed
+        self.reference_sums, self.hand_seed = projections(self.outputs, seed, self.hand_scale), seed
         if cuda:
             torch.cuda.synchronize()
         # The runner's answer carries every projection, encoded on its charge: the same encoding on the judge's (with
@@ -282,7 +283,7 @@ class TimingPhase(GatedRounds):
         at 1 MiB when both were charged)."""
         from evaluator.contract.framing import unpack_floats
 
-        hand_s, answer = self.measured({"type": "hand", "seed": seed}, "handed")
+        hand_s, answer = self.measured({"type": "hand", "seed": seed, "scale": self.hand_scale}, "handed")
         projected = unpack_floats(answer.get("projections"), calls)
         if projected is None:
             raise ProtocolBreach("its hand-over did not project every call of the batch")
@@ -312,7 +313,8 @@ class TimingPhase(GatedRounds):
         atol, rtol = self.task.request.tolerances()
         # How far each projection may be off, worked out now, untimed: the hand-overs answer the sums alone. The trials'
         # largest accepted difference (a near miss they let through) is a floor on each element's tolerance.
-        allowed = allowed_differences(self.outputs, self.hand_seed, atol, rtol, self.task.accepted_max_abs_diff or 0.0)
+        allowed = allowed_differences(self.outputs, self.hand_seed, atol, rtol, self.task.accepted_max_abs_diff or 0.0,
+                                      self.hand_scale)
         for call, (got, want, bound) in enumerate(zip(self.candidate_projection, self.reference_sums, allowed)):
             if not abs(got - want) <= bound:  # NaN fails too
                 self.check_kept()  # a replay among the picked outputs says more (cached_output) than a wrong sum
@@ -342,12 +344,14 @@ class TimingPhase(GatedRounds):
     # ---- the rounds
     def run(self, result: Any) -> None:
         from evaluator.judging import sol, timing
+        from evaluator.slot.projection import output_scale
 
         setup_from = time.perf_counter()
         names = [f"timing-{j}" for j in range(BASE_SETS)]
         with self.schedule.on_device("timing_inputs"):  # the judge's inputs: GPU work, not yet exclusive
             self.bases = [self.task.make(name) for name in names]
         set_bytes = sol.tensor_bytes(self.bases[0]) + sol.tensor_bytes(self.task.reference_outputs[names[0]])
+        self.hand_scale = output_scale(self.task.reference_outputs[names[0]])
         self.staged = max(1, min(MAX_CALLS[self.kind], self.staging_budget() // max(1, set_bytes)))
         import torch
 

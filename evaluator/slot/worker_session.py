@@ -203,11 +203,12 @@ class TaskSession(RunState):
     def kept_output(self, name: str) -> Any:
         return self.kept.pop(name)
 
-    def projections(self, seed: int) -> list[float]:
-        """Every batch call's output projected on weights drawn from `seed` (evaluator/slot/projection.py)."""
+    def projections(self, seed: int, scale: float = 1.0) -> list[float]:
+        """Every batch call's output projected on weights drawn from `seed`, at the judge's `scale`
+        (evaluator/slot/projection.py)."""
         from evaluator.slot.projection import projections
 
-        return projections(self.outputs, seed)
+        return projections(self.outputs, seed, scale)
 
     def recheck(self, fresh: list) -> Any:
         """The last inputs refilled in place with fresh values: a memo by identity, pointer or shape answers stale."""

@@ -135,10 +135,10 @@ class StandinSession:
     def kept_output(self, name: str):
         return self.kept.pop(name)
 
-    def projections(self, seed: int) -> list:
+    def projections(self, seed: int, scale: float = 1.0) -> list:
         from evaluator.slot.projection import projections
 
-        return projections(self.outputs, seed)
+        return projections(self.outputs, seed, scale)
 
     def finish(self) -> None:
         pass

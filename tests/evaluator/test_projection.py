@@ -4,7 +4,8 @@ outputs within the tolerance through and stops wrong ones of every size."""
 
 import torch
 
-from evaluator.slot.projection import PROJECTION_SLACK, allowed_differences, projections
+from evaluator.slot.projection import (ARGUMENT_SPREAD, PROJECTION_SLACK, allowed_differences, output_scale,
+                                       projections)
 
 
 def general(outputs: list, seed: int) -> list:
@@ -63,10 +64,10 @@ ATOL = RTOL = 1e-2  # KernelBench's float32 tolerances
 # made the values would be correlated with them (the judge's seeds are secret 30-bit draws, its inputs' seeds others).
 
 
-def _off_by(reference: torch.Tensor, candidate: torch.Tensor, seed: int) -> tuple[float, float]:
-    """(how far the candidate's projection is from the reference's, how far the judge allows)."""
-    got, want = projections([candidate], seed)[0], projections([reference], seed)[0]
-    return abs(got - want), allowed_differences([reference], seed, ATOL, RTOL)[0]
+def _off_by(reference: torch.Tensor, candidate: torch.Tensor, seed: int, scale: float = 1.0) -> tuple[float, float]:
+    """(how far the candidate's projection is from the reference's, how far the judge allows), at `scale`."""
+    got, want = projections([candidate], seed, scale)[0], projections([reference], seed, scale)[0]
+    return abs(got - want), allowed_differences([reference], seed, ATOL, RTOL, scale=scale)[0]
 
 
 def test_a_wrong_output_of_a_million_elements_is_stopped_though_the_worst_case_bound_let_it_through():
@@ -84,15 +85,18 @@ def test_a_wrong_output_of_a_million_elements_is_stopped_though_the_worst_case_b
 
 def test_honest_outputs_anywhere_within_the_tolerance_pass_every_draw():
     """Errors up to each element's whole tolerance, in patterns fixed before the weights are drawn (all one way,
-    following the reference's sign, at random), at a million elements and at 256."""
-    for count in (256, 1 << 20):
-        reference = torch.randn(count, generator=torch.Generator().manual_seed(12346))
+    following the reference's sign, at random), at a million elements and at 256, unscaled and at the scale the judge
+    draws from outputs of magnitude 1, 30 (a matrix product's) and 1e-3."""
+    for count, magnitude, scaled in ((256, 1.0, False), (1 << 20, 1.0, False), (256, 1.0, True),
+                                     (1 << 20, 30.0, True), (4096, 1e-3, True)):
+        reference = torch.randn(count, generator=torch.Generator().manual_seed(12346)) * magnitude
+        scale = output_scale(reference) if scaled else 1.0
         bound = ATOL + RTOL * reference.abs()
         signs = torch.randint(0, 2, (count,), generator=torch.Generator().manual_seed(12347)) * 2 - 1
         for errors in (bound, bound * reference.sign(), bound * signs, bound * 0.999 * torch.rand(count)):
             for seed in range(20):
-                off, allowed = _off_by(reference, reference + errors, seed)
-                assert off <= allowed, (count, seed, off, allowed)
+                off, allowed = _off_by(reference, reference + errors, seed, scale)
+                assert off <= allowed, (count, magnitude, seed, off, allowed)
 
 
 def test_the_allowed_difference_is_the_same_on_the_one_shape_path_and_the_general_one():
@@ -105,3 +109,24 @@ def test_the_allowed_difference_is_the_same_on_the_one_shape_path_and_the_genera
     mixed = [(o, o[:2]) for o in outputs]  # two tensors an output: the terms of both add up
     alone = allowed_differences([(o,) for o in outputs], 3, ATOL, RTOL)
     assert all(both > one for both, one in zip(allowed_differences(mixed, 3, ATOL, RTOL), alone))
+
+
+def test_outputs_of_large_magnitude_are_checked_at_their_scale():
+    """A 512-wide matrix product's outputs (magnitude ~20) at 1e-2 let each element move ~0.2, wider than sin's reach
+    unscaled: an output of zeros stayed inside the bound on every draw (slot_attacks/guessed_projection_matmul.py read
+    correct at 2.2-2.4x). At the scale drawn from the reference itself it is stopped as at magnitude 1."""
+    reference = torch.randn(16 * 512, generator=torch.Generator().manual_seed(12348)) * 22.0
+    scale = output_scale(reference)
+    assert abs(scale - float(reference.abs().mean()) / ARGUMENT_SPREAD) < 1e-3 * scale
+    wrong = torch.zeros_like(reference)
+    unscaled = [_off_by(reference, wrong, seed) for seed in range(20)]
+    assert not any(off > allowed for off, allowed in unscaled)
+    caught = sum(off > allowed for off, allowed in (_off_by(reference, wrong, seed, scale) for seed in range(20)))
+    assert caught >= 8, caught
+
+
+def test_the_scale_of_an_output_without_magnitude_is_one():
+    assert output_scale(torch.zeros(16)) == 1.0 and output_scale(torch.arange(4)) == 1.0  # no floating elements
+    assert output_scale((torch.full((4,), float("inf")),)) == 1.0
+    assert output_scale((torch.ones(3), torch.full((1,), 5.0))) == 1.0  # magnitude 2: within SCALED_BEYOND
+    assert output_scale((torch.full((3,), 40.0), torch.full((1,), 80.0))) == 50.0 / ARGUMENT_SPREAD

@@ -192,6 +192,21 @@ def test_a_projection_folded_onto_the_values_of_a_linear_problem_is_caught(evalu
     assert honest.verdict == Verdict.CORRECT and honest.speedup < FORGED_SPEEDUP, (honest.verdict, honest.speedup)
 
 
+def test_a_guessed_projection_is_caught_on_outputs_of_large_magnitude(evaluator):
+    # The same guess on a matrix product at 1e-2: its outputs (magnitude ~20) let each element move ~0.2, wider than
+    # sin's reach, and unscaled projections let it through on every call (correct at 2.2-2.4x, 3 of 3). The judge's
+    # scale, drawn from its own reference output, brings them to a few radians.
+    results = {name: evaluator.evaluate(EvalRequest(
+        reference_source=LINEAR_REFERENCE, candidate_source=source, problem_id="test/linear", request_id=name,
+        correctness_trials=2, timing_trials=3, warmup_trials=1, run_timeout_s=60.0, atol=1e-2, rtol=1e-2))
+        for name, source in (("guessed-projection-matmul", attack("guessed_projection_matmul")),
+                             ("honest-matmul", LINEAR_REFERENCE.replace("class Model(", "class ModelNew(")))}
+    guessed, honest = results["guessed-projection-matmul"], results["honest-matmul"]
+    assert guessed.verdict == Verdict.WRONG_OUTPUT, (guessed.verdict, guessed.speedup, guessed.error_message)
+    assert "while being timed" in guessed.error_message
+    assert honest.verdict == Verdict.CORRECT, (honest.verdict, honest.error_message)
+
+
 def heavy(name: str) -> EvalRequest:
     """An attack (or the honest candidate) on HEAVY_REFERENCE: its forward swapped for the heavy problem's."""
     source = GOOD if name == "honest" else attack(name)

@@ -27,10 +27,10 @@ def _keep(self, calls):
         self.kept[name] = _computed(self)[call]
 
 
-def _projections(self, seed):
+def _projections(self, seed, scale=1.0):
     from evaluator.slot.projection import projections
 
-    return projections(_computed(self), seed)
+    return projections(_computed(self), seed, scale)
 
 
 _session.run = _run

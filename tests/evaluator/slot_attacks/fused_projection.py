@@ -23,7 +23,7 @@ def _keep(self, calls):
         self.kept[name] = model(*self.sets[call])
 
 
-def _projections(self, seed):
+def _projections(self, seed, scale=1.0):
     # slot/projection.py's weights for an output of shape (rows, W's columns), drawn the same way
     model, first = self.models[2], self.sets[0][0]
     shape = (first.shape[0], model.weight.shape[1])

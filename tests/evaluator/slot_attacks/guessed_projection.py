@@ -20,7 +20,7 @@ def _keep(self, calls):
         self.kept[name] = self.models[2](*self.sets[call % len(self.sets)])
 
 
-def _projections(self, seed):
+def _projections(self, seed, scale=1.0):
     return [0.0] * len(self.sets)
 
 
