@@ -19,8 +19,9 @@ from typing import Any
 # tolerance, in the direction of its weight) grows with the size: on a million elements the worst case let an output of
 # zeros through (237 off against 9,464 allowed), the statistical bound does not (124 allowed).
 HOEFFDING_Z = math.sqrt(2 * math.log(2 / 1e-9))
-# Beyond the tolerance, the summation order's rounding of a projection (relative to the sum of its terms' magnitudes),
-# and each argument's own rounding (x / scale in float32, both sides: a few units of 2^-24 of |x / scale|).
+# Beyond the tolerance, the summation order's rounding of a projection (relative to the sum of its terms' magnitudes,
+# sum |w sin(x / scale)|, taken at most sum |w| min(|x / scale|, 1), which costs the judge no pass of its own), and each
+# argument's own rounding (x / scale in float32, both sides: a few units of 2^-24 of |x / scale|).
 PROJECTION_SLACK = 1e-4
 ARGUMENT_ROUNDING = 4 * 2.0 ** -24
 # What is projected is sin(output / scale). The scale is 1 for outputs whose mean magnitude is within SCALED_BEYOND of
@@ -90,8 +91,8 @@ def allowed_differences(outputs: list, seed: int, atol: float, rtol: float, floo
     x's. Each element may move its term by b_i = min(max(atol + rtol |x_i|, floor) / scale, 2) (|sin a - sin b| <=
     min(|a - b|, 2)). The smaller of the worst case (every element off by its whole b_i, in the direction of its
     weight: sum |w_i| b_i) and Hoeffding's bound (HOEFFDING_Z sqrt(sum b_i^2)), plus the rounding slack
-    (PROJECTION_SLACK sum |w_i sin(x_i / scale)| + ARGUMENT_ROUNDING sum |w_i x_i / scale|). Computed by the judge after
-    the timed window, one pass over the batch."""
+    (PROJECTION_SLACK min(sum |w_i x_i / scale|, sum |w_i|) + ARGUMENT_ROUNDING sum |w_i x_i / scale|). Computed by the
+    judge after the timed window, one pass over the batch."""
     import torch
 
     from evaluator.judging import judge
@@ -99,25 +100,27 @@ def allowed_differences(outputs: list, seed: int, atol: float, rtol: float, floo
     inverse = 1.0 / scale
     stacked = _stacked(outputs, torch)
     if stacked is not None:  # one pass over the batch (a per-output loop synchronised a GPU once an output)
-        arguments = stacked.float().mul_(inverse).reshape(len(outputs), -1)
+        arguments = stacked.float().reshape(len(outputs), -1)
+        if scale != 1.0:
+            arguments = arguments.mul_(inverse)
         drawn = _weights(stacked.shape[1:], stacked.device, seed).reshape(-1).abs_()
-        sines = torch.mv(arguments.sin().abs_(), drawn)
-        sizes = torch.mv(arguments.abs_(), drawn)  # sum |w x / scale|, in place of the arguments
+        sizes = torch.mv(arguments.abs_(), drawn).double()  # sum |w x / scale|, in place of the arguments
         bounds = arguments.mul_(rtol).add_(atol * inverse).clamp_(min(floor * inverse, 2.0), 2.0)
         worst = torch.mv(bounds, drawn)
         spreads = bounds.square_().sum(1, dtype=torch.float64).sqrt_()
-        terms = torch.stack([worst.double(), spreads, sines.double(), sizes.double()], 1).cpu().tolist()
+        sines = torch.minimum(sizes, drawn.sum(dtype=torch.float64))
+        terms = torch.stack([worst.double(), spreads, sines, sizes], 1).cpu().tolist()
     else:
         terms, weights = [], {}
         for output in outputs:
             worst = spread = sine = size = 0.0
             for tensor in _floating(output, judge, torch):
                 drawn = _drawn(weights, tensor, seed).abs()
-                arguments = tensor.float().mul(inverse)
-                sine += float((arguments.sin().abs_() * drawn).sum(dtype=torch.float64))
-                magnitude = arguments.abs_()
+                magnitude = tensor.float().mul(inverse).abs_()  # a new tensor: the output stays as it is
                 bounds = (magnitude * rtol).add_(atol * inverse).clamp_(min(floor * inverse, 2.0), 2.0)
-                size += float((magnitude * drawn).sum(dtype=torch.float64))
+                part = float((magnitude * drawn).sum(dtype=torch.float64))
+                size += part
+                sine += min(part, float(drawn.sum(dtype=torch.float64)))
                 worst += float((bounds * drawn).sum(dtype=torch.float64))
                 spread += float(bounds.square_().sum(dtype=torch.float64))
             terms.append([worst, math.sqrt(spread), sine, size])
