@@ -47,20 +47,23 @@ class DeviceLock:
         self.exclusive_depth = self.shared_depth = 0
         self.device_held = False  # the exclusive hold has the device file (not after a drain that overran)
         self.overran = False  # the last exclusive acquisition went on beside shared holders that did not drain
+        self.contended = False  # the last exclusive acquisition waited for another timing to let the gate go
 
     # ---- exclusive
     def acquire(self, deadline: float, drain_s: float = SHARED_DRAIN_MAX_S) -> Optional[float]:
         if self.exclusive_depth:
             self.exclusive_depth += 1
+            self.contended = False
             return 0.0
         started = time.monotonic()
-        self.overran = self.device_held = False
+        self.overran = self.device_held = self.contended = False
         if self.shared_depth:
             self._unlock(self.path)  # this process's own share would hold up its own drain
         while not self._try(self.gate_path, fcntl.LOCK_EX):
             if time.monotonic() >= deadline:
                 self._take_share_back()
                 return None
+            self.contended = True  # another timing held it: had as it let go
             time.sleep(POLL_S)
         drained_by = min(deadline, time.monotonic() + drain_s)
         while not self._try(self.path, fcntl.LOCK_EX):

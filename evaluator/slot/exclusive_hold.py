@@ -20,7 +20,6 @@ from evaluator.slot.outcome import TaskEnded
 # batches' spread at the same rate (call F).
 SETTLE_ENV = "KRL_WORKER_TIMING_SETTLE_MS"
 SETTLE_DEFAULT_MS = 3.0
-HANDED_OVER_S = 1e-4  # a wait longer than this: the lock was had as another slot let it go
 
 
 def settle_seconds() -> float:
@@ -36,7 +35,7 @@ def exclusive_window(lock: Any, deadline: float, phases: dict[str, Any], runner_
     """`lock` (this GPU's, isolation/device_lock.py) held exclusive for one timed window, and the timed pair (the judge,
     the runner `runner_pid`) ahead of the rest of the pool for CPU meanwhile. TaskEnded when the device is not had by
     `deadline`. The wait adds to `device_wait`, the hold to `timing_held` and `held_<why>` in `phases`. A window had
-    after a wait first lets settle_seconds() pass, booked in `held_settle` too."""
+    after waiting for another timing (lock.contended) first lets settle_seconds() pass, booked in `held_settle` too."""
     from evaluator.isolation.timing_priority import TimingPriority
 
     waited = lock.acquire(deadline)
@@ -49,7 +48,7 @@ def exclusive_window(lock: Any, deadline: float, phases: dict[str, Any], runner_
     since = time.perf_counter()
     try:
         with TimingPriority(runner_pid):
-            settle = settle_seconds() if waited > HANDED_OVER_S else 0.0
+            settle = settle_seconds() if lock.contended else 0.0
             if settle:  # handed over just now: the slot before starts its next GPU work, which settles first
                 time.sleep(settle)
                 phases["held_settle"] = round(phases.get("held_settle", 0.0) + settle, 6)
