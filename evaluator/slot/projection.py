@@ -27,7 +27,7 @@ ARGUMENT_ROUNDING = 4 * 2.0 ** -24
 # What is projected is sin(output / scale). The scale is 1 for outputs whose mean magnitude is within SCALED_BEYOND of
 # a standard normal's (ARGUMENT_SPREAD); others are brought to that magnitude. Unscaled, sin saw outputs of large
 # magnitude through a tolerance wider than its reach (a 512-wide matrix product at 1e-2: every element allowed ~0.2,
-# an output of zeros inside the bound on every draw; slot_attacks/guessed_projection_matmul.py read correct at
+# an output of zeros inside the bound on every draw; slot_attacks/guessed_projection.py on a matrix product read correct at
 # 2.2-2.4x on a CPU), and outputs of small magnitude in its linear part, where a projection folds onto a linear
 # problem's values again. Not scaled further: a smaller argument is checked more tightly (the tolerance over the scale
 # grows as the scale shrinks, the projection's spread does not), until sin is nearly linear.
@@ -108,24 +108,24 @@ def allowed_differences(outputs: list, seed: int, atol: float, rtol: float, floo
         bounds = arguments.mul_(rtol).add_(atol * inverse).clamp_(min(floor * inverse, 2.0), 2.0)
         worst = torch.mv(bounds, drawn)
         spreads = bounds.square_().sum(1, dtype=torch.float64).sqrt_()
-        sines = torch.minimum(sizes, drawn.sum(dtype=torch.float64))
-        terms = torch.stack([worst.double(), spreads, sines, sizes], 1).cpu().tolist()
+        rounded = torch.minimum(sizes, drawn.sum(dtype=torch.float64))  # bounds sum |w sin(x / scale)|
+        terms = torch.stack([worst.double(), spreads, rounded, sizes], 1).cpu().tolist()
     else:
         terms, weights = [], {}
         for output in outputs:
-            worst = spread = sine = size = 0.0
+            worst = spread = rounded = size = 0.0
             for tensor in _floating(output, judge, torch):
                 drawn = _drawn(weights, tensor, seed).abs()
                 magnitude = tensor.float().mul(inverse).abs_()  # a new tensor: the output stays as it is
                 bounds = (magnitude * rtol).add_(atol * inverse).clamp_(min(floor * inverse, 2.0), 2.0)
                 part = float((magnitude * drawn).sum(dtype=torch.float64))
                 size += part
-                sine += min(part, float(drawn.sum(dtype=torch.float64)))
+                rounded += min(part, float(drawn.sum(dtype=torch.float64)))
                 worst += float((bounds * drawn).sum(dtype=torch.float64))
                 spread += float(bounds.square_().sum(dtype=torch.float64))
-            terms.append([worst, math.sqrt(spread), sine, size])
-    return [min(worst, HOEFFDING_Z * spread) + PROJECTION_SLACK * sine + ARGUMENT_ROUNDING * size + 1e-6
-            for worst, spread, sine, size in terms]
+            terms.append([worst, math.sqrt(spread), rounded, size])
+    return [min(worst, HOEFFDING_Z * spread) + PROJECTION_SLACK * rounded + ARGUMENT_ROUNDING * size + 1e-6
+            for worst, spread, rounded, size in terms]
 
 
 def _weights(shape: Any, device: Any, seed: int) -> Any:

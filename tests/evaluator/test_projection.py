@@ -113,7 +113,7 @@ def test_the_allowed_difference_is_the_same_on_the_one_shape_path_and_the_genera
 
 def test_outputs_of_large_magnitude_are_checked_at_their_scale():
     """A 512-wide matrix product's outputs (magnitude ~20) at 1e-2 let each element move ~0.2, wider than sin's reach
-    unscaled: an output of zeros stayed inside the bound on every draw (slot_attacks/guessed_projection_matmul.py read
+    unscaled: an output of zeros stayed inside the bound on every draw (slot_attacks/guessed_projection.py on a matrix product read
     correct at 2.2-2.4x). At the scale drawn from the reference itself it is stopped as at magnitude 1."""
     reference = torch.randn(16 * 512, generator=torch.Generator().manual_seed(12348)) * 22.0
     scale = output_scale(reference)

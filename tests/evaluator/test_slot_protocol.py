@@ -196,11 +196,14 @@ def test_a_guessed_projection_is_caught_on_outputs_of_large_magnitude(evaluator)
     # The same guess on a matrix product at 1e-2: its outputs (magnitude ~20) let each element move ~0.2, wider than
     # sin's reach, and unscaled projections let it through on every call (correct at 2.2-2.4x, 3 of 3). The judge's
     # scale, drawn from its own reference output, brings them to a few radians.
+    # guessed_projection.py's patches, then the honest matrix product as its ModelNew
+    honest_matmul = LINEAR_REFERENCE.replace("class Model(", "class ModelNew(")
+    matmul_guess = attack("guessed_projection").split("class ModelNew")[0] + honest_matmul
     results = {name: evaluator.evaluate(EvalRequest(
         reference_source=LINEAR_REFERENCE, candidate_source=source, problem_id="test/linear", request_id=name,
         correctness_trials=2, timing_trials=3, warmup_trials=1, run_timeout_s=60.0, atol=1e-2, rtol=1e-2))
-        for name, source in (("guessed-projection-matmul", attack("guessed_projection_matmul")),
-                             ("honest-matmul", LINEAR_REFERENCE.replace("class Model(", "class ModelNew(")))}
+        for name, source in (("guessed-projection-matmul", matmul_guess),
+                             ("honest-matmul", honest_matmul))}
     guessed, honest = results["guessed-projection-matmul"], results["honest-matmul"]
     assert guessed.verdict == Verdict.WRONG_OUTPUT, (guessed.verdict, guessed.speedup, guessed.error_message)
     assert "while being timed" in guessed.error_message
