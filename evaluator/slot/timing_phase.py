@@ -10,7 +10,6 @@ import contextlib
 import math
 import os
 import random
-import statistics
 import time
 from typing import Any, Iterator, Optional
 
@@ -18,13 +17,14 @@ from evaluator.contract.types import Verdict
 from evaluator.slot.exclusive_hold import exclusive_window
 from evaluator.slot.gated_rounds import GATE_OFF_BY, GatedRounds
 from evaluator.slot.outcome import Interfered, ProtocolBreach, TaskEnded, timed_again_if_interfered
+from evaluator.slot.round_figures import MAX_SPREAD, round_limits, side_figure, spread
 
 CLOCK_JUDGE_WALL = "judge_wall"  # the judge's clock around a synchronised batch (GPU)
 CLOCK_TASK_CPU = "task_cpu"  # CPU time of the task's processes, from the kernel (CPU mode)
 # What `speedup` means when the slot timed it (the in-process path stamps contract.types.SPEEDUP_CONVENTION).
 SLOT_SPEEDUP_CONVENTION = ("judge_batches: reference timed in the judge, candidate charged around synchronised batches "
                            "by the judge (its clock on a GPU, the task's CPU accounting on a CPU), rounds interleaved, "
-                           "median per-call time")
+                           "per-call time of each side's two fastest rounds (GPU) or its median round (CPU)")
 # The runner's fixed cost per order comes off each candidate order (less_round_trip), so a batch need not dwarf it.
 # CPU: 5 ms halved the rounds of a 256-element ReLU against 10 ms (69 -> ~35 ms on a 2-core VM), self-speedups alike;
 # the watch beside the reference keeps a window of its own (WATCHED_MIN_S), which short batches cannot give it.
@@ -56,17 +56,7 @@ PICKED_PER_BATCH = 2  # two calls' outputs: the same answer for both (a replay) 
 # Picked outputs travel as files and are compared whole: the first batch of each size always, later ones at this rate,
 # decided after each batch. Every call of every batch is still checked through its projection.
 PICK_SHARE = 0.25
-ROUNDS = {"cuda": 7, "cpu": 3}
 PROBE_CALLS = 3  # the cold round's and the sizing probe's batch
-MAX_SPREAD = 0.25  # (p75 - p25) / median of the candidate's per-call times beyond this: measured again
-# At most this many further rounds while unsteady (CPU: as many as `rounds`). GPU 3: tiny host-bound Triton candidates
-# on an H100 stayed unsteady through nearly every extra round (5-9 a task, at up to 7): the window's spread there is the
-# launches' own jitter, which more rounds do not shrink, and the median over every round is what such a timing reports
-# anyway; each round is held exclusive, which bounds the slot's throughput.
-EXTRA_ROUNDS = {"cuda": 3, "cpu": 3}
-# The GPU's counted and extra rounds from the evaluator's environment, for the benchmarks' A/B of the exclusive hold
-# (at 8 slots on an H100 its ~0.4 s a task, most of it these rounds, covered ~67% of the GPU's time): unset, the above.
-GPU_ROUNDS_ENV, GPU_EXTRA_ROUNDS_ENV = "KRL_WORKER_TIMING_ROUNDS", "KRL_WORKER_TIMING_EXTRA_ROUNDS"
 # And the GPU's batch target in milliseconds (BATCH_TARGET_S): batches sized on a warm round are longer than the
 # ~0.5-1.5 ms the allocator-polluted sizing gave before session 10, so each round holds the device longer.
 GPU_BATCH_MS_ENV = "KRL_WORKER_TIMING_BATCH_MS"
@@ -397,8 +387,8 @@ class TimingPhase(GatedRounds):
         result.reference_runtime = timing.summarize(reference_ms)
         result.timing_clock = CLOCK_JUDGE_WALL if self.kind == "cuda" else CLOCK_TASK_CPU
         result.speedup_convention = SLOT_SPEEDUP_CONVENTION
-        candidate = statistics.median(candidate_ms)
-        result.speedup = statistics.median(reference_ms) / candidate if candidate > 0 else None
+        candidate = side_figure(candidate_ms, self.kind)
+        result.speedup = side_figure(reference_ms, self.kind) / candidate if candidate > 0 else None
         self.speed_of_light(result, candidate)
 
     def held(self, exclusive: bool = True, why: str = "rounds") -> Any:
@@ -740,16 +730,6 @@ def side_work(runner_s: float, judge_s: float) -> TaskEnded:
     return TaskEnded(Verdict.HACK_DETECTED, found.message, found.rule)
 
 
-def round_limits(kind: str) -> tuple[int, int]:
-    """(counted rounds at most, extra rounds at most) for this kind of device: ROUNDS and EXTRA_ROUNDS, on a GPU
-    overridden by GPU_ROUNDS_ENV and GPU_EXTRA_ROUNDS_ENV where set to a whole number (1+ and 0+)."""
-    most, extra = ROUNDS[kind], EXTRA_ROUNDS[kind]
-    if kind == "cuda":
-        most = _whole(os.environ.get(GPU_ROUNDS_ENV), most, at_least=1)
-        extra = _whole(os.environ.get(GPU_EXTRA_ROUNDS_ENV), extra, at_least=0)
-    return most, extra
-
-
 def batch_target_s(kind: str) -> float:
     """Seconds a timed batch aims at: BATCH_TARGET_S, on a GPU overridden by GPU_BATCH_MS_ENV (0.5-50 ms) where set."""
     try:
@@ -757,22 +737,6 @@ def batch_target_s(kind: str) -> float:
     except ValueError:
         return BATCH_TARGET_S[kind]
     return BATCH_TARGET_S[kind] if math.isnan(milliseconds) else min(0.05, max(0.5e-3, milliseconds / 1e3))
-
-
-def _whole(text: Optional[str], default: int, at_least: int) -> int:
-    try:
-        return max(at_least, int(text)) if text else default
-    except ValueError:
-        return default
-
-
-def spread(values: list[float]) -> float:
-    if len(values) < 4:
-        return 0.0
-    ordered = sorted(values)
-    q1, q3 = ordered[len(ordered) // 4], ordered[(3 * len(ordered)) // 4]
-    median = statistics.median(ordered)
-    return (q3 - q1) / median if median > 0 else 0.0
 
 
 def _register_kernelbench() -> None:

@@ -504,15 +504,39 @@ def test_the_judges_sharing_a_gpu_are_read_from_the_pools_setting(monkeypatch):
 
 
 def test_the_gpu_rounds_can_be_set_for_the_benchmarks_ab_and_cpu_mode_keeps_its_own(monkeypatch):
-    from evaluator.slot import timing_phase
+    from evaluator.slot import round_figures
 
-    assert timing_phase.round_limits("cuda") == (timing_phase.ROUNDS["cuda"], timing_phase.EXTRA_ROUNDS["cuda"])
-    monkeypatch.setenv(timing_phase.GPU_ROUNDS_ENV, "5")
-    monkeypatch.setenv(timing_phase.GPU_EXTRA_ROUNDS_ENV, "0")
-    assert timing_phase.round_limits("cuda") == (5, 0)
-    assert timing_phase.round_limits("cpu") == (timing_phase.ROUNDS["cpu"], timing_phase.EXTRA_ROUNDS["cpu"])
-    monkeypatch.setenv(timing_phase.GPU_ROUNDS_ENV, "zero")  # not a whole number: the default stands
-    assert timing_phase.round_limits("cuda")[0] == timing_phase.ROUNDS["cuda"]
+    assert round_figures.round_limits("cuda") == (round_figures.ROUNDS["cuda"], round_figures.EXTRA_ROUNDS["cuda"])
+    monkeypatch.setenv(round_figures.GPU_ROUNDS_ENV, "5")
+    monkeypatch.setenv(round_figures.GPU_EXTRA_ROUNDS_ENV, "0")
+    assert round_figures.round_limits("cuda") == (5, 0)
+    assert round_figures.round_limits("cpu") == (round_figures.ROUNDS["cpu"], round_figures.EXTRA_ROUNDS["cpu"])
+    monkeypatch.setenv(round_figures.GPU_ROUNDS_ENV, "zero")  # not a whole number: the default stands
+    assert round_figures.round_limits("cuda")[0] == round_figures.ROUNDS["cuda"]
+
+
+def test_a_gpu_side_is_its_two_fastest_rounds_which_read_identical_code_truer_than_the_median():
+    """On the rounds an H200 recorded at 8 slots (identical code on both sides, session 19's call A, 7 + up to 3
+    rounds a task), the figure from each side's first 6 rounds puts more tasks within ±5% of 1 than the median of all
+    of them did; CPU mode keeps the median."""
+    import json
+
+    from evaluator.slot import round_figures
+
+    assert round_figures.side_figure([3.0, 1.0, 9.0, 2.0], "cuda") == 1.5
+    assert round_figures.side_figure([3.0, 1.0, 9.0, 2.0], "cpu") == 2.5
+    raw = Path(__file__).resolve().parents[1] / "bench/results/h200/session19/callA/raw"
+    for name in ("triton_default.txt", "torch_default.txt"):
+        line = next(text for text in (raw / name).read_text().splitlines() if text.startswith("{"))
+        tasks = json.loads(line)["orders"]["counted_rounds"].values()
+        per_call = [([(r[1] + r[2]) / r[0] for r in rounds], [(r[3] + r[4]) / r[0] for r in rounds])
+                    for rounds in tasks if len(rounds) >= round_figures.ROUNDS["cuda"]]
+
+        def within(figure):
+            return sum(abs(figure(ref) / figure(cand) - 1) <= 0.05 for ref, cand in per_call)
+
+        fastest = within(lambda side: round_figures.side_figure(side[:round_figures.ROUNDS["cuda"]], "cuda"))
+        assert fastest > within(statistics.median) + 2, name
 
 
 def test_the_gpu_batch_target_can_be_set_for_the_benchmarks_ab(monkeypatch):
