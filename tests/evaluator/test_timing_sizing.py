@@ -3,6 +3,7 @@ outputs' allocations. No exclusive window may be a size's first round, and the c
 
 from types import SimpleNamespace
 
+from evaluator.slot.round_figures import ROUNDS
 from evaluator.slot.timing_phase import BATCH_TARGET_S, PROBE_CALLS, TimingPhase
 
 PER_CALL_S = 70e-6  # a small op's per-call cost on both sides
@@ -30,7 +31,7 @@ class AllocatorModel:
 
 def timed_with(monkeypatch, per_call_s: float = PER_CALL_S, per_batch_s: float = PER_BATCH_S):
     """The sizing and counted rounds of one GPU timing against the model; (phase, model, reference_ms, candidate_ms)."""
-    task = SimpleNamespace(device="cuda:0", request=SimpleNamespace(timing_trials=7))
+    task = SimpleNamespace(device="cuda:0", request=SimpleNamespace(timing_trials=ROUNDS["cuda"]))
     phase = TimingPhase(task, SimpleNamespace(trace=None), SimpleNamespace(phases={}))
     phase.staged = 1024
     model = AllocatorModel(phase, per_call_s, per_batch_s)
@@ -48,7 +49,7 @@ def test_gpu_batches_are_sized_on_rounds_that_are_not_a_sizes_first(monkeypatch)
     assert all(r["first"] for r in model.rounds if not r["exclusive"]), model.rounds  # no size warmed twice
     batch_s = phase.calls * PER_CALL_S + PER_BATCH_S
     assert batch_s >= BATCH_TARGET_S["cuda"] / 2, (phase.calls, model.rounds)
-    assert len(reference_ms) == len(candidate_ms) == 7 and reference_ms == candidate_ms
+    assert len(reference_ms) == len(candidate_ms) == ROUNDS["cuda"] and reference_ms == candidate_ms
 
 
 def test_batches_dominated_by_fixed_costs_are_made_longer_before_counting(monkeypatch):
@@ -60,5 +61,6 @@ def test_batches_dominated_by_fixed_costs_are_made_longer_before_counting(monkey
     batch_s = phase.calls * 13e-6 + 1e-3
     assert batch_s >= 0.6 * BATCH_TARGET_S["cuda"], (phase.calls, model.rounds)
     counted = [r for r in model.rounds if r["counted"]]
-    assert [r["calls"] for r in counted[-7:]] == [phase.calls] * 7 and len(reference_ms) == 7
+    counting = ROUNDS["cuda"]
+    assert [r["calls"] for r in counted[-counting:]] == [phase.calls] * counting and len(reference_ms) == counting
     assert not [r for r in model.rounds if r["exclusive"] and r["first"]], model.rounds
