@@ -11,18 +11,18 @@ from typing import Optional
 ROUNDS = {"cuda": 6, "cpu": 3}
 # What a side's counted rounds come to (side_figure): on a GPU the mean of its FASTEST_ROUNDS fastest rounds. What
 # disturbs a timed window there only adds time (another slot's GPU work time-slicing into it, a late wake-up), so the
-# fastest rounds are the least disturbed: on the rounds of session 18-19's H200 runs at 8 slots (identical code, 6
-# rounds), the two fastest put 33-38 of 64 Triton and 15-17 of 32 torch tasks within ±5% where the median of 10 rounds
-# put 23-26 and 12-14 (tests/bench/results/h200/session19). Two rounds, not one: no single round, lucky or forged, sets
-# the figure alone. CPU mode keeps the median: its charge is the kernel's CPU accounting in 4 ms ticks, which a
-# minimum would read at its lowest tick.
+# fastest rounds are the least disturbed: recomputed on the rounds two H200 runs recorded at 8 slots (identical code,
+# sessions 18 and 19), the two fastest of the first 6 rounds put 30-38 of 64 Triton and 15-17 of 32 torch tasks within
+# ±5%, the median of up to 10 rounds 23-26 and 12-14 (docs/figures.md, "Session 19"). Two rounds, not one: no single
+# round, lucky or forged, sets the figure alone. CPU mode keeps the median: its charge is the kernel's CPU accounting
+# in 4 ms ticks, which a minimum would read at its lowest tick.
 FASTEST_ROUNDS = 2
 MAX_SPREAD = 0.25  # (p75 - p25) / median of the candidate's per-call times beyond this: measured again
 # At most this many further rounds while unsteady (CPU: as many as `rounds`). GPU none: at 8 slots nearly every task
 # took all three it had (session 19: 2.7 a task), the spread being the neighbours' work in the windows, which more
-# rounds do not shrink; the fastest rounds are what a GPU timing reports, and 6 rounds found them about as well as 10
-# (the same runs' rounds: 38 of 64 Triton tasks within ±5% against 41) while each round held the device exclusive (at 7 + up to 3 rounds the
-# hold was 0.27 s a Triton task, 170 a minute; at 5 + 1, 0.20 s and 210 a minute).
+# rounds do not shrink. The two fastest of 6 rounds did about as well as of 10 (38 of 64 Triton tasks within ±5%
+# against 41), and each round holds the device exclusive: at 7 + up to 3 rounds the hold was 0.27 s a Triton task and
+# 170 a minute, at 6 0.21 s and 196 (one H200, 8 slots).
 EXTRA_ROUNDS = {"cuda": 0, "cpu": 3}
 # The GPU's counted and extra rounds from the evaluator's environment, for the benchmarks' A/B of the exclusive hold
 # (at 8 slots on an H100 its ~0.4 s a task, most of it these rounds, covered ~67% of the GPU's time): unset, the above.

@@ -174,7 +174,7 @@ def summary_row(kind: str, n: int, slots: int, warm: list, results: list, wall_s
             # isolation/exchange_tmpfs.py: the judge host's exchange folders on its own tmpfs, on by default
             "exchange_tmpfs": os.environ.get("KRL_WORKER_EXCHANGE_TMPFS") or "1",
             "sizes": list(SIZES),
-            # slot/timing_phase.round_limits: the GPU's counted and extra rounds at most ("" = the defaults, 6 and 0)
+            # slot/round_figures.round_limits: the GPU's counted and extra rounds at most ("" = the defaults, 6 and 0)
             "timing_rounds": os.environ.get("KRL_WORKER_TIMING_ROUNDS", ""),
             "timing_batch_ms": os.environ.get("KRL_WORKER_TIMING_BATCH_MS", ""),
             "timing_extra_rounds": os.environ.get("KRL_WORKER_TIMING_EXTRA_ROUNDS", ""),
