@@ -84,6 +84,7 @@ def _gpu_rounds(phase: Any, calls: int, rounds: int) -> tuple[float, float]:
     reported: Optional[list[float]] = []
     upper_ms: list[float] = []
     by_round: list[tuple[list[float], Optional[list[float]]]] = []
+    clocks: list[tuple[Optional[float], Optional[float]]] = []
     # Round 0 is a warm-up, checked and not counted (KernelBench warms up too): the runner is a fresh process whose
     # caching allocator has never held this many outputs nor the hand-over's stacked projection.
     for index in range(rounds + 1):
@@ -95,6 +96,7 @@ def _gpu_rounds(phase: Any, calls: int, rounds: int) -> tuple[float, float]:
             upper_ms.append((seen["order"] + max(0.0, seen["hand"] - seen["reference_hand"])) / calls * 1e3)
             reported = reported + seen["events"] if reported is not None and seen["events"] is not None else None
             by_round.append((seen["reference"], seen["events"]))
+            clocks.append(_clocks_mhz(phase.task.device))
     # The judge's harness per call in its counted rounds (timing_phase.note_harness; every GPU timing counts one before
     # this hook runs): the largest, since a larger figure only lowers the bound.
     harness_ms = max(phase.harness_ms)
@@ -118,6 +120,11 @@ def _gpu_rounds(phase: Any, calls: int, rounds: int) -> tuple[float, float]:
     phases["kernelbench_flush"] = round(flush_ms / 1e3, 9)
     _record_spread(phases, reference_ms, reported or [])
     _record_quietest(phases, by_round, lower, upper)
+    for index, name in enumerate(("sm", "cpu")):  # the least and most of each reading over the rounds
+        readings = [reading[index] for reading in clocks if reading[index] is not None]
+        if readings:
+            phases[f"kernelbench_{name}_clock_min_mhz"] = min(readings)
+            phases[f"kernelbench_{name}_clock_max_mhz"] = max(readings)
     return kb.trial_mean_ms(reference_ms), charge.charged_ms
 
 
@@ -143,6 +150,28 @@ def _record_quietest(phases: dict[str, Any], by_round: list, lower: float, upper
     reported = [kb.bounded_charge(events, lower, upper).charged_ms for _, events in by_round if events is not None]
     if reported and len(reported) == len(by_round):
         phases["kernelbench_reported_quietest_per_call"] = round(min(reported) / 1e3, 9)
+
+
+def _clocks_mhz(device: str) -> tuple[Optional[float], Optional[float]]:
+    """(the GPU's SM clock over NVML's last sample period, the judge's current CPU's clock), after a round; None where a
+    reading is not to be had. Recorded to test a guess: in session 19 both evaluators now and then read a small GEMM's
+    every call 2-5x their usual time through a whole task (KernelBench's own pass too), as a GPU or CPU that had
+    clocked down between the synchronised calls would."""
+    import torch
+
+    from evaluator.isolation.timing_priority import current_cpu
+
+    sm = cpu = None
+    try:
+        sm = float(torch.cuda.clock_rate(torch.device(device)))
+    except Exception:  # no nvidia-ml-py, no NVML in this process: the reading is optional
+        pass
+    try:
+        with open(f"/sys/devices/system/cpu/cpu{current_cpu()}/cpufreq/scaling_cur_freq") as handle:
+            cpu = int(handle.read()) / 1e3
+    except (OSError, ValueError):
+        pass
+    return sm, cpu
 
 
 def _eager_message(calls: int, salt: int) -> dict[str, Any]:

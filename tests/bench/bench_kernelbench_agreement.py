@@ -375,10 +375,21 @@ def run_kernelbench(kb_eval, items: list[dict], build_dir: str, trials: int, log
             runtime, ref = float(res.runtime), float(res.ref_runtime)
             item[key] = {"compiled": bool(res.compiled), "correct": bool(res.correctness), "runtime_ms": runtime,
                           "ref_runtime_ms": ref, "speedup": ref / runtime if runtime > 0 and ref > 0 else None,
-                          "seconds": round(time.perf_counter() - started, 2),
+                          "seconds": round(time.perf_counter() - started, 2), "sm_clock_mhz": _sm_clock_mhz(),
                           "metadata": {k: str(v)[:200] for k, v in (res.metadata or {}).items()
                                        if k not in ("hardware", "device")}}
             print(f"{key:4} {item['name']:48} correct={res.correctness} speedup={item[key]['speedup']}", flush=True)
+
+
+def _sm_clock_mhz():
+    """The GPU's SM clock over NVML's last sample period, just after KernelBench's evaluation of a pair (beside the
+    judge's own readings, kernelbench_phase._clocks_mhz); None without NVML."""
+    import torch
+
+    try:
+        return torch.cuda.clock_rate(0)
+    except Exception:  # noqa: BLE001 - no nvidia-ml-py: the reading is optional
+        return None
 
 
 def open_evaluator(devices: str, slots: int):
@@ -533,6 +544,12 @@ def summarize(items: list[dict]) -> dict:
                                      (i.get("ours", {}).get("verdict") == "correct")), "pairs": len(items)}
 
 
+def _range(phases: dict, name: str) -> str:
+    """A clock's least-most reading over KernelBench's rounds (kernelbench_phase._clocks_mhz), or '-'."""
+    low, high = phases.get(f"kernelbench_{name}_clock_min_mhz"), phases.get(f"kernelbench_{name}_clock_max_mhz")
+    return "-" if low is None else f"{low:.0f}-{high:.0f}"
+
+
 def print_table(summary: dict) -> None:
     def f(v, spec=".3f"):
         return format(v, spec) if isinstance(v, (int, float)) else "-"
@@ -540,8 +557,10 @@ def print_table(summary: dict) -> None:
     # ref_r / ker_r: our reference's / candidate's KernelBench-convention time over KernelBench's own; rep_r: the
     # runner's reported event mean over KernelBench's kernel time; clamp: -1 raised to the judge's lower bound, 0
     # believed, +1 lowered to its upper bound (or nothing usable reported); lo_us / hi_us: the judge's bounds a call.
+    # sm / cpu: the judge's readings of the GPU's SM clock and its CPU's clock after KernelBench's rounds, least-most.
     print(f"{'pair':44} {'kb':5} {'ours':13} {'kb_ref_ms':>9} {'kb_ms':>8} {'kb_x':>6} {'our_kb_x':>8} {'ours_x':>6} "
-          f"{'ratio':>6} {'ref_r':>6} {'ker_r':>6} {'rep_r':>6} {'clamp':>5} {'lo_us':>8} {'hi_us':>8}")
+          f"{'ratio':>6} {'ref_r':>6} {'ker_r':>6} {'rep_r':>6} {'clamp':>5} {'lo_us':>8} {'hi_us':>8} {'sm_mhz':>9} "
+          f"{'cpu_mhz':>9}")
     for r in summary["rows"]:
         phases = r.get("phases") or {}
         lower, upper = phases.get("kernelbench_lower_per_call"), phases.get("kernelbench_upper_per_call")
@@ -549,7 +568,8 @@ def print_table(summary: dict) -> None:
               f"{f(r['kb_ms'], '.4f'):>8} {f(r['kb_speedup']):>6} {f(r['ours_kb_speedup']):>8} {f(r['ours_speedup']):>6} "
               f"{f(r['ratio']):>6} {f(r['ref_ratio']):>6} {f(r['kernel_ratio']):>6} {f(r.get('reported_ratio')):>6} "
               f"{f(r.get('clamped'), '.0f'):>5} {f(lower * 1e6 if lower else None, '.1f'):>8} "
-              f"{f(upper * 1e6 if upper else None, '.1f'):>8}{'' if r['within_10pct'] else '  *'}")
+              f"{f(upper * 1e6 if upper else None, '.1f'):>8} {_range(phases, 'sm'):>9} {_range(phases, 'cpu'):>9}"
+              f"{'' if r['within_10pct'] else '  *'}")
     clamps = summary.get("clamped", {})
     print(f"both correct: {summary['both_correct']}, within ±10%: {summary['within_10pct']} "
           f"({f(summary['share_within_10pct'])}), median ratio {f(summary['median_ratio'])}, "
