@@ -181,9 +181,11 @@ def test_torch_candidate_correct_with_timing(results):
     assert (res["correctness_trials_passed"], res["correctness_trials_total"]) == (3, 3)
     assert res["timing_clock"] == "monotonic"
     assert res["kernel_runtime"]["n"] >= 3 and res["reference_runtime"]["n"] >= 3
-    # The median of per-round ratios (timing.paired_speedup): near the ratio of the medians, not equal to it.
+    # The median of per-round ratios (timing.paired_speedup): near the ratio of the medians, not equal to it. Within 2x
+    # either way: a ratio's error is a factor (rel=0.5 about the medians' ratio let 0.25x through but not 1.5x, and a
+    # loaded 2-core VM once read 0.743 against 0.494).
     medians = res["reference_runtime"]["median_ms"] / res["kernel_runtime"]["median_ms"]
-    assert res["speedup"] == pytest.approx(medians, rel=0.5)
+    assert 0.5 <= res["speedup"] / medians <= 2.0, (res["speedup"], medians)
     assert res["max_abs_diff"] == 0.0
     assert {"load", "correctness", "timing", "total"} <= set(res["phase_times_s"])
     assert "reference_timing" not in res["cache_hits"]
