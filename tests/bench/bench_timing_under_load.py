@@ -253,8 +253,10 @@ def run_pass(label: str, reserve: bool, load: int, kind: str, repeats: int, cach
     print(f"pass {label}: {time.monotonic() - began:.0f} s", flush=True)
 
 
-def _row(verdict: str, speedup, reference_ms, kernel_ms, error: str) -> dict:
-    return {"verdict": verdict, "speedup": speedup, "reference_ms": reference_ms, "kernel_ms": kernel_ms, "error": error}
+def _row(verdict: str, speedup, reference_ms, kernel_ms, error: str, phases=None) -> dict:
+    # With the evaluation's phases (through the pool): what load moved in it (the round trip taken off, the waits).
+    return {"verdict": verdict, "speedup": speedup, "reference_ms": reference_ms, "kernel_ms": kernel_ms, "error": error,
+            "phases": phases or {}}
 
 
 def _through_pool(rounds, cache_dir: str, label: str) -> list:
@@ -269,7 +271,7 @@ def _through_pool(rounds, cache_dir: str, label: str) -> list:
                 out.append(((tag, kernel), _row(res.verdict.value, res.speedup,
                                                 res.reference_runtime.median_ms if res.reference_runtime else None,
                                                 res.kernel_runtime.median_ms if res.kernel_runtime else None,
-                                                res.error_message)))
+                                                res.error_message, res.phase_times_s)))
             if tag.startswith("warm-"):
                 print(f"pass {label}: {describe_affinity([w.popen.pid for w in pool._workers])}", flush=True)
     finally:
