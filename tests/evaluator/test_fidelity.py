@@ -242,6 +242,23 @@ def test_the_stamped_trial_mean_leaves_spiked_calls_out_and_the_plain_mean_is_re
     assert kernelbench_timing.spread_summary([0.01, float("nan")]) is None
 
 
+def test_each_sides_quietest_round_is_recorded_beside_the_stamped_means():
+    """A whole round slowed 3x (another process on the GPU or a lowered clock through it) moves the stamped means, which
+    the spike rule cannot help, and not the quietest round's; a forged report stays within the judge's bounds there
+    too, and a round without usable reports leaves the candidate's quietest unrecorded."""
+    from evaluator.slot.kernelbench_phase import _clocks_mhz, _record_quietest
+
+    quiet, slowed = [0.30] * 34, [0.90] * 34
+    phases: dict = {}
+    _record_quietest(phases, [(quiet, [0.35] * 34), (slowed, [1e-4] * 34), (quiet, [0.40] * 34)], LOWER, UPPER)
+    assert phases["kernelbench_reference_quietest_per_call"] == pytest.approx(0.30e-3)
+    assert phases["kernelbench_reported_quietest_per_call"] == pytest.approx(LOWER / 1e3)  # raised to the bound
+    phases = {}
+    _record_quietest(phases, [(quiet, [0.35] * 34), (quiet, None)], LOWER, UPPER)
+    assert "kernelbench_reported_quietest_per_call" not in phases and "kernelbench_reference_quietest_per_call" in phases
+    assert _clocks_mhz("cpu")[0] is None  # no GPU clock to read here: nothing recorded, nothing raised
+
+
 def test_outputs_timed_with_autograd_on_are_kept_detached():
     # KernelBench times with autograd on; the outputs kept for the checks must not hold a graph (or its memory).
     layer = torch.nn.Linear(4, 3)
