@@ -62,8 +62,8 @@ bench-tui: $(STAMP)
 bench: bench-registry bench-evaluator bench-rag bench-tui
 
 # Wheels for an offline GPU machine (Python 3.12, x86_64) that lacks these pure-Python packages; see README Notes.
-# linkify-it-py and uc-micro-py: textual asks for markdown-it-py[linkify], and without them pip on the GPU machine refused
-# the whole install (ResolutionImpossible between its markdown-it-py and ours; session 19).
+# linkify-it-py and uc-micro-py: textual asks for markdown-it-py[linkify], and without them pip on the GPU machine
+# refused the whole install (ResolutionImpossible between its markdown-it-py and ours; session 19).
 GPU_WHEELS := textual==8.2.8 mdit-py-plugins platformdirs linkify-it-py uc-micro-py \
 	sqlite-utils==4.2.1 sqlite-fts4 click-default-group pydantic==2.14.3 pydantic-core==2.50.4 \
 	annotated-types typing-inspection

@@ -152,7 +152,7 @@ def print_result(console, result) -> None:
     console.print(f"correctness trials: {result.correctness_trials_passed}/{result.correctness_trials_total}"
                   + (f"   max |diff| {result.max_abs_diff:.3g}" if result.max_abs_diff is not None else ""))
     if result.kernel_runtime and result.reference_runtime:
-        # The medians of every round; a slot's GPU speedup comes from each side's fastest rounds (slot/round_figures.py).
+        # The medians of every round; a slot's GPU speedup is each side's fastest rounds (slot/round_figures.py).
         console.print(f"kernel {result.kernel_runtime.median_ms:.4f} ms  reference {result.reference_runtime.median_ms:.4f} ms "
                       f"(median rounds)  speedup {result.speedup:.3f}x  ({result.timing_clock})" if result.speedup else "")
     if result.hack_rule:
