@@ -5,6 +5,7 @@ order. Both sides' trial means leave out spiked calls (kernelbench_timing.trial_
 
 from __future__ import annotations
 
+import os
 import statistics
 from typing import Any, Optional
 
@@ -15,6 +16,9 @@ from evaluator.slot.outcome import ProtocolBreach, timed_again_if_interfered
 CLOCK = "runner_events_within_judge_bounds"
 CPU_CLOCK = "task_cpu_eager"
 MIN_CALLS = 3
+# "1": the judge reads the GPU's SM clock and its CPU's after each of KernelBench's rounds (_clocks_mhz). Off by default:
+# an NVML query a round that never ran on a GPU stays off the evaluator's measured path; the agreement bench sets it.
+CLOCKS_ENV = "KRL_WORKER_KB_CLOCKS"
 ROUNDS = 3  # reference and candidate alternate; the mean of each side's per-call times is reported
 
 
@@ -85,6 +89,7 @@ def _gpu_rounds(phase: Any, calls: int, rounds: int) -> tuple[float, float]:
     upper_ms: list[float] = []
     by_round: list[tuple[list[float], Optional[list[float]]]] = []
     clocks: list[tuple[Optional[float], Optional[float]]] = []
+    read_clocks = os.environ.get(CLOCKS_ENV) == "1"
     # Round 0 is a warm-up, checked and not counted (KernelBench warms up too): the runner is a fresh process whose
     # caching allocator has never held this many outputs nor the hand-over's stacked projection.
     for index in range(rounds + 1):
@@ -96,7 +101,8 @@ def _gpu_rounds(phase: Any, calls: int, rounds: int) -> tuple[float, float]:
             upper_ms.append((seen["order"] + max(0.0, seen["hand"] - seen["reference_hand"])) / calls * 1e3)
             reported = reported + seen["events"] if reported is not None and seen["events"] is not None else None
             by_round.append((seen["reference"], seen["events"]))
-            clocks.append(_clocks_mhz(phase.task.device))
+            if read_clocks:
+                clocks.append(_clocks_mhz(phase.task.device))
     # The judge's harness per call in its counted rounds (timing_phase.note_harness; every GPU timing counts one before
     # this hook runs): the largest, since a larger figure only lowers the bound.
     harness_ms = max(phase.harness_ms)
@@ -120,11 +126,7 @@ def _gpu_rounds(phase: Any, calls: int, rounds: int) -> tuple[float, float]:
     phases["kernelbench_flush"] = round(flush_ms / 1e3, 9)
     _record_spread(phases, reference_ms, reported or [])
     _record_quietest(phases, by_round, lower, upper)
-    for index, name in enumerate(("sm", "cpu")):  # the least and most of each reading over the rounds
-        readings = [reading[index] for reading in clocks if reading[index] is not None]
-        if readings:
-            phases[f"kernelbench_{name}_clock_min_mhz"] = min(readings)
-            phases[f"kernelbench_{name}_clock_max_mhz"] = max(readings)
+    _record_clocks(phases, clocks)
     return kb.trial_mean_ms(reference_ms), charge.charged_ms
 
 
@@ -150,6 +152,15 @@ def _record_quietest(phases: dict[str, Any], by_round: list, lower: float, upper
     reported = [kb.bounded_charge(events, lower, upper).charged_ms for _, events in by_round if events is not None]
     if reported and len(reported) == len(by_round):
         phases["kernelbench_reported_quietest_per_call"] = round(min(reported) / 1e3, 9)
+
+
+def _record_clocks(phases: dict[str, Any], clocks: list) -> None:
+    """The least and most of each clock reading over the rounds (kernelbench_{sm,cpu}_clock_{min,max}_mhz)."""
+    for index, name in enumerate(("sm", "cpu")):
+        readings = [reading[index] for reading in clocks if reading[index] is not None]
+        if readings:
+            phases[f"kernelbench_{name}_clock_min_mhz"] = min(readings)
+            phases[f"kernelbench_{name}_clock_max_mhz"] = max(readings)
 
 
 def _clocks_mhz(device: str) -> tuple[Optional[float], Optional[float]]:

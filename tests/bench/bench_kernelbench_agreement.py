@@ -652,6 +652,10 @@ def main() -> None:
         adopt_kernelbench(items, args.kernelbench_from)
     # Our evaluator is open only while ours run: KernelBench's phase has the GPU and this process to itself (no judge
     # host, runner or spare of ours holding GPU memory, initialising CUDA or taking a core beside it).
+    # The judges read the GPU's and their CPU's clocks after KernelBench's rounds (off in the evaluator by default).
+    from evaluator.slot.kernelbench_phase import CLOCKS_ENV
+
+    os.environ.setdefault(CLOCKS_ENV, "1")
     evaluator = open_evaluator(args.devices, args.slots)
     try:
         kb_eval = None

@@ -12,7 +12,7 @@ import pytest
 
 from evaluator.isolation.environment import is_allowed
 from evaluator.isolation.timing_priority import SAME_CPU_ENV
-from evaluator.slot import device_gate, gated_rounds, round_figures, timing_phase
+from evaluator.slot import device_gate, gated_rounds, kernelbench_phase, round_figures, timing_phase
 from evaluator.slot.device_gate import FORCED_STEP, GATE_AT, PAGE_BYTES, SHIFT_AT, GateKeeper, GateWriter
 
 
@@ -67,7 +67,8 @@ def test_the_shift_moves_each_draw_and_keeps_it_in_the_unit_interval():
 
 
 @pytest.mark.parametrize("name", [SAME_CPU_ENV, gated_rounds.GATE_ENV, round_figures.GPU_ROUNDS_ENV,
-                                  round_figures.GPU_EXTRA_ROUNDS_ENV, timing_phase.GPU_BATCH_MS_ENV])
+                                  round_figures.GPU_EXTRA_ROUNDS_ENV, timing_phase.GPU_BATCH_MS_ENV,
+                                  kernelbench_phase.CLOCKS_ENV])
 def test_every_timing_setting_reaches_the_judge_process(name):
     """The judge runs in a pool worker whose environment is allow-listed: a setting it reads must be on the list (the
     timed pair on one CPU was read as KRL_TIMING_SAME_CPU, which never reached it, sessions 7-11)."""

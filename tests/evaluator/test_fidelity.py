@@ -246,7 +246,7 @@ def test_each_sides_quietest_round_is_recorded_beside_the_stamped_means():
     """A whole round slowed 3x (another process on the GPU or a lowered clock through it) moves the stamped means, which
     the spike rule cannot help, and not the quietest round's; a forged report stays within the judge's bounds there
     too, and a round without usable reports leaves the candidate's quietest unrecorded."""
-    from evaluator.slot.kernelbench_phase import _clocks_mhz, _record_quietest
+    from evaluator.slot.kernelbench_phase import _clocks_mhz, _record_clocks, _record_quietest
 
     quiet, slowed = [0.30] * 34, [0.90] * 34
     phases: dict = {}
@@ -256,7 +256,10 @@ def test_each_sides_quietest_round_is_recorded_beside_the_stamped_means():
     phases = {}
     _record_quietest(phases, [(quiet, [0.35] * 34), (quiet, None)], LOWER, UPPER)
     assert "kernelbench_reported_quietest_per_call" not in phases and "kernelbench_reference_quietest_per_call" in phases
-    assert _clocks_mhz("cpu")[0] is None  # no GPU clock to read here: nothing recorded, nothing raised
+    assert _clocks_mhz("cpu")[0] is None  # no GPU clock to read here: nothing raised
+    phases = {}
+    _record_clocks(phases, [(1980.0, None), (1755.0, None), (None, None)])
+    assert phases == {"kernelbench_sm_clock_min_mhz": 1755.0, "kernelbench_sm_clock_max_mhz": 1980.0}
 
 
 def test_outputs_timed_with_autograd_on_are_kept_detached():
