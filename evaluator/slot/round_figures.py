@@ -56,6 +56,7 @@ def side_figure(per_call_ms: list[float], kind: str) -> float:
 
 
 def spread(values: list[float]) -> float:
+    """The interquartile spread over the median ((p75 - p25) / median); 0 for fewer than 4 values."""
     if len(values) < 4:
         return 0.0
     ordered = sorted(values)
