@@ -59,6 +59,7 @@ class SandboxSpec:
     read_only: tuple[str, ...] = ()             # host paths visible read-only, beyond the system ones
     writable: tuple[str, ...] = ()              # host paths visible read-write: the private folder, an output folder
     gpu: bool = False                           # bind /dev/nvidia* and /dev/nvidia-caps
+    gpu_minor: Optional[int] = None             # with gpu: of the per-GPU nodes only /dev/nvidia<gpu_minor>
     tmp_mib: int = DEFAULT_TMP_MIB              # size cap of the private /tmp and /dev/shm
     network: bool = False
     unprivileged: bool = True                   # uid/gid 65534: the real one when we are root, else a user namespace
@@ -151,6 +152,15 @@ def _give_to(paths: Sequence[str], uid: int, gid: int) -> None:
 
 def gpu_device_paths() -> list[str]:
     return sorted(p for p in glob.glob("/dev/nvidia*"))  # nvidia0.., nvidiactl, nvidia-uvm(-tools), nvidia-caps/
+
+
+def spec_gpu_paths(spec: SandboxSpec) -> list[str]:
+    """The GPU nodes a spec binds: every one, or the shared ones and its own GPU's (evaluator/isolation/gpu_nodes.py)."""
+    paths = gpu_device_paths()
+    if spec.gpu_minor is None:
+        return paths
+    own = f"/dev/nvidia{spec.gpu_minor}"
+    return [p for p in paths if p == own or not p[len("/dev/nvidia"):].isdigit()]
 
 
 def _ancestors(paths: Sequence[str]) -> list[str]:
@@ -263,7 +273,7 @@ class Bubblewrap(Sandbox):
         args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", size, "--tmpfs", "/tmp",
                  "--perms", "1777", "--size", size, "--tmpfs", "/dev/shm"]
         if spec.gpu:
-            for path in gpu_device_paths():
+            for path in spec_gpu_paths(spec):
                 args += ["--dev-bind", path, path]
         read_only = spec.all_read_only()
         # Folders bwrap would create on the way to a bound path: made 0755 here (bwrap makes them 0700 when it runs

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from evaluator.contract.types import EvalRequest
 from evaluator.isolation import exchange_tmpfs
@@ -25,6 +25,9 @@ from evaluator.slot.task_driver import TaskDriver
 from evaluator.slot.task_judge import TaskJudge, input_seed  # noqa: F401 - input_seed: public here too
 from evaluator.slot.task_judge import shared_steps_from
 from evaluator.slot.task_run import drive_task
+
+if TYPE_CHECKING:
+    from evaluator.isolation.sandbox import SandboxSpec
 
 # Candidate outputs travel to the judge as files: the runner's hand-over lifts its soft file-size cap (the output-flood
 # cap) to this hard one while it writes an output.
@@ -285,6 +288,8 @@ class Slot:
                                      gpu=self.device.startswith("cuda"), read_only=read_only,
                                      writable=[self.outputs_dir])
         spec = dataclasses.replace(spec, filters_in_runner=self.runner_namespaces)
+        if spec.gpu:
+            spec = _own_gpu_only(spec)
         if self.sandbox.kind == "none":
             # No mount view: the project must still be importable from where it is.
             spec = sandboxes.SandboxSpec(**{**spec.__dict__, "env": {**spec.env, "PYTHONPATH": _pythonpath()}})
@@ -495,6 +500,17 @@ class Slot:
 
     def resident_bytes(self, runner: _Runner) -> int:
         return tree_resident_bytes(runner.host_pid, process_table()) if self.locate(runner) else 0
+
+
+def _own_gpu_only(spec: SandboxSpec) -> SandboxSpec:
+    """The runners see this slot's GPU and no other: a candidate could otherwise start work on a GPU where another
+    slot is timing. CUDA_VISIBLE_DEVICES names it by UUID, which holds however CUDA numbers the one GPU left."""
+    from evaluator.isolation import gpu_nodes
+
+    own = gpu_nodes.sandbox_gpu(os.environ)
+    if own is None:
+        return spec
+    return dataclasses.replace(spec, gpu_minor=own.minor, env={**spec.env, "CUDA_VISIBLE_DEVICES": own.uuid})
 
 
 def _module_roots(module: str) -> list[str]:

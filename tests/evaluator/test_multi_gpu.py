@@ -53,3 +53,13 @@ def test_a_crash_on_one_gpu_leaves_the_other_gpus_work_alone(evaluator):
     assert survived.verdict == Verdict.CORRECT, survived.error_message
     assert _device_of(survived) != _device_of(crashed)
     assert evaluator.evaluate(request(GOOD)).verdict == Verdict.CORRECT
+
+
+def test_a_candidate_sees_no_gpu_but_its_own(evaluator):
+    # With every /dev/nvidiaN bound, a candidate could start a child with another CUDA_VISIBLE_DEVICES and spin on a
+    # GPU where another slot is timing; its sandbox now holds only its own GPU's node (evaluator/isolation/gpu_nodes).
+    probe = candidate("if len(NODES) != 1:\n    raise RuntimeError(f'reached {NODES}')\nreturn x.clamp_min(0)",
+                      prelude="import glob\nNODES = glob.glob('/dev/nvidia[0-9]*')")
+    results = [evaluator.submit(request(probe, request_id=f"n{i}")) for i in range(2 * _gpu_count())]
+    for result in (f.result(timeout=300) for f in results):
+        assert result.verdict == Verdict.CORRECT, result.error_message

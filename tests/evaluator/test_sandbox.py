@@ -98,6 +98,14 @@ def test_bwrap_command_binds_gpu_nodes_only_when_asked(tmp_path, monkeypatch):
     assert pairs(with_gpu, "--dev-bind") == [(p, p) for p in ("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-caps")]
 
 
+def test_bwrap_command_binds_only_its_own_gpus_node_when_given_one(tmp_path, monkeypatch):
+    nodes = ["/dev/nvidia-caps", "/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia12", "/dev/nvidiactl"]
+    monkeypatch.setattr(sb, "gpu_device_paths", lambda: nodes)
+    spec = dataclasses.replace(spec_for(tmp_path, gpu=True), gpu_minor=1)
+    bound = [src for src, _dst in pairs(Bubblewrap("bwrap", as_root=True).command(spec, ["x"]), "--dev-bind")]
+    assert bound == ["/dev/nvidia-caps", "/dev/nvidia-uvm", "/dev/nvidia1", "/dev/nvidiactl"]
+
+
 def test_bwrap_system_paths_keep_merged_usr_symlinks_and_hide_the_rest_of_etc(tmp_path):
     argv = Bubblewrap("bwrap").command(spec_for(tmp_path, system=True), ["x"])
     bound = {src for src, _dst in pairs(argv, "--ro-bind")}
