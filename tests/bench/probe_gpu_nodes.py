@@ -1,6 +1,6 @@
 """What a bwrap sandbox holding one GPU's node sees (torch's device count, name, a kernel) under each spelling of
-CUDA_VISIBLE_DEVICES, and how long N sandboxed processes spread over the GPUs take to start CUDA together with every
-node bound or only their own. Prints one JSON line per measurement; no asserts."""
+CUDA_VISIBLE_DEVICES, and how long N sandboxed processes take to start CUDA together (spread over the GPUs or all on one)
+with every node bound or only their own. Prints one JSON line per measurement; no asserts."""
 
 from __future__ import annotations
 
@@ -18,24 +18,21 @@ from evaluator.isolation import sandbox as sandboxes
 
 CHILD = r"""
 import glob, json, os, time
-t0 = time.perf_counter()
-import torch
-t1 = time.perf_counter()
-out = {"nodes": sorted(glob.glob('/dev/nvidia[0-9]*')), "visible": os.environ.get('CUDA_VISIBLE_DEVICES')}
+marks = {"nodes": sorted(glob.glob('/dev/nvidia[0-9]*')), "visible": os.environ.get('CUDA_VISIBLE_DEVICES')}
+def step(name, fn):
+    t0 = time.perf_counter(); out = fn(); marks[name + "_s"] = round(time.perf_counter() - t0, 3); return out
+torch = step("import", lambda: __import__("torch"))
 try:
-    out["count"] = torch.cuda.device_count()
-    torch.cuda.init()
-    x = torch.ones(256, 256, device="cuda")
-    out["sum"] = float((x @ x).sum())
-    torch.cuda.synchronize()
+    marks["count"] = torch.cuda.device_count()
+    step("cuda", lambda: (torch.cuda.init(), torch.empty(1, device="cuda").add_(1), torch.cuda.synchronize()))
+    x = step("alloc", lambda: torch.ones(1 << 27, device="cuda"))  # 512 MiB: the allocator's first segments
+    step("cublas", lambda: ((x[: 1 << 16].view(256, 256) @ x[: 1 << 16].view(256, 256)).sum().item()))
     props = torch.cuda.get_device_properties(0)
-    out["name"] = props.name
-    out["uuid"] = str(getattr(props, "uuid", ""))
+    marks["name"] = props.name
+    marks["uuid"] = str(getattr(props, "uuid", ""))
 except Exception as exc:
-    out["error"] = f"{type(exc).__name__}: {exc}"[:300]
-out["import_s"] = round(t1 - t0, 3)
-out["cuda_s"] = round(time.perf_counter() - t1, 3)
-print(json.dumps(out))
+    marks["error"] = f"{type(exc).__name__}: {exc}"[:300]
+print(json.dumps(marks))
 """
 
 
@@ -66,19 +63,22 @@ def main() -> None:
         return
     sandbox = sandboxes.get_sandbox("bwrap")
     last = len(gpus) - 1
-    for own_only, visible in [(True, gpus[last].uuid), (True, str(last)), (True, "0"), (False, str(last))]:
+    # Session 20 call A: with only its node, "<index>" finds no GPU (CUDA numbers the one left 0), the UUID and "0" do.
+    for own_only, visible in [(True, gpus[last].uuid), (False, str(last))]:
         print(json.dumps({"spelling": run_one(sandbox, gpus[last], own_only, visible)}))
-    for own_only in (False, True, False, True):
-        jobs = [(gpus[i % len(gpus)], own_only) for i in range(args.together)]
+    # Spread over every GPU or all on the first; every node bound or only the process's own, alternating.
+    for layout, own_only in [("spread", False), ("spread", True), ("one", True), ("one", False), ("spread", False),
+                             ("spread", True)]:
+        jobs = [(gpus[i % len(gpus)] if layout == "spread" else gpus[0], own_only) for i in range(args.together)]
         t0 = time.perf_counter()
         with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
             rows = list(pool.map(lambda j: run_one(sandbox, j[0], j[1], j[0].uuid), jobs))
-        cuda = sorted(r.get("cuda_s", -1) for r in rows)
-        print(json.dumps({"together": args.together, "own_only": own_only, "wall_s": round(time.perf_counter() - t0, 2),
-                          "errors": [r["error"] for r in rows if "error" in r][:3],
-                          "cuda_s_median": cuda[len(cuda) // 2], "cuda_s_max": cuda[-1],
-                          "import_s_median": sorted(r.get("import_s", -1) for r in rows)[len(rows) // 2]}))
-
+        summary = {"together": args.together, "layout": layout, "own_only": own_only,
+                   "wall_s": round(time.perf_counter() - t0, 2), "errors": [r["error"] for r in rows if "error" in r][:3]}
+        for step in ("import_s", "cuda_s", "alloc_s", "cublas_s", "wall_s"):
+            values = sorted(r.get(step, -1) for r in rows)
+            summary[step] = [values[len(values) // 2], values[-1]]  # median, max
+        print(json.dumps(summary))
 
 if __name__ == "__main__":
     main()
