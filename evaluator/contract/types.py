@@ -31,7 +31,7 @@ PRECISIONS = ("fp32", "fp16", "bf16")
 # What EvalResult.speedup measures, and what speedup_kernelbench measures (stamped on every timed result).
 SPEEDUP_CONVENTION = "device_time: launches held, reference and candidate interleaved, median of per-round ratios"
 KERNELBENCH_CONVENTION = ("kernelbench: eager back-to-back calls, host gaps included, cuda events, L2 flushed, mean "
-                          "of the calls within 3x their median")
+                          "of the calls within 3x their median, each side's quietest of 3 rounds on a GPU")
 
 # KernelBench's current tolerances: one value used as both atol and rtol.
 DEFAULT_TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 1e-2}

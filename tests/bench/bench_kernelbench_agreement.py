@@ -513,12 +513,13 @@ def summarize(items: list[dict]) -> dict:
 
             charged = kernelbench_timing.bounded_charge([reported], lower, upper).charged_ms
             plain.append(reference / charged / r["kb_speedup"])
-    # And from each side's quietest round (kernelbench_phase._record_quietest), recorded beside the stamped means.
-    quietest = []
+    # And from each side's means over every round (kernelbench_phase._record_every_round; stamped until session 20),
+    # beside the stamped quietest rounds.
+    every_round = []
     for r in rows:
-        reference, candidate = _ms(r, "reference_quietest_per_call"), _ms(r, "reported_quietest_per_call")
+        reference, candidate = _ms(r, "reference_every_round_per_call"), _ms(r, "reported_every_round_per_call")
         if r["kb_correct"] and r["ours"] == "correct" and r["kb_speedup"] and reference and candidate:
-            quietest.append(reference / candidate / r["kb_speedup"])
+            every_round.append(reference / candidate / r["kb_speedup"])
     # What the stamped figure would have been with the runner's reference events, timed before its candidate loaded
     # (slot/reference_first.py, KRL_WORKER_REFERENCE_FIRST=1), in place of the judge's own.
     runner_reference = []
@@ -536,7 +537,7 @@ def summarize(items: list[dict]) -> dict:
             "kernelbench_self": agreement(again),
             "share_within_10pct": within / len(both) if both else None,
             "plain_mean_diagnostic": agreement(plain),
-            "quietest_round_diagnostic": agreement(quietest),
+            "every_round_diagnostic": agreement(every_round),
             "runner_reference_diagnostic": agreement(runner_reference),
             "against_kernelbench_mean": agreement(against_mean),
             "median_ratio": statistics.median(both) if both else None,
@@ -580,10 +581,10 @@ def print_table(summary: dict) -> None:
     if diagnostic.get("pairs"):
         print(f"diagnostic, each side's plain mean (every call, spikes in): {diagnostic['within_10pct']} of "
               f"{diagnostic['pairs']} within ±10%, median ratio {f(diagnostic['median_ratio'])}")
-    quietest = summary.get("quietest_round_diagnostic") or {}
-    if quietest.get("pairs"):
-        print(f"diagnostic, each side's quietest of its rounds: {quietest['within_10pct']} of {quietest['pairs']} "
-              f"within ±10%, median ratio {f(quietest['median_ratio'])}")
+    every_round = summary.get("every_round_diagnostic") or {}
+    if every_round.get("pairs"):
+        print(f"diagnostic, each side's mean over every round: {every_round['within_10pct']} of "
+              f"{every_round['pairs']} within ±10%, median ratio {f(every_round['median_ratio'])}")
     runner_reference = summary.get("runner_reference_diagnostic") or {}
     if runner_reference.get("pairs"):
         print(f"diagnostic, with the runner's reference timed first in place of the judge's: "

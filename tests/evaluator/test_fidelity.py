@@ -242,20 +242,27 @@ def test_the_stamped_trial_mean_leaves_spiked_calls_out_and_the_plain_mean_is_re
     assert kernelbench_timing.spread_summary([0.01, float("nan")]) is None
 
 
-def test_each_sides_quietest_round_is_recorded_beside_the_stamped_means():
-    """A whole round slowed 3x (another process on the GPU or a lowered clock through it) moves the stamped means, which
-    the spike rule cannot help, and not the quietest round's; a forged report stays within the judge's bounds there
-    too, and a round without usable reports leaves the candidate's quietest unrecorded."""
-    from evaluator.slot.kernelbench_phase import _clocks_mhz, _record_clocks, _record_quietest
+def test_each_side_is_stamped_from_its_quietest_round_and_the_every_round_means_are_recorded():
+    """A whole round slowed 2x (another process on the GPU or a lowered clock through it) moves the means over every
+    round, which the spike rule cannot help, and not the quietest round's, which is stamped; a forged report stays
+    within the judge's bounds there too, and a round without usable reports charges the upper bound."""
+    from evaluator.slot.kernelbench_phase import _clocks_mhz, _quietest_rounds, _record_clocks, _record_every_round
 
-    quiet, slowed = [0.30] * 34, [0.90] * 34
+    quiet, slowed = [0.30] * 34, [0.60] * 34
+    rounds = [(quiet, [0.35] * 34), (slowed, [0.95] * 34), (quiet, [0.40] * 34)]
+    reference, charge = _quietest_rounds(rounds, LOWER, UPPER)
+    assert reference == pytest.approx(0.30) and charge.charged_ms == pytest.approx(0.35) and charge.clamped == 0
     phases: dict = {}
-    _record_quietest(phases, [(quiet, [0.35] * 34), (slowed, [1e-4] * 34), (quiet, [0.40] * 34)], LOWER, UPPER)
-    assert phases["kernelbench_reference_quietest_per_call"] == pytest.approx(0.30e-3)
-    assert phases["kernelbench_reported_quietest_per_call"] == pytest.approx(LOWER / 1e3)  # raised to the bound
+    _record_every_round(phases, quiet + slowed + quiet, rounds, LOWER, UPPER)
+    assert phases["kernelbench_reference_every_round_per_call"] == pytest.approx(0.40e-3)
+    assert phases["kernelbench_reported_every_round_per_call"] == pytest.approx(min(UPPER, 0.5667) / 1e3, rel=1e-3)
+    forged = [(quiet, [0.35] * 34), (slowed, [1e-4] * 34)]
+    assert _quietest_rounds(forged, LOWER, UPPER)[1].charged_ms == pytest.approx(LOWER)  # raised to the bound
+    reference, charge = _quietest_rounds([(quiet, [0.35] * 34), (quiet, None)], LOWER, UPPER)
+    assert charge.charged_ms == UPPER and charge.clamped == 1
     phases = {}
-    _record_quietest(phases, [(quiet, [0.35] * 34), (quiet, None)], LOWER, UPPER)
-    assert "kernelbench_reported_quietest_per_call" not in phases and "kernelbench_reference_quietest_per_call" in phases
+    _record_every_round(phases, quiet * 2, [(quiet, [0.35] * 34), (quiet, None)], LOWER, UPPER)
+    assert "kernelbench_reported_every_round_per_call" not in phases
     assert _clocks_mhz("cpu")[0] is None  # no GPU clock to read here: nothing raised
     phases = {}
     _record_clocks(phases, [(1980.0, None), (1755.0, None), (None, None)])
