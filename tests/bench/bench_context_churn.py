@@ -174,7 +174,7 @@ def run(gpus: int, lanes: int, seconds: float, profile: bool, with_victim: bool 
     os.set_blocking(read_end, False)
     live = set(pids)
     while live:
-        found = blocked_now()
+        found, _who = blocked_now()
         samples.append(sum(found.values()))
         waits.update(found)
         chunks.append(drained(read_end))

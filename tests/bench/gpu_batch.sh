@@ -119,7 +119,7 @@ for line in open(sys.argv[1]):
     print("    phases: " + ", ".join(f"{k} {v}" for k, v in r["phase_mean_s"].items()))
     if "host_cpu_busy_share" in r:
         print(f"    host: CPUs busy {r['host_cpu_busy_share']}, load {r.get('host_load_mean')}, in D "
-              f"{r.get('host_blocked_mean')} on average, waiting in {r.get('host_blocked_in')}")
+              f"{r.get('host_blocked_mean')} on average, waiting in {r.get('host_blocked_in')}, by {r.get('host_blocked_by')}")
     if r["error_sample"] or r["evaluator_error_sample"] or r["notes"]:
         print("    " + " | ".join(r["error_sample"][:3] + r["evaluator_error_sample"] + r["notes"])[:600])
 EOF

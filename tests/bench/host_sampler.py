@@ -1,5 +1,5 @@
 """The host's side of a benchmark pass: how busy its CPUs were, its load, and which processes sat in uninterruptible
-sleep (D) and in what kernel function, sampled once a second (is a pass bound by cores, or by waits in the kernel?)."""
+sleep (D), in what kernel function, who and in which call, sampled once a second (is a pass bound by cores, or by waits in the kernel?)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,17 @@ def host_cpu_ticks() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
-def blocked_now() -> collections.Counter:
-    """Processes in uninterruptible sleep now, by the kernel function each waits in (/proc/PID/wchan)."""
-    found: collections.Counter = collections.Counter()
+# x86-64 system call numbers worth naming in /proc/PID/syscall; others are shown as numbers.
+SYSCALLS = {0: "read", 1: "write", 2: "open", 3: "close", 9: "mmap", 10: "mprotect", 11: "munmap", 16: "ioctl",
+            56: "clone", 57: "fork", 59: "execve", 60: "exit", 61: "wait4", 202: "futex", 231: "exit_group",
+            257: "openat", 435: "clone3"}
+
+
+def blocked_now() -> tuple[collections.Counter, collections.Counter]:
+    """Processes in uninterruptible sleep now: by the kernel function each waits in (/proc/PID/wchan), and by who
+    (runner, judge host, other) and which call (an ioctl's type and number: the NVIDIA driver's are type 0x46, F)."""
+    where: collections.Counter = collections.Counter()
+    who: collections.Counter = collections.Counter()
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -31,10 +39,40 @@ def blocked_now() -> collections.Counter:
             if state != "D":
                 continue
             with open(f"/proc/{name}/wchan") as handle:
-                found[handle.read().strip() or "?"] += 1
+                where[handle.read().strip() or "?"] += 1
+            who[f"{_role(name)}:{_call(name)}"] += 1
         except (OSError, IndexError):
             continue
-    return found
+    return where, who
+
+
+def _role(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            argv = handle.read().split(b"\0")
+    except OSError:
+        return "?"
+    text = b" ".join(argv).decode(errors="replace")
+    for marker, role in (("evaluator.slot.runner", "runner"), ("evaluator.slot.entry", "judge"), ("ray", "ray")):
+        if marker in text:
+            return role
+    return os.path.basename(argv[0].decode(errors="replace")) or "?"
+
+
+def _call(pid: str) -> str:
+    """The system call a blocked process is in, from /proc/PID/syscall; for an ioctl its request's type and number."""
+    try:
+        with open(f"/proc/{pid}/syscall") as handle:
+            fields = handle.read().split()
+    except OSError:
+        return "?"
+    if not fields or not fields[0].lstrip("-").isdigit():
+        return fields[0] if fields else "?"
+    number = int(fields[0])
+    if number == 16 and len(fields) > 2:
+        request = int(fields[2], 16)
+        return f"ioctl {(request >> 8) & 0xff:#04x}/{request & 0xff:#04x}"
+    return SYSCALLS.get(number, str(number))
 
 
 class HostSampler:
@@ -46,6 +84,7 @@ class HostSampler:
         self.blocked: list[int] = []
         self.loads: list[float] = []
         self.waits: collections.Counter = collections.Counter()
+        self.waiters: collections.Counter = collections.Counter()
         self.ticks_from: Optional[tuple[int, int]] = None
         self.ticks_to: Optional[tuple[int, int]] = None
         self.stopping = threading.Event()
@@ -61,9 +100,10 @@ class HostSampler:
 
     def _sample(self) -> None:
         while not self.stopping.wait(self.period_s):
-            found = blocked_now()
+            found, who = blocked_now()
             self.blocked.append(sum(found.values()))
             self.waits.update(found)
+            self.waiters.update(who)
             self.loads.append(os.getloadavg()[0])
 
     def __exit__(self, *exc) -> None:
@@ -81,4 +121,5 @@ class HostSampler:
         return {"host_cpu_busy_share": round(busy / total, 3),
                 "host_load_mean": round(statistics.fmean(self.loads), 1) if self.loads else None,
                 "host_blocked_mean": round(statistics.fmean(self.blocked), 1) if self.blocked else None,
-                "host_blocked_in": dict(self.waits.most_common(6))}
+                "host_blocked_in": dict(self.waits.most_common(6)),
+                "host_blocked_by": dict(self.waiters.most_common(10))}
