@@ -1,7 +1,7 @@
-# Session 20, call D (nvidia-h200-x4, the device time left): does the judge keeping up to 512 MiB of cached blocks
-# between tasks (the new default; KRL_WORKER_JUDGE_CACHE_MIB=0 frees and remakes them each task, as before) lift the
-# host-wide ceiling of 4 GPUs (call B: 188.6 Triton tasks a minute on 4 GPUs through Ray, 189.4 on one)? One local pool
-# over the 4 GPUs a pass (no Ray start), the same build cache, 0 / 512 / 0; the host sampler now names who waits in D
+# Session 20, call D (nvidia-h200-x2: the x4 kind was no longer lent; the device time left): does the judge keeping
+# up to 512 MiB of cached blocks between tasks (the new default; KRL_WORKER_JUDGE_CACHE_MIB=0 frees and remakes them each task, as before) lift the
+# host-wide ceiling (call B: 188.6 Triton tasks a minute on 4 GPUs through Ray, 189.4 on one)? One local pool over
+# the 2 GPUs a pass (no Ray start), the same build cache, 0 / 512 / 0; the host sampler now names who waits in D
 # and in which driver call.
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD KERNELBENCH_ROOT=$PWD/.gpu/kernelbench TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16
 mkdir -p /tmp/deb && for f in .gpu/deb/*.deb; do dpkg -x "$f" /tmp/deb; done
@@ -12,7 +12,7 @@ n=0
 for keep in 0 512 0; do
     n=$((n + 1))
     KRL_WORKER_JUDGE_CACHE_MIB=$keep timeout 120 python3 tests/bench/bench_batch.py --kinds triton --triton-n 192 \
-        --gpus 4 --budget-s 95 --cache-dir /tmp/krl-d-cache --out $OUT/raw/keep${keep}_$n.jsonl \
+        --gpus 2 --budget-s 95 --cache-dir /tmp/krl-d-cache --out $OUT/raw/keep${keep}_$n.jsonl \
         > $OUT/raw/keep${keep}_$n.log 2>&1
 done
 tar -czf $OUT/raw.tgz -C $OUT raw
