@@ -1,9 +1,8 @@
-"""The judge's GPU memory beside the other slots: whether a candidate's CUDA out-of-memory failure may be the
-neighbours' doing (the judge's own readings, never the runner's word), and how much of its cache the judge keeps."""
+"""Whether a candidate's CUDA out-of-memory failure may be the neighbours' doing rather than its own: decided from the
+judge's own readings (the device's free memory, the runner's own share through nvidia-smi), never the runner's word."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from typing import Optional
 
@@ -15,12 +14,6 @@ OOM_MARKERS = ("CUDA out of memory", "CUDA error: out of memory", "OutOfMemoryEr
 # have made the difference: with up to 8 slots a GPU (local/pool.py's "auto"), an eighth.
 FAIR_SHARE = 1 / 8
 SMI_TIMEOUT_S = 5.0
-# Cached blocks a judge keeps between tasks and after its timing (MiB; 0 gives them all back each time, as before
-# session 20). Every cudaMalloc and cudaFree of a block is a driver call under its host-wide lock, which every slot of
-# every GPU on the host queues for (docs/known-gaps.md, "Several GPUs on one host"); a small problem's staging and
-# KernelBench's 256 MiB flush were freed and made again each task.
-KEEP_CACHE_ENV = "KRL_WORKER_JUDGE_CACHE_MIB"
-KEEP_CACHE_MIB = 512
 
 
 def starved_by_others(message: str, runner_pid: int) -> bool:
@@ -96,31 +89,3 @@ def parse_compute_apps(listing: str, pids: set[int]) -> Optional[int]:
         if pid in pids:
             held += mib * 2**20
     return held
-
-
-def release_device_cache(keep: bool = True) -> None:
-    """The judge's unused cached GPU blocks back to the device once it holds more than it keeps (kept_cache_bytes;
-    all of them with keep=False): eight judges keeping 2+ GiB each left honest candidates out of memory on an H100.
-    No-op without CUDA."""
-    try:
-        import torch
-
-        if torch.cuda.is_initialized() and (not keep or torch.cuda.memory_reserved() > kept_cache_bytes()):
-            torch.cuda.empty_cache()
-    except Exception:  # noqa: BLE001 - nothing to release
-        pass
-
-
-def kept_cache_bytes() -> int:
-    """KEEP_CACHE_MIB (or $KRL_WORKER_JUDGE_CACHE_MIB), at most an eighth of the device's memory shared among its
-    judges."""
-    import torch
-
-    from evaluator.judging.timing import device_slots
-
-    try:
-        keep = int(os.environ.get(KEEP_CACHE_ENV, KEEP_CACHE_MIB)) << 20
-    except ValueError:
-        keep = KEEP_CACHE_MIB << 20
-    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-    return max(0, min(keep, total // (8 * device_slots())))

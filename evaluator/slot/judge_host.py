@@ -20,7 +20,6 @@ from evaluator.isolation import exchange_tmpfs
 from evaluator.isolation.proctree import kill_tree, process_table, tree_resident_bytes
 from evaluator.isolation.teardown import empty_folder
 from evaluator.judging.reference_cache import ReferenceCache
-from evaluator.slot.device_memory import release_device_cache
 from evaluator.slot.groups_ahead import GroupsAhead
 from evaluator.slot.task_driver import TaskDriver
 from evaluator.slot.task_judge import TaskJudge, input_seed  # noqa: F401 - input_seed: public here too
@@ -75,6 +74,17 @@ def device_free_share() -> float:
     return free / total if total else 0.0
 
 
+def release_device_cache() -> None:
+    """The judge's unused cached GPU blocks back to the device (no-op without CUDA)."""
+    try:
+        import torch
+
+        if torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+    except Exception:  # noqa: BLE001 - nothing to release
+        pass
+
+
 class CpuSpent:
     """CPU seconds a task cost the host, for the benchmarks (the slot's rate is bound by the host's CPUs): the judge's
     own (every thread of it, while the task ran), the runner's before the task (its start and CUDA set-up, paid while
@@ -119,7 +129,7 @@ def judge_failure_reply(task_id: Any, exc: BaseException) -> dict[str, Any]:
 
     text = "".join(traceback.format_exception(exc))[-4000:]
     if is_out_of_memory(f"{type(exc).__name__}: {exc}"):
-        release_device_cache(keep=False)
+        release_device_cache()
         return {"type": "infra", "task": task_id, "device_full": True,
                 "why": "the judge ran out of GPU memory beside other evaluations:\n" + text[-1000:]}
     return {"type": "error", "task": task_id, "traceback": text}

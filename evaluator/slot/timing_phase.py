@@ -14,7 +14,6 @@ import time
 from typing import Any, Iterator, Optional
 
 from evaluator.contract.types import Verdict
-from evaluator.slot.device_memory import release_device_cache
 from evaluator.slot.exclusive_hold import exclusive_window
 from evaluator.slot.gated_rounds import GATE_OFF_BY, GatedRounds
 from evaluator.slot.outcome import Interfered, ProtocolBreach, TaskEnded, timed_again_if_interfered
@@ -373,10 +372,10 @@ class TimingPhase(GatedRounds):
             if self.kind == "cuda":  # the judge's staging back to the device before the next slot's timing: eight
                 # judges each keeping 2+ GiB cached left an honest candidate out of memory at 8 slots on an H100
                 self.judge_sets, self.outputs = [], []
-                release_device_cache()
+                torch.cuda.empty_cache()
         kept_from = time.perf_counter()
         with self.schedule.on_device("timing_checks"):  # the picked outputs' files and comparisons: GPU work, shared
-            self.check_kept()  # its copies go back to the device with the task's end (device_memory.release_device_cache)
+            self.check_kept()  # its copies go back to the device with the task's end (judge_host.release_device_cache)
         self.schedule.phases["timing_kept"] = round(time.perf_counter() - kept_from, 6)
         self.schedule.phases["round_trip"] = round(self.driver.round_trip, 6)
         if self.charge is not None and self.driver.order_cpu_s is not None:

@@ -1,7 +1,6 @@
 """A candidate's CUDA out-of-memory error against the judge's own readings: nvidia-smi's listing read per process, and
-the rule that makes it the evaluator's failure only when others filled the device; the cache a judge keeps. The
-readings themselves (the driver's free memory, nvidia-smi) exist only on a GPU machine; the rules are fed numbers of the
-shapes they return."""
+the rule that makes it the evaluator's failure only when others filled the device. The readings themselves (the
+driver's free memory, nvidia-smi) exist only on a GPU machine; the rule is fed numbers of the shapes they return."""
 
 from __future__ import annotations
 
@@ -102,34 +101,3 @@ def test_an_allocation_larger_than_the_device_is_the_candidates_at_once():
     assert not device_memory.others_filled_it(1 * GIB, 80 * GIB, 2 * GIB, device_memory.requested_bytes(message))
     assert device_memory.others_filled_it(1 * GIB, 80 * GIB, 2 * GIB, 4 * GIB)  # it would have fitted without them
     assert device_memory.requested_bytes("CUDA error: out of memory") is None
-
-
-def test_the_judge_keeps_a_small_cache_between_tasks_and_gives_back_a_large_one(monkeypatch):
-    """Freeing and remaking a small problem's blocks each task were driver calls under the host-wide lock; a large
-    cache (a big problem's staging) still goes back, and all of it when the judge itself ran out of memory."""
-    import types
-
-    import torch
-
-    from evaluator.judging.timing import DEVICE_SLOTS_ENV
-    from evaluator.slot import device_memory
-
-    reserved, emptied = [0], []
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a: reserved[0])
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(reserved[0]))
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: types.SimpleNamespace(total_memory=141 << 30))
-    monkeypatch.setenv(DEVICE_SLOTS_ENV, "8")
-    for mib in (300, 900):
-        reserved[0] = mib << 20
-        device_memory.release_device_cache()
-    assert emptied == [900 << 20]
-    reserved[0] = 300 << 20
-    device_memory.release_device_cache(keep=False)
-    assert emptied[-1] == 300 << 20
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: types.SimpleNamespace(total_memory=24 << 30))
-    assert device_memory.kept_cache_bytes() == 384 << 20  # an eighth of a small GPU among its 8 judges
-    monkeypatch.setenv(device_memory.KEEP_CACHE_ENV, "0")
-    device_memory.release_device_cache()
-    assert len(emptied) == 3  # 0: every task gives everything back, as before
