@@ -134,9 +134,9 @@ def _gpu_rounds(phase: Any, calls: int, rounds: int) -> tuple[float, float]:
 def _quietest_rounds(by_round: list, lower: float, upper: float) -> tuple[float, kb.BoundedCharge]:
     """Each side's figure from its quietest round: the least of its rounds' trial means, the candidate's reports
     clamped into the judge's bounds round by round. KernelBench times one kernel alone on an idle GPU; here another
-    slot's GPU work lands in some rounds and only adds time, so the quietest round is the nearest to its figure (two
-    H200 calls at 2 slots, session 19: within ±10% of KernelBench's own on 22 and 21 of 27 pairs, against 18 and 20 for
-    the means over every round). A round without usable reports charges the judge's upper bound, as before."""
+    slot's GPU work lands in some rounds and only adds time, so the quietest round is the nearest to its figure (three
+    H200 calls at 2 slots, sessions 19-20: within ±10% of KernelBench's own on 22, 21 and 23 of 27 pairs, against 18, 20
+    and 21 for the means over every round). A round without usable reports charges the judge's upper bound."""
     reference = min(m for m in (kb.trial_mean_ms(samples) for samples, _ in by_round) if m is not None)
     if any(events is None for _, events in by_round):
         return reference, kb.bounded_charge(None, lower, upper)
