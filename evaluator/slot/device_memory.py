@@ -89,3 +89,30 @@ def parse_compute_apps(listing: str, pids: set[int]) -> Optional[int]:
         if pid in pids:
             held += mib * 2**20
     return held
+
+
+def allocator_counts() -> dict[str, int]:
+    """The judge's caching allocator so far: the device allocations (cudaMalloc) and frees (cudaFree) it has made, and
+    its peak reserved bytes since the last call, whose peak it resets; {} without CUDA. Each allocation and free is a
+    driver call under its host-wide lock, where several GPUs' slots queued (docs/known-gaps.md)."""
+    try:
+        import torch
+
+        if not torch.cuda.is_initialized():
+            return {}
+        stats = torch.cuda.memory_stats()
+        torch.cuda.reset_peak_memory_stats()
+    except Exception:  # noqa: BLE001 - a diagnostic: nothing to record
+        return {}
+    return {"mallocs": int(stats.get("segment.all.allocated", 0)), "frees": int(stats.get("segment.all.freed", 0)),
+            "reserved_peak": int(stats.get("reserved_bytes.all.peak", 0))}
+
+
+def allocator_phases(before: dict[str, int], after: dict[str, int]) -> dict[str, float]:
+    """A task's judge-side allocator figures for its phases (recorded, never charged): its device allocations and
+    frees, and the most it held reserved."""
+    if not before or not after:
+        return {}
+    return {"judge_cuda_mallocs": after["mallocs"] - before["mallocs"],
+            "judge_cuda_frees": after["frees"] - before["frees"],
+            "judge_reserved_peak_mib": round(after["reserved_peak"] / 2**20, 1)}

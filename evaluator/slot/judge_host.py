@@ -20,6 +20,7 @@ from evaluator.isolation import exchange_tmpfs
 from evaluator.isolation.proctree import kill_tree, process_table, tree_resident_bytes
 from evaluator.isolation.teardown import empty_folder
 from evaluator.judging.reference_cache import ReferenceCache
+from evaluator.slot.device_memory import allocator_counts, allocator_phases
 from evaluator.slot.groups_ahead import GroupsAhead
 from evaluator.slot.task_driver import TaskDriver
 from evaluator.slot.task_judge import TaskJudge, input_seed  # noqa: F401 - input_seed: public here too
@@ -684,6 +685,7 @@ class JudgeHost:
             write_message(self.result_fd, {"type": "started", "task": task_id})
 
         hits = self.reference_cache.hits
+        allocator_before = allocator_counts()
         try:
             outcome = drive_task(self.slot, runner, driver, task, message.get("prebuilt"), on_started,
                                  self._timing_for(runner_cpu), min(deadline, started_at + TASK_START_TIMEOUT_S),
@@ -695,6 +697,7 @@ class JudgeHost:
             driver.close()
             del task  # its inputs and outputs, then the cached blocks back to the device: eight judges that kept
             release_device_cache()  # theirs left honest candidates out of memory on an H100 (48-kernel batch)
+            allocator = allocator_phases(allocator_before, allocator_counts())
         # What the candidate left running dies before the reply (the runner's pid filter stops it signalling them).
         self.slot.counters.add("leftover_processes_killed", self.task_isolation.kill_leftovers())
         self.slot.counters.add("judge_cache_hits", self.reference_cache.hits - hits)
@@ -702,6 +705,7 @@ class JudgeHost:
             outcome["task"] = task_id
             outcome["result"]["phase_times_s"]["judge_ready"] = round(ready_s, 6)
             outcome["result"]["phase_times_s"]["task_setup"] = round(self.task_isolation.setup_s, 6)  # its cgroup
+            outcome["result"]["phase_times_s"].update(allocator)
             outcome["result"]["phase_times_s"]["total"] = round(time.monotonic() - started_at, 6)
             outcome["result"]["phase_times_s"].update(cpu_spent.phases())
         else:

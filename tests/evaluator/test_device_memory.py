@@ -101,3 +101,21 @@ def test_an_allocation_larger_than_the_device_is_the_candidates_at_once():
     assert not device_memory.others_filled_it(1 * GIB, 80 * GIB, 2 * GIB, device_memory.requested_bytes(message))
     assert device_memory.others_filled_it(1 * GIB, 80 * GIB, 2 * GIB, 4 * GIB)  # it would have fitted without them
     assert device_memory.requested_bytes("CUDA error: out of memory") is None
+
+
+def test_a_tasks_judge_side_allocations_are_recorded_from_the_allocators_own_counters(monkeypatch):
+    """Where several GPUs' slots waited in the driver (its free, alloc and map calls), the judge's share of those calls
+    per task: segments made and freed by its caching allocator, and its peak reserve. Nothing without CUDA."""
+    import torch
+
+    assert device_memory.allocator_counts() == {} and device_memory.allocator_phases({}, {}) == {}
+    stats = {"segment.all.allocated": 10, "segment.all.freed": 4, "reserved_bytes.all.peak": 300 << 20}
+    resets = []
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "memory_stats", lambda *a: dict(stats))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a: resets.append(1))
+    before = device_memory.allocator_counts()
+    stats.update({"segment.all.allocated": 16, "segment.all.freed": 13, "reserved_bytes.all.peak": 768 << 20})
+    phases = device_memory.allocator_phases(before, device_memory.allocator_counts())
+    assert phases == {"judge_cuda_mallocs": 6, "judge_cuda_frees": 9, "judge_reserved_peak_mib": 768.0}
+    assert len(resets) == 2  # each reading starts the next peak
