@@ -1,5 +1,5 @@
-"""Whether a candidate's CUDA out-of-memory failure may be the neighbours' doing rather than its own: decided from the
-judge's own readings (the device's free memory, the runner's own share through nvidia-smi), never the runner's word."""
+"""The judge's view of GPU memory: whether a candidate's CUDA out-of-memory failure may be the neighbours' doing (the
+judge's own readings, never the runner's word), and what the judge's own allocator did in a task (recorded only)."""
 
 from __future__ import annotations
 
