@@ -1,5 +1,5 @@
-"""The evaluator on several GPUs (skipped with fewer than two): requests spread over every GPU's worker, and a
-candidate crashing on one GPU leaves the evaluation running on another untouched."""
+"""The evaluator on several GPUs (skipped with fewer than two): requests spread over every GPU's worker, a candidate
+crashing on one GPU leaves the evaluation running on another untouched, and a candidate sees no GPU but its own."""
 
 from __future__ import annotations
 
