@@ -174,7 +174,8 @@ def _print_summary(summary: dict) -> None:
                           f"{_fmt(scores[key])} / {_fmt(scores.get(f'best_turn{turn}/correct_rate'))}")
     console.print(table)
     console.print(f"speedups: eager = device time (the judge's protocol, what the reward uses by default); kbtime = "
-                  "KernelBench's timing convention (eager calls, host launch gaps, mean less calls over 3x the median), "
+                  "KernelBench's timing convention (eager calls, host launch gaps, mean less calls over 3x the median, "
+                  "each side's quietest of 3 rounds on a GPU), "
                   "comparable with published fast_p; pass@k is the same in both; geomean over speedups clipped to "
                   f"[{_fmt(scores.get('speedup_clip_low'))}, {_fmt(scores.get('speedup_clip_high'))}]")
     unseen = summary.get("unseen_shapes")
