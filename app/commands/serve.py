@@ -9,6 +9,8 @@ from typing import Optional
 
 import typer
 
+SERVICE_KEEP_ALIVE_S = 60  # seconds an idle client connection stays open (clients drop theirs sooner)
+
 
 def read_token(path: str) -> str:
     """The service token from a file (first line, stripped); a missing, empty or world-readable file is refused."""
@@ -100,7 +102,10 @@ def serve(
                + (f"; {service.counters['recovered']} unfinished request(s) from it evaluated again"
                   if service.counters["recovered"] else ""), err=True)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+        # Idle connections outlive the clients' own keep-alive (evaluator/scale/client.py): with both at 5 s, a client
+        # now and then reused a connection the service closed that instant and read a reset (test_serve_restart).
+        uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5,
+                    timeout_keep_alive=SERVICE_KEEP_ALIVE_S)
     finally:
         service.close()  # before the evaluator: what is still in progress is handed over again at the next start
         evaluator.close()

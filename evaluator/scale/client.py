@@ -17,6 +17,7 @@ from evaluator.scale.stats import compile_stats
 
 DEFAULT_TOKEN_ENV = "KRL_EVAL_TOKEN"
 _RETRY_STATUS = (502, 503, 504)
+KEEPALIVE_EXPIRY_S = 3.0  # idle connections dropped before servers drop theirs (uvicorn 5 s, krl serve 60 s)
 
 
 class HttpEvaluator(QueuedEvaluator):
@@ -36,8 +37,11 @@ class HttpEvaluator(QueuedEvaluator):
         self._retries = retries
         self._backoff_s = backoff_s
         self._poll_s = poll_s
+        # Idle connections are dropped here before a server drops them (uvicorn's default is 5 s, krl serve's 60 s):
+        # reusing one the server has just closed reads a reset.
         self._http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"},
-                                  timeout=httpx.Timeout(timeout_s + poll_s, connect=timeout_s))
+                                  timeout=httpx.Timeout(timeout_s + poll_s, connect=timeout_s),
+                                  limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S))
         self._executor = ThreadPoolExecutor(max_in_flight, thread_name_prefix="krl-http-eval")
         self._open: set[Future] = set()
         self._lock = threading.Lock()
