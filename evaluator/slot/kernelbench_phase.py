@@ -17,8 +17,8 @@ from evaluator.slot.outcome import ProtocolBreach, timed_again_if_interfered
 CLOCK = "runner_events_within_judge_bounds"
 CPU_CLOCK = "task_cpu_eager"
 MIN_CALLS = 3
-# "1": the judge reads the GPU's SM clock and its CPU's after each of KernelBench's rounds (_clocks_mhz). Off by default:
-# an NVML query a round that never ran on a GPU stays off the evaluator's measured path; the agreement bench sets it.
+# "1": the judge reads the GPU's SM clock and its CPU's after each of KernelBench's rounds (_clocks_mhz). Off by
+# default: an NVML query a round stays off the evaluator's measured path; the agreement bench sets it.
 CLOCKS_ENV = "KRL_WORKER_KB_CLOCKS"
 ROUNDS = 3  # reference and candidate alternate; on a GPU each side's quietest round is stamped (_quietest_rounds)
 
@@ -86,7 +86,6 @@ def _gpu_rounds(phase: Any, calls: int, rounds: int) -> tuple[float, float]:
         # us on a loaded H100) counted too, and this floor raised honest 6 us kernels' reports to ~17 us (4 of 27).
         launch_ms = kb.shortest_event_ms(lambda: tiny.add_(1), behind=flush.flush)
     reference_ms: list[float] = []
-    reported: list[float] = []
     upper_ms: list[float] = []
     by_round: list[tuple[list[float], Optional[list[float]]]] = []
     clocks: list[tuple[Optional[float], Optional[float]]] = []
@@ -100,7 +99,6 @@ def _gpu_rounds(phase: Any, calls: int, rounds: int) -> tuple[float, float]:
             # The judge's own clock around the order, and work deferred into the hand-over beyond the judge's own
             # projection: what the candidate cannot have taken less than, whatever it says.
             upper_ms.append((seen["order"] + max(0.0, seen["hand"] - seen["reference_hand"])) / calls * 1e3)
-            reported += seen["events"] or []
             by_round.append((seen["reference"], seen["events"]))
             if read_clocks:
                 clocks.append(_clocks_mhz(phase.task.device))
@@ -114,6 +112,8 @@ def _gpu_rounds(phase: Any, calls: int, rounds: int) -> tuple[float, float]:
     lower = kb.lower_bound_ms(batch_ms, harness_ms, flush_ms, max(launch_ms, _sol_floor_ms(phase) or 0.0))
     upper = statistics.fmean(upper_ms)
     reference, charge = _quietest_rounds(by_round, lower, upper)
+    # Every round's reports together, for the diagnostics below; None where a round reported nothing usable.
+    reported = None if any(events is None for _, events in by_round) else [v for _, events in by_round for v in events]
     # Seconds, as every phase (per call); the clamp as -1 (raised to the lower bound), 0 (believed) or +1 (lowered to
     # the upper bound, or nothing usable reported: then no reported figure is stamped).
     phases = phase.schedule.phases
@@ -125,8 +125,8 @@ def _gpu_rounds(phase: Any, calls: int, rounds: int) -> tuple[float, float]:
     phases["kernelbench_batch_per_call"] = round(batch_ms / 1e3, 9)
     phases["kernelbench_harness_per_call"] = round(harness_ms / 1e3, 9)
     phases["kernelbench_flush"] = round(flush_ms / 1e3, 9)
-    _record_spread(phases, reference_ms, reported)
-    _record_every_round(phases, reference_ms, by_round, lower, upper)
+    _record_spread(phases, reference_ms, reported or [])
+    _record_every_round(phases, reference_ms, reported, lower, upper)
     _record_clocks(phases, clocks)
     return reference, charge.charged_ms
 
@@ -154,15 +154,15 @@ def _record_spread(phases: dict[str, Any], reference_ms: list[float], reported_m
             phases[f"kernelbench_{side}_plain_per_call"] = round(summary[1] / 1e3, 9)
 
 
-def _record_every_round(phases: dict[str, Any], reference_ms: list[float], by_round: list, lower: float,
-                        upper: float) -> None:
+def _record_every_round(phases: dict[str, Any], reference_ms: list[float], reported_ms: Optional[list[float]],
+                        lower: float, upper: float) -> None:
     """Each side's trial mean over every round (the figure stamped until session 20), beside the quietest round's:
     what the agreement bench compares. Recorded, not stamped."""
     mean = kb.trial_mean_ms(reference_ms)
     if mean is not None:
         phases["kernelbench_reference_every_round_per_call"] = round(mean / 1e3, 9)
-    if all(events is not None for _, events in by_round):
-        charged = kb.bounded_charge([v for _, events in by_round for v in events], lower, upper).charged_ms
+    if reported_ms is not None:
+        charged = kb.bounded_charge(reported_ms, lower, upper).charged_ms
         phases["kernelbench_reported_every_round_per_call"] = round(charged / 1e3, 9)
 
 

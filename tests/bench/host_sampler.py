@@ -1,5 +1,5 @@
 """The host's side of a benchmark pass: how busy its CPUs were, its load, and which processes sat in uninterruptible
-sleep (D), in what kernel function, who and in which call, sampled once a second (is a pass bound by cores, or by waits in the kernel?)."""
+sleep (D), where in the kernel and in which call, once a second (bound by cores, or by waits in the kernel?)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,15 @@
-"""Which GPU a slot's sandbox may see, from driver /proc entries laid out as the NVIDIA driver writes them: by index
-in bus order, by UUID, and never a guess (several devices, MIG, mixed models without PCI order)."""
+"""Which GPU a slot's sandbox may see, from the NVIDIA driver's /proc entries (as it writes them, and as a 4 x H200
+host recorded them): by index in bus order, by UUID, and never a guess (several devices, MIG, mixed models)."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from evaluator.isolation.gpu_nodes import NODES_ENV, host_gpus, own_gpu, sandbox_gpu
+
+# A 4 x H200 host's own lines (session 20, call A): nvidia-smi -L, and the driver's /proc entries (UUID, bus, minor).
+RECORDED = Path(__file__).resolve().parents[1] / "bench/results/h200x4/session20/callA/raw/device.txt"
 
 INFORMATION = """Model: \t\t {model}
 IRQ:   \t\t 0
@@ -62,3 +68,21 @@ def test_every_node_when_asked_or_without_the_drivers_proc(tmp_path):
     (tmp_path / "0000:99:00.0").mkdir()
     (tmp_path / "0000:99:00.0" / "information").write_text("Model: something else\n")
     assert host_gpus(proc) == []  # a format we do not know
+
+
+def test_the_recorded_hosts_own_entries_give_each_index_nvidia_smis_gpu(tmp_path):
+    text = RECORDED.read_text()
+    for line in text.splitlines():
+        found = re.match(r"/proc/driver/nvidia/gpus/([^/]+)/information:(.*)$", line)
+        if found:
+            folder = tmp_path / found.group(1)
+            folder.mkdir(exist_ok=True)
+            with open(folder / "information", "a") as handle:
+                handle.write(found.group(2) + "\n")
+    smi = dict(re.findall(r"^GPU (\d+): .*\(UUID: (GPU-[0-9a-f-]+)\)$", text, re.M))
+    gpus = host_gpus(str(tmp_path))
+    assert len(gpus) == len(smi) == 4
+    for index, uuid in smi.items():
+        own = own_gpu(index, gpus, {})
+        assert own.uuid == uuid and own.minor == int(index)  # nvidia-smi's numbering is the driver's bus order here
+        assert own_gpu(uuid, gpus, {}) == own
