@@ -60,13 +60,10 @@ def _plain(name: Any) -> str:
     return text
 
 
-def serve_orders(read_message, write_message, session: Any, exchange: Exchange,
-                 await_order=lambda seconds: None) -> None:
+def serve_orders(read_message, write_message, session: Any, exchange: Exchange) -> None:
     """Answer the judge's orders until it says finish (or closes the pipe). A candidate fault answers 'failed' and
-    ends the loop: the judge decides what it means. An order with "spin_ms" is followed by `await_order` for that long
-    (polling for the next order, slot/answer_spin.py), so the timed window's next order finds the runner awake."""
+    ends the loop: the judge decides what it means."""
     from evaluator.contract.framing import pack_floats
-    from evaluator.slot.answer_spin import RUNNER_SPIN_MS
 
     while True:
         order = read_message()
@@ -126,5 +123,3 @@ def serve_orders(read_message, write_message, session: Any, exchange: Exchange,
             write_message(session.failure(exc))
             return
         write_message(answer)
-        if order.get("spin_ms"):
-            await_order(min(float(order["spin_ms"]), RUNNER_SPIN_MS) / 1e3)

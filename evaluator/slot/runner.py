@@ -85,7 +85,6 @@ def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:
     """Wait (pre-warmed) for a task, then answer the judge's orders for it (evaluator/slot/order_loop.py), and exit."""
     from evaluator.contract.types import EvalRequest
     from evaluator.contract.framing import read_message, write_message
-    from evaluator.slot.answer_spin import RUNNER_SPIN_MS, poll_readable
     from evaluator.slot.order_loop import Exchange, serve_orders
 
     signal.set_wakeup_fd(-1)
@@ -106,8 +105,6 @@ def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:
             if hasattr(worker, "synchronize"):
                 worker.synchronize(ctx)  # as every timed order ends
             write_message(result_fd, {"type": "pong"})
-            if message.get("spin_ms"):  # polled for the next ping, as the timed windows' orders are
-                poll_readable(task_fd, min(float(message["spin_ms"]), RUNNER_SPIN_MS) / 1e3)
         else:
             first = first or ReferenceFirst(ctx)
             write_message(result_fd, first.answer(message))
@@ -134,8 +131,7 @@ def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:
         write_message(result_fd, {"type": "loaded"})
         serve_orders(lambda: read_message(task_fd), lambda answer: write_message(result_fd, answer), session,
                      Exchange(os.environ.get("KRL_WORKER_XFER_IN", ""), os.environ.get("KRL_WORKER_XFER_OUT", ""),
-                              on_gpu=str(device).startswith("cuda")),
-                     await_order=lambda seconds: poll_readable(task_fd, seconds))
+                              on_gpu=str(device).startswith("cuda")))
     finally:
         close = getattr(session, "cleanup", None)
         if close is not None:

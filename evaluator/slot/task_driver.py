@@ -3,11 +3,10 @@ non-blocking against the task's deadline; anything else the runner says is a bre
 
 from __future__ import annotations
 
-import contextlib
 import os
 import selectors
 import time
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
 from evaluator.slot.evidence import check_answer
 from evaluator.slot.outcome import ProtocolBreach, RunnerGone, SlotFailure, TaskEnded
@@ -70,9 +69,6 @@ class TaskDriver:
         self.trace: Optional[list] = [] if os.environ.get(TRACE_ENV) else None
         self.rounds: list = []  # with a trace: the timing's rounds (timing_phase.one_round)
         self.round_trip = 0.0  # clean_round_trip's figure, once measured
-        # Seconds an answer is polled for before the judge sleeps in select (slot/answer_spin.py); the timing sets it
-        # for its held windows on a GPU. While set, each order asks the runner to poll for the next one too.
-        self.spin_s = 0.0
 
     def close(self) -> None:
         self.selector.close()
@@ -90,11 +86,7 @@ class TaskDriver:
         at a time all the same)."""
         from evaluator.contract.framing import encode_message
 
-        from evaluator.slot.answer_spin import RUNNER_SPIN_MS
-
         self.expect_silence()
-        if self.spin_s:
-            message = {**message, "spin_ms": RUNNER_SPIN_MS}
         self.begun = (str(message.get("type")), time.perf_counter())
         self.send_bytes(encode_message(message), deadline)
 
@@ -107,24 +99,10 @@ class TaskDriver:
             self.trace.append((kind, round(begun, 6), round(self.answered_at - begun, 6)))
         return answer
 
-    def clean_round_trip(self, count: int, deadline: float, spin_s: float = 0.0) -> float:
+    def clean_round_trip(self, count: int, deadline: float) -> float:
         """Seconds of the fastest of `count` round trips (ping, pong) to this runner before it has its task: no
         candidate code has run in it yet, so it is the fixed cost of an honest order (the pipe both ways, the runner's
-        wake-up, its synchronisation), which the timing takes off the candidate's charge (slot/timing_phase.py). With
-        `spin_s`, both ends poll as in the timed windows (slot/answer_spin.py)."""
-        with self.spinning(spin_s):
-            return self._clean_round_trip(count, deadline)
-
-    @contextlib.contextmanager
-    def spinning(self, seconds: float) -> Iterator[None]:
-        """Answers polled for `seconds` (both ends) within the block."""
-        before, self.spin_s = self.spin_s, seconds
-        try:
-            yield
-        finally:
-            self.spin_s = before
-
-    def _clean_round_trip(self, count: int, deadline: float) -> float:
+        wake-up, its synchronisation), which the timing takes off the candidate's charge (slot/timing_phase.py)."""
         best = float("inf")
         cpu_before = self.runner_cpu_ns() if self.runner_cpu_ns is not None else None
         for _ in range(count):
@@ -176,8 +154,7 @@ class TaskDriver:
                 return check_answer(self.pending.pop(0), expected, name)
             if self.runner.reader.eof:
                 raise RunnerGone()
-            if not (self.spin_s and self._polled(deadline)):
-                self._wait(deadline)
+            self._wait(deadline)
 
     def expect_silence(self) -> None:
         """Between orders the runner says nothing: anything already there is unsolicited."""
@@ -185,12 +162,6 @@ class TaskDriver:
             raise ProtocolBreach("it sent messages the judge did not ask for")
 
     # ---- waiting
-    def _polled(self, deadline: float) -> bool:
-        """The runner's pipe readable within spin_s (and the deadline), found by polling rather than a wake-up."""
-        from evaluator.slot.answer_spin import poll_readable
-
-        return poll_readable(self.runner.result_r, max(0.0, min(self.spin_s, deadline - time.monotonic())))
-
     def _read(self) -> list[dict[str, Any]]:
         try:
             return self.runner.reader.read()

@@ -8,7 +8,6 @@ from typing import Any, Callable, Optional
 from evaluator.contract.types import Verdict
 from evaluator.slot.device_memory import starved_by_others
 from evaluator.slot import reference_first
-from evaluator.slot.answer_spin import judge_spin_seconds
 from evaluator.slot.outcome import RunnerGone, SlotFailure, TaskEnded, verdict_result
 from evaluator.slot.sol_floor import check as check_speed_of_light
 from evaluator.slot.task_driver import Deadline, write_trace
@@ -33,10 +32,8 @@ def drive_task(slot: Any, runner: Any, driver: Any, task: Any, prebuilt: Optiona
     started = False
     t0 = time.monotonic()
     try:
-        # An honest order's fixed cost, before any candidate code runs in this runner (a GPU timing takes it off each
-        # candidate order), its answers polled for as in the timed windows.
-        driver.clean_round_trip(ROUND_TRIP_PINGS, start_deadline,
-                                spin_s=judge_spin_seconds() if device_lock is not None else 0.0)
+        driver.clean_round_trip(ROUND_TRIP_PINGS, start_deadline)  # an honest order's fixed cost, before any
+        # candidate code runs in this runner (a GPU timing takes it off each candidate order)
         if reference_first.wanted(request):  # KernelBench's reference, timed in this runner first
             schedule.reference_first_ms = reference_first.time_reference_first(
                 driver, request, _exclusive(device_lock, start_deadline, schedule.phases, runner), start_deadline)

@@ -391,21 +391,15 @@ class TimingPhase(GatedRounds):
         result.speedup = side_figure(reference_ms, self.kind) / candidate if candidate > 0 else None
         self.speed_of_light(result, candidate)
 
-    @contextlib.contextmanager
-    def held(self, exclusive: bool = True, why: str = "rounds") -> Iterator[None]:
-        """This GPU held exclusive for one timed window (a round's two sides, a measurement the hooks compare with),
-        the runner's answers polled for meanwhile (slot/answer_spin.py); nothing when not `exclusive` (a round that
-        only warms) or on the CPU (no lock). Only the timed windows are held, not the whole timing: held whole, a task
-        kept the device 0.65-0.73 s at 8 slots on an H100, most of it in rounds that only warm (the cold round, each
-        batch size's first), and tasks went through that hold one at a time; a window at a time, 0.26-0.38 s."""
-        from evaluator.slot.answer_spin import judge_spin_seconds
-
+    def held(self, exclusive: bool = True, why: str = "rounds") -> Any:
+        """This GPU held exclusive for one timed window (a round's two sides, a measurement the hooks compare with);
+        nothing when not `exclusive` (a round that only warms) or on the CPU (no lock). Only the timed windows are
+        held, not the whole timing: held whole, a task kept the device 0.65-0.73 s at 8 slots on an H100, most of it
+        in rounds that only warm (the cold round, each batch size's first), and tasks went through that hold one at a
+        time; a window at a time, 0.26-0.38 s."""
         if not exclusive or self.lock is None:
-            yield
-            return
-        with exclusive_window(self.lock, self.driver.deadline, self.schedule.phases, self.runner_pid(), why), \
-                self.driver.spinning(judge_spin_seconds()):
-            yield
+            return contextlib.nullcontext()
+        return exclusive_window(self.lock, self.driver.deadline, self.schedule.phases, self.runner_pid(), why)
 
     def staging_budget(self) -> int:
         """Bytes of value sets and outputs each side may stage: STAGING_BUDGET_BYTES, and on a GPU at most a share of

@@ -24,7 +24,6 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from evaluator.judging import timing  # noqa: E402
-from evaluator.slot import answer_spin  # noqa: E402
 from evaluator.api import EvalRequest  # noqa: E402
 from tests.evaluator.candidates.harness import builtin, candidate  # noqa: E402
 
@@ -227,11 +226,6 @@ def run_pass(label: str, reserve: bool, load: int, kind: str, repeats: int, cach
     via "pool": the real evaluator pool (placement applied by the pool when its workers spawn); via "harness": one
     evaluate_in_process subprocess per pass, pinned by this script exactly as the pool pins an evaluation slot."""
     os.environ[timing.RESERVE_ENV] = "1" if reserve else "0"
-    # A pass named *_nospin: the judge and its runners wait for each other's messages asleep, as before polling.
-    if "nospin" in label:
-        os.environ[answer_spin.SPIN_ENV] = "0"
-    else:
-        os.environ.pop(answer_spin.SPIN_ENV, None)
     compile_cores = timing.worker_cpus("compile", "cpu", ["cuda:0"])  # empty when the reservation is off
     eval_cores = timing.worker_cpus("eval", "cuda:0", ["cuda:0"])
     chosen = [k for k in kernels() if not only or k["name"] in only]
@@ -337,8 +331,6 @@ def report(records: list[dict]) -> None:
              ("quiet_on", "quiet_on_2", "noise floor: quiet vs quiet (on)"),
              ("quiet_off", "load_off", "load without reservation vs quiet"),
              ("quiet_off_2", "load_off", "load without reservation vs quiet (2nd)"),
-             ("quiet_off_nospin", "load_off_nospin", "load vs quiet, neither polling"),
-             ("quiet_off", "load_off_nospin", "load not polling vs quiet polling"),
              ("quiet_on", "load_on", "load with reservation vs quiet"),
              ("quiet_on_2", "load_on", "load with reservation vs quiet (2nd)")]
     for label in labels:  # what load moved in the judge's clean round trip (taken off each candidate order)
