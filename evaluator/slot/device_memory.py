@@ -91,17 +91,18 @@ def parse_compute_apps(listing: str, pids: set[int]) -> Optional[int]:
     return held
 
 
-def allocator_counts() -> dict[str, int]:
+def allocator_counts(reset_peak: bool = True) -> dict[str, int]:
     """The judge's caching allocator so far: the device allocations (cudaMalloc) and frees (cudaFree) it has made, and
-    its peak reserved bytes since the last call, whose peak it resets; {} without CUDA. Each allocation and free is a
-    driver call under its host-wide lock, where several GPUs' slots queued (docs/known-gaps.md)."""
+    its peak reserved bytes since the last reset, which `reset_peak` makes; {} without CUDA. Each allocation and free is
+    a driver call under its host-wide lock, where several GPUs' slots queued (docs/known-gaps.md)."""
     try:
         import torch
 
         if not torch.cuda.is_initialized():
             return {}
         stats = torch.cuda.memory_stats()
-        torch.cuda.reset_peak_memory_stats()
+        if reset_peak:
+            torch.cuda.reset_peak_memory_stats()
     except Exception:  # noqa: BLE001 - a diagnostic: nothing to record
         return {}
     return {"mallocs": int(stats.get("segment.all.allocated", 0)), "frees": int(stats.get("segment.all.freed", 0)),

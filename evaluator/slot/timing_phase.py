@@ -14,6 +14,7 @@ import time
 from typing import Any, Iterator, Optional
 
 from evaluator.contract.types import Verdict
+from evaluator.slot import device_memory
 from evaluator.slot.exclusive_hold import exclusive_window
 from evaluator.slot.gated_rounds import GATE_OFF_BY, GatedRounds
 from evaluator.slot.outcome import Interfered, ProtocolBreach, TaskEnded, timed_again_if_interfered
@@ -345,6 +346,8 @@ class TimingPhase(GatedRounds):
         self.staged = max(1, min(MAX_CALLS[self.kind], self.staging_budget() // max(1, set_bytes)))
         if self.kind == "cuda":  # the staged sets and outputs carved from one allocation (the runner does the same)
             timing.reserve_device_slab(self.staged * set_bytes)
+            # How many of the task's device allocations its timing makes (recorded only): docs/known-gaps.md
+            mallocs_before = device_memory.allocator_counts(reset_peak=False).get("mallocs")
         import torch
 
         threads = torch.get_num_threads()
@@ -374,6 +377,9 @@ class TimingPhase(GatedRounds):
             if self.kind == "cuda":  # the judge's staging back to the device before the next slot's timing: eight
                 # judges each keeping 2+ GiB cached left an honest candidate out of memory at 8 slots on an H100
                 self.judge_sets, self.outputs = [], []
+                mallocs_after = device_memory.allocator_counts(reset_peak=False).get("mallocs")
+                if mallocs_before is not None and mallocs_after is not None:
+                    self.schedule.phases["judge_cuda_mallocs_timing"] = mallocs_after - mallocs_before
                 torch.cuda.empty_cache()
         kept_from = time.perf_counter()
         with self.schedule.on_device("timing_checks"):  # the picked outputs' files and comparisons: GPU work, shared
