@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -537,29 +536,6 @@ def _top_heap_bytes(libc: Any) -> int:
         return int(libc.mallinfo2().keepcost)
     except AttributeError:
         return 0
-
-
-# GPU: "0" leaves each staging's tensors to the caching allocator one by one, as before reserve_device_slab.
-DEVICE_SLAB_ENV = "KRL_WORKER_DEVICE_SLAB"
-DEVICE_SLAB_MARGIN = 1.25  # the batch's temporaries and the projection's stack beside its sets and outputs
-
-
-def reserve_device_slab(size_bytes: int) -> bool:
-    """GPU: one device allocation of `size_bytes` (with DEVICE_SLAB_MARGIN), freed at once into torch's cache, so that a
-    timing's staged sets and outputs are carved from it instead of each taking a cudaMalloc of its own. Why: a judge made
-    ~230 device allocations and as many frees in a small Triton task (H200, 8 slots), each a driver call under one
-    lock for the whole host, where several GPUs' slots queued. False when off, without CUDA, or when it does not fit
-    (the allocations are then made one by one, as before)."""
-    if os.environ.get(DEVICE_SLAB_ENV, "1").strip() == "0" or size_bytes <= 0:
-        return False
-    try:
-        import torch
-
-        block = torch.empty(int(size_bytes * DEVICE_SLAB_MARGIN), dtype=torch.uint8, device="cuda")
-    except Exception:  # noqa: BLE001 - out of memory, or no device: nothing reserved
-        return False
-    del block
-    return True
 
 
 def reserve_touched_memory(size_bytes: int) -> bool:

@@ -344,9 +344,7 @@ class TimingPhase(GatedRounds):
         set_bytes = sol.tensor_bytes(self.bases[0]) + sol.tensor_bytes(self.task.reference_outputs[names[0]])
         self.hand_scale = output_scale(self.task.reference_outputs[names[0]])
         self.staged = max(1, min(MAX_CALLS[self.kind], self.staging_budget() // max(1, set_bytes)))
-        if self.kind == "cuda":  # the staged sets and outputs carved from one allocation (the runner does the same)
-            timing.reserve_device_slab(self.staged * set_bytes)
-            # How many of the task's device allocations its timing makes (recorded only): docs/known-gaps.md
+        if self.kind == "cuda":  # how many of the task's device allocations its timing makes (recorded only)
             mallocs_before = device_memory.allocator_counts(reset_peak=False).get("mallocs")
         import torch
 

@@ -96,8 +96,6 @@ class TaskSession(RunState):
             self.torch.set_num_threads(1)
         self.bases = [judge.to_device(b, self.ctx.device) for b in bases]
         self.sets, self.outputs = [], []
-        if self.ctx.is_cuda:  # the batch's sets and outputs carved from one allocation, as the judge's are
-            timing.reserve_device_slab(count * (sol.tensor_bytes(self.bases[0]) + getattr(self, "output_bytes", 0)))
         if not self.ctx.is_cuda:  # the batch's outputs on pages already mapped, as the judge does for the reference
             timing.keep_freed_memory()
             # outputs + the projection's stack, with room (slot/projection.py): a fresh runner otherwise
