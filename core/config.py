@@ -43,7 +43,7 @@ class EvalConfig(_Section):
     timing_trials: int = Field(100, ge=1, le=100_000)
     warmup_trials: int = Field(10, ge=0, le=10_000)
     size: Literal["default", "gpu"] = Field("default", description="gpu: apply each problem's gpu_sizes overrides")
-    # "auto": one evaluation slot per two cores per GPU, at most 8 (evaluator.local.evaluator.slots_per_gpu)
+    # "auto": a slot per two cores, at most 8 a GPU and 8 a host (evaluator.local.evaluator.slots_per_gpu)
     workers_per_device: Union[Literal["auto"], Annotated[int, Field(ge=1, le=64)]] = "auto"
     cpu_workers: int = Field(2, ge=1, le=256)
     compile_timeout_s: float = Field(180.0, gt=0)

@@ -11,6 +11,7 @@ import pytest
 
 from evaluator.api import EvalRequest, EvaluatorError, Verdict
 from evaluator.factory import EvaluatorLike, open_evaluator, worker_rows
+from evaluator.isolation import gpu_nodes
 from tests.evaluator.pool_support import GOOD, WRONG, candidate, make_evaluator, worker_pythonpath
 from tests.evaluator.pool_support import request as make_request
 
@@ -94,6 +95,7 @@ def test_slots_per_gpu_auto_is_one_per_two_cores_and_more_is_warned(monkeypatch)
     from evaluator.local import evaluator as local_evaluator
 
     monkeypatch.setattr(local_evaluator.os, "sched_getaffinity", lambda _pid: set(range(16)))
+    monkeypatch.setattr(gpu_nodes, "host_gpus", lambda: [])  # no driver listing: the GPUs given are the host's
     assert local_evaluator.slots_per_gpu("auto", 1) == 8 and local_evaluator.slots_per_gpu("auto", 4) == 2
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -102,3 +104,20 @@ def test_slots_per_gpu_auto_is_one_per_two_cores_and_more_is_warned(monkeypatch)
         assert local_evaluator.slots_per_gpu(16, 1) == 16
     with pytest.raises(EvaluatorError, match="a number or 'auto'"):
         local_evaluator.slots_per_gpu("many", 1)
+
+
+def test_auto_slots_are_shared_among_every_gpu_of_the_host(monkeypatch):
+    """The driver's lock is one per host: "auto" gives a 4-GPU host 8 slots in all, whether one pool sees the 4 GPUs
+    or a Ray actor sees one of them (the host's GPUs as the driver lists them, recorded on a 4 x H200 host)."""
+    from evaluator.local import evaluator as local_evaluator
+
+    monkeypatch.setattr(local_evaluator.os, "sched_getaffinity", lambda _pid: set(range(64)))
+    four = [gpu_nodes.HostGpu(bus=f"0000:{n}:00.0", uuid=f"GPU-{n}", minor=n, model="NVIDIA H200") for n in range(4)]
+    monkeypatch.setattr(gpu_nodes, "host_gpus", lambda: four)
+    assert local_evaluator.slots_per_gpu("auto", 4) == 2
+    assert local_evaluator.slots_per_gpu("auto", 1) == 2  # a Ray actor given one of them
+    assert local_evaluator.slots_per_gpu(8, 1) == 8  # a number is taken as given
+    monkeypatch.setattr(gpu_nodes, "host_gpus", lambda: four[:1])
+    assert local_evaluator.slots_per_gpu("auto", 1) == 8
+    monkeypatch.setattr(gpu_nodes, "host_gpus", lambda: four * 4)  # 16 GPUs: one slot each, never none
+    assert local_evaluator.slots_per_gpu("auto", 1) == 1
