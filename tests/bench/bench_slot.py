@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 from evaluator.slot.judge_profile import PROFILE_ENV, summary  # noqa: E402
 from tests.bench.host_sampler import host_cpu_ticks  # noqa: E402
-from tests.bench.slot_bench import REFERENCE  # noqa: E402 - the shared ReLU problem
+from tests.bench.slot_bench import PARTS, REFERENCE, counted_rounds  # noqa: E402 - the shared ReLU problem
 
 TRITON = '''
 import torch
@@ -222,21 +222,9 @@ def trace_summary(path: str, outliers: tuple = ()) -> dict:
     return summary
 
 
-def counted_rounds(rounds: list) -> list:
-    """A task's rounds at its last batch length but the first (the warm one): the counted and extra rounds, near
-    enough."""
-    if not rounds:
-        return []
-    last = rounds[-1][0]
-    return [r for r in rounds if r[0] == last][1:]
-
-
 def counted_ratios(rounds: list) -> list[float]:
     """Reference over candidate charge of each counted round."""
     return [(r[1] + r[2]) / (r[3] + r[4]) for r in counted_rounds(rounds) if r[3] + r[4] > 0]
-
-
-PARTS = ("reference_batch", "reference_hand", "candidate_batch", "candidate_hand")
 
 
 def part_spreads(tasks_rounds: list) -> dict:

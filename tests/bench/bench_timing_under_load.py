@@ -25,6 +25,8 @@ sys.path.insert(0, str(ROOT))
 
 from evaluator.judging import timing  # noqa: E402
 from evaluator.api import EvalRequest  # noqa: E402
+from evaluator.slot.task_driver import TRACE_ENV  # noqa: E402
+from tests.bench.slot_bench import PARTS, parts_per_call  # noqa: E402
 from tests.evaluator.candidates.harness import builtin, candidate  # noqa: E402
 
 SOFTMAX_TRITON = '''
@@ -345,6 +347,33 @@ def report(records: list[dict]) -> None:
             print(f"{text:42s} within ±5%: {within:4.0%} of {n} kernels, worst ratio {worst:.3f}")
 
 
+def trace_parts(path: str) -> dict[str, dict[str, dict[str, float]]]:
+    """{pass: {kernel: {part: us a call}}} from the judges' trace: each side's batch and hand-over (slot_bench.PARTS),
+    the median over a task's counted rounds, then over the pass's repeats (warm-up tasks left out)."""
+    found: dict[str, dict[str, list[dict[str, float]]]] = {}
+    with open(path) as handle:
+        for line in handle:
+            task = json.loads(line)
+            kernel, _, tag = str(task.get("request_id", "")).partition("-")
+            label = tag.rsplit("-", 1)[0]
+            parts = parts_per_call(task.get("rounds", []))
+            if parts and not tag.startswith("warm-"):
+                found.setdefault(label, {}).setdefault(kernel, []).append(parts)
+    return {label: {kernel: {part: 1e3 * statistics.median(p[part] for p in repeats) for part in PARTS}
+                    for kernel, repeats in kernels.items()} for label, kernels in found.items()}
+
+
+def print_parts(by_pass: dict[str, dict[str, dict[str, float]]]) -> None:
+    print("us a call (median of counted rounds): " + ", ".join(PARTS))
+    for label, kernels in by_pass.items():
+        for kernel, parts in kernels.items():
+            print(f"{label:16s} {kernel:22s} " + " ".join(f"{parts[part]:9.2f}" for part in PARTS))
+    quiet, loaded = by_pass.get("quiet_off", {}), by_pass.get("load_off", {})
+    for kernel in quiet.keys() & loaded.keys():  # what load added to each part, us a call
+        print(f"load - quiet     {kernel:22s} " + " ".join(f"{loaded[kernel][part] - quiet[kernel][part]:+9.2f}"
+                                                          for part in PARTS))
+
+
 def main() -> int:
     import torch
 
@@ -356,7 +385,11 @@ def main() -> int:
     parser.add_argument("--json", default="", help="append every evaluation as a JSON line here")
     parser.add_argument("--via", choices=("pool", "harness"), default="pool")
     parser.add_argument("--kernels", default="", help="comma-separated subset of the kernel names")
+    parser.add_argument("--trace", default="", help="the judges' order trace (KRL_EVAL_TRACE) here, and from it each "
+                        "side's batch and hand-over a call by pass: which part load lengthens")
     args = parser.parse_args()
+    if args.trace:
+        os.environ[TRACE_ENV] = args.trace  # read by the judge hosts each pass's pool starts
     if not torch.cuda.is_available():
         print("no CUDA device: run this on a GPU machine")
         return 1
@@ -375,6 +408,8 @@ def main() -> int:
             with open(args.json, "w") as handle:
                 handle.writelines(json.dumps(row) + "\n" for row in records)
         report(records)
+    if args.trace:
+        print_parts(trace_parts(args.trace))
     return 0
 
 

@@ -51,7 +51,7 @@ def traced(tmp_path_factory, monkeypatch_module):
         evaluator.close()
     orders = {line["request_id"]: [kind for kind, *_ in line["orders"]]
               for line in map(json.loads, trace.read_text().splitlines())}
-    return results, orders
+    return results, orders, trace
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def monkeypatch_module():
 
 
 def test_an_index_output_shows_picked_calls_after_every_batch(traced):
-    results, orders = traced
+    results, orders, _ = traced
     assert results["argmax"].verdict == Verdict.CORRECT, results["argmax"].error_message
     runs, keeps, hands = (orders["argmax"].count(kind) for kind in ("run", "keep", "hand"))
     # every batch: the projection, then the picked outputs kept; all of them handed over in one order after the rounds
@@ -69,7 +69,7 @@ def test_an_index_output_shows_picked_calls_after_every_batch(traced):
 
 
 def test_a_floating_point_output_is_projected_after_every_batch(traced):
-    results, orders = traced
+    results, orders, _ = traced
     assert results["softmax"].verdict == Verdict.CORRECT, results["softmax"].error_message
     runs, keeps, hands = (orders["softmax"].count(kind) for kind in ("run", "keep", "hand"))
     assert runs >= 4 and hands == runs + 1  # the projection always, the kept outputs once
@@ -90,3 +90,16 @@ def test_a_floating_point_output_skips_picks_on_later_batches_at_the_share():
     phase.rng.random = lambda: 0.99
     assert phase.picks(10, first=False) == [0, 1]
 
+
+
+def test_the_under_load_benchmark_reads_each_sides_parts_from_the_judges_own_trace(traced):
+    """bench_timing_under_load.py --trace: each side's batch and hand-over a call, from the rounds the judge recorded."""
+    from tests.bench.bench_timing_under_load import trace_parts
+    from tests.bench.slot_bench import PARTS, parts_per_call
+
+    _, _, trace = traced
+    by_kernel = trace_parts(str(trace))[""]  # these request ids carry no pass
+    assert set(by_kernel) == set(PROBLEMS)
+    for parts in by_kernel.values():
+        assert set(parts) == set(PARTS) and all(value > 0 for value in parts.values()), parts
+    assert parts_per_call([]) == {}
