@@ -39,25 +39,23 @@ def detect_gpus() -> tuple[int, Optional[str]]:
 
 
 AUTO_SLOTS_MAX = 8  # slots per GPU at most when left to "auto"
-# ...and on the whole host, shared among all its GPUs (those this process sees or not: a Ray actor sees one): every
-# task makes and ends a CUDA context and its allocations through the driver, which takes one lock for the host, so
-# slots on several GPUs queue there. Triton tasks a minute on 4 x H200 (session 21): 4 GPUs x 2 slots 267, x 4 218-222,
-# x 8 137-160, against 192 for one GPU x 8.
+# ...and on the whole host, shared among the GPUs evaluating there: every task makes and ends a CUDA context and its
+# allocations through the driver, which takes one lock for the host, so slots on several GPUs queue there. Triton
+# tasks a minute on 4 x H200 (session 21): 4 GPUs x 2 slots 267, x 4 218-222, x 8 137-160, against 192 for one GPU x 8.
 AUTO_SLOTS_PER_HOST = 8
 
 
-def slots_per_gpu(setting: Any, gpus: int, warn: bool = True) -> int:
+def slots_per_gpu(setting: Any, gpus: int, warn: bool = True, sharing_gpus: Optional[int] = None) -> int:
     """Slots (judge host + runners) per GPU: the setting, or for "auto" one per two cores of this process's share,
-    at most AUTO_SLOTS_MAX, and AUTO_SLOTS_PER_HOST shared among the host's GPUs. Several slots keep a GPU busy: other
-    slots load, JIT, make inputs and compare while one times (an H100 with 16 cores: 8 slots gave ~2x one slot's rate,
+    at most AUTO_SLOTS_MAX, and AUTO_SLOTS_PER_HOST shared among `sharing_gpus` (default `gpus`, those this pool
+    drives; a Ray actor drives one of the host's several). Several slots keep a GPU busy: other slots load, JIT, make
+    inputs and compare while one times (an H100 with 16 cores: 8 slots gave ~2x one slot's rate,
     tests/bench/bench_slot.py)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     per_gpu_cores = cores // (2 * max(1, gpus))
     if setting == "auto":
-        from evaluator.isolation.gpu_nodes import host_gpus
-
-        on_host = max(gpus, len(host_gpus()))
-        return max(1, min(AUTO_SLOTS_MAX, per_gpu_cores, AUTO_SLOTS_PER_HOST // max(1, on_host)))
+        sharing = max(1, gpus, sharing_gpus or 0)
+        return max(1, min(AUTO_SLOTS_MAX, per_gpu_cores, AUTO_SLOTS_PER_HOST // sharing))
     try:
         slots = int(setting)
     except (TypeError, ValueError):

@@ -32,6 +32,17 @@ FORWARDED_ENV = ("PYTHONPATH", "KRL_CACHE_DIR", "KRL_CACHE_MAX_GB", "TORCH_CUDA_
 
 # ---------------------------------------------------------------- the actor (runs on a node)
 
+def actor_slots(setting: Any) -> Any:
+    """Slots for an actor's one GPU: a number as given; "auto" shares the host's slots among every GPU the driver lists
+    there, since the cluster puts an actor on each (local/evaluator.slots_per_gpu: one driver lock per host)."""
+    if setting != "auto":
+        return setting
+    from evaluator.isolation.gpu_nodes import host_gpus
+    from evaluator.local.evaluator import slots_per_gpu
+
+    return slots_per_gpu("auto", 1, sharing_gpus=len(host_gpus()))
+
+
 class EvalActor:
     """Lives in one Ray worker process on one node and owns a local Evaluator there: over the one GPU Ray gave it, or
     over the CPU. Requests and results cross Ray as JSON text, never pickled objects."""
@@ -45,6 +56,8 @@ class EvalActor:
         self.gpu_name = _gpu_name(gpu_ids[0]) if gpu_ids else ""
         # Ray has set CUDA_VISIBLE_DEVICES to this actor's GPU, so "auto" finds exactly that one.
         options["devices"] = "auto" if gpu_ids else "cpu"
+        if gpu_ids:
+            options["workers_per_device"] = actor_slots(options.get("workers_per_device", "auto"))
         self.evaluator = Evaluator(**options)
         self.parallel = options.get("cpu_workers", 2) if self.evaluator.cpu_mode else self.evaluator.workers_per_device
 

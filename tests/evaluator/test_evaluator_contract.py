@@ -95,7 +95,6 @@ def test_slots_per_gpu_auto_is_one_per_two_cores_and_more_is_warned(monkeypatch)
     from evaluator.local import evaluator as local_evaluator
 
     monkeypatch.setattr(local_evaluator.os, "sched_getaffinity", lambda _pid: set(range(16)))
-    monkeypatch.setattr(gpu_nodes, "host_gpus", lambda: [])  # no driver listing: the GPUs given are the host's
     assert local_evaluator.slots_per_gpu("auto", 1) == 8 and local_evaluator.slots_per_gpu("auto", 4) == 2
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -106,18 +105,22 @@ def test_slots_per_gpu_auto_is_one_per_two_cores_and_more_is_warned(monkeypatch)
         local_evaluator.slots_per_gpu("many", 1)
 
 
-def test_auto_slots_are_shared_among_every_gpu_of_the_host(monkeypatch):
-    """The driver's lock is one per host: "auto" gives a 4-GPU host 8 slots in all, whether one pool sees the 4 GPUs
-    or a Ray actor sees one of them (the host's GPUs as the driver lists them, recorded on a 4 x H200 host)."""
+def test_auto_slots_are_shared_among_the_gpus_evaluating_on_the_host(monkeypatch):
+    """The driver's lock is one per host: "auto" gives 8 slots in all to a pool over 4 GPUs, and to 4 Ray actors each
+    given one GPU of a 4-GPU host (counted from the driver's listing, as recorded on a 4 x H200 host); a pool over one
+    GPU of that host keeps its 8."""
     from evaluator.local import evaluator as local_evaluator
 
     monkeypatch.setattr(local_evaluator.os, "sched_getaffinity", lambda _pid: set(range(64)))
+    assert local_evaluator.slots_per_gpu("auto", 4) == 2
+    assert local_evaluator.slots_per_gpu("auto", 1) == 8
+    assert local_evaluator.slots_per_gpu("auto", 1, sharing_gpus=16) == 1  # never none
+    pytest.importorskip("ray")
+    from evaluator.scale.cluster import actor_slots
+
     four = [gpu_nodes.HostGpu(bus=f"0000:{n}:00.0", uuid=f"GPU-{n}", minor=n, model="NVIDIA H200") for n in range(4)]
     monkeypatch.setattr(gpu_nodes, "host_gpus", lambda: four)
-    assert local_evaluator.slots_per_gpu("auto", 4) == 2
-    assert local_evaluator.slots_per_gpu("auto", 1) == 2  # a Ray actor given one of them
-    assert local_evaluator.slots_per_gpu(8, 1) == 8  # a number is taken as given
-    monkeypatch.setattr(gpu_nodes, "host_gpus", lambda: four[:1])
-    assert local_evaluator.slots_per_gpu("auto", 1) == 8
-    monkeypatch.setattr(gpu_nodes, "host_gpus", lambda: four * 4)  # 16 GPUs: one slot each, never none
-    assert local_evaluator.slots_per_gpu("auto", 1) == 1
+    assert actor_slots("auto") == 2
+    assert actor_slots(6) == 6  # a number is taken as given
+    monkeypatch.setattr(gpu_nodes, "host_gpus", lambda: [])  # no driver listing: the actor's one GPU
+    assert actor_slots("auto") == 8
