@@ -181,7 +181,8 @@ def test_item18_check_prints_plain_stages_not_phase_names():
                 # the timing's counts, ratios and per-call yardsticks: never summed into a stage
                 "timing_extra_rounds": 4, "timing_spread": 0.3, "round_trip": 0.2, "kernelbench_ping": 0.4,
                 # the judge's allocator counts and memory on a GPU (slot/device_memory.allocator_phases)
-                "judge_cuda_mallocs": 412, "judge_cuda_frees": 400, "judge_reserved_peak_mib": 768.0}
+                "judge_cuda_mallocs": 412, "judge_cuda_frees": 400, "judge_reserved_peak_mib": 768.0,
+                "judge_cuda_mallocs_timing": 390, "runner_cpu_weight": 100.0}
     result = EvalResult(request_id="r", problem_id="builtin/relu", verdict=Verdict.CORRECT, phase_times_s=internal)
     console = Console(file=io.StringIO(), width=200, color_system=None)
     print_result(console, result)
