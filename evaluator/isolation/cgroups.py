@@ -45,8 +45,13 @@ def _write(path: str, value: str) -> None:
 
 def _own_cgroup_paths() -> dict[str, str]:
     """{controller or '' (v2): this process's cgroup path} from /proc/self/cgroup."""
+    return _cgroup_paths("self")
+
+
+def _cgroup_paths(pid: str) -> dict[str, str]:
+    """{controller or '' (v2): process `pid`'s cgroup path} from /proc/<pid>/cgroup."""
     found: dict[str, str] = {}
-    for line in _read("/proc/self/cgroup").splitlines():
+    for line in _read(f"/proc/{pid}/cgroup").splitlines():
         parts = line.split(":", 2)
         if len(parts) != 3:
             continue
@@ -345,11 +350,7 @@ def cpu_group_weight(pid: int, root: str = CGROUP_ROOT) -> float:
     v1's cpu.shares / 10.24); 0.0 when no group stands between it and the root, so that its nice value alone sets its
     share. A process in such a group competes with processes outside it only through the group's weight: a nice value
     raised inside it (isolation/timing_priority.py) does not reach past it."""
-    paths = {}
-    for line in _read(f"/proc/{pid}/cgroup").splitlines():
-        number, controllers, path = (line.split(":", 2) + ["", ""])[:3]
-        for controller in controllers.split(",") if controllers else ([""] if number == "0" else []):
-            paths[controller] = path
+    paths = _cgroup_paths(str(pid))
     if paths.get("cpu", "/") != "/" and os.path.isdir(os.path.join(root, "cpu")):  # v1: a cpu hierarchy
         shares = _read(os.path.join(root, "cpu", paths["cpu"].lstrip("/"), "cpu.shares")).strip()
         return int(shares) / 10.24 if shares.isdigit() else 0.0
