@@ -35,9 +35,7 @@ def exclusive_window(lock: Any, deadline: float, phases: dict[str, Any], runner_
     """`lock` (this GPU's, isolation/device_lock.py) held exclusive for one timed window, and the timed pair (the judge,
     the runner `runner_pid`) ahead of the rest of the pool for CPU meanwhile. TaskEnded when the device is not had by
     `deadline`. The wait adds to `device_wait`, the hold to `timing_held` and `held_<why>` in `phases`. A window had
-    after waiting for another timing (lock.contended) first lets settle_seconds() pass, booked in `held_settle` too.
-    The first window records `runner_cpu_weight` (isolation/cgroups.cpu_group_weight)."""
-    from evaluator.isolation.cgroups import cpu_group_weight
+    after waiting for another timing (lock.contended) first lets settle_seconds() pass, booked in `held_settle` too."""
     from evaluator.isolation.timing_priority import TimingPriority
 
     waited = lock.acquire(deadline)
@@ -47,8 +45,6 @@ def exclusive_window(lock: Any, deadline: float, phases: dict[str, Any], runner_
     # 1: shared holders (another slot's order, a hostile spin) still on the device when the drain's bound passed, so
     # this window ran beside them (isolation/device_lock.SHARED_DRAIN_MAX_S); the bench counts it.
     phases["device_shared_overrun"] = max(phases.get("device_shared_overrun", 0), int(lock.overran))
-    if "runner_cpu_weight" not in phases:  # a CPU group over the runner caps the boost below (0: none does)
-        phases["runner_cpu_weight"] = cpu_group_weight(runner_pid)
     since = time.perf_counter()
     try:
         with TimingPriority(runner_pid):

@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from evaluator.contract.types import EvalRequest
 from evaluator.isolation import exchange_tmpfs
+from evaluator.isolation.cgroups import cpu_group_weight
 from evaluator.isolation.proctree import kill_tree, process_table, tree_resident_bytes
 from evaluator.isolation.teardown import empty_folder
 from evaluator.judging.reference_cache import ReferenceCache
-from evaluator.slot.device_memory import allocator_counts, allocator_phases
+from evaluator.slot.device_memory import allocator_counts, allocator_phases, release_device_cache
 from evaluator.slot.groups_ahead import GroupsAhead
 from evaluator.slot.task_driver import TaskDriver
 from evaluator.slot.task_judge import TaskJudge, input_seed  # noqa: F401 - input_seed: public here too
@@ -73,17 +74,6 @@ def device_free_share() -> float:
     except Exception:  # noqa: BLE001 - no readable device: keep the spares as they are
         return 0.0
     return free / total if total else 0.0
-
-
-def release_device_cache() -> None:
-    """The judge's unused cached GPU blocks back to the device (no-op without CUDA)."""
-    try:
-        import torch
-
-        if torch.cuda.is_initialized():
-            torch.cuda.empty_cache()
-    except Exception:  # noqa: BLE001 - nothing to release
-        pass
 
 
 class CpuSpent:
@@ -686,6 +676,8 @@ class JudgeHost:
 
         hits = self.reference_cache.hits
         allocator_before = allocator_counts()
+        # A CPU group over the runner caps the timing's raised nice for it (isolation/timing_priority.py); 0: none does
+        runner_weight = cpu_group_weight(runner_pid) if runner_pid > 0 else 0.0
         try:
             outcome = drive_task(self.slot, runner, driver, task, message.get("prebuilt"), on_started,
                                  self._timing_for(runner_cpu), min(deadline, started_at + TASK_START_TIMEOUT_S),
@@ -705,6 +697,7 @@ class JudgeHost:
             outcome["task"] = task_id
             outcome["result"]["phase_times_s"]["judge_ready"] = round(ready_s, 6)
             outcome["result"]["phase_times_s"]["task_setup"] = round(self.task_isolation.setup_s, 6)  # its cgroup
+            outcome["result"]["phase_times_s"]["runner_cpu_weight"] = runner_weight
             outcome["result"]["phase_times_s"].update(allocator)
             outcome["result"]["phase_times_s"]["total"] = round(time.monotonic() - started_at, 6)
             outcome["result"]["phase_times_s"].update(cpu_spent.phases())

@@ -378,10 +378,10 @@ class TimingPhase(GatedRounds):
                 mallocs_after = device_memory.allocator_counts(reset_peak=False).get("mallocs")
                 if mallocs_before is not None and mallocs_after is not None:
                     self.schedule.phases["judge_cuda_mallocs_timing"] = mallocs_after - mallocs_before
-                torch.cuda.empty_cache()
+                device_memory.release_device_cache()
         kept_from = time.perf_counter()
         with self.schedule.on_device("timing_checks"):  # the picked outputs' files and comparisons: GPU work, shared
-            self.check_kept()  # its copies go back to the device with the task's end (judge_host.release_device_cache)
+            self.check_kept()  # its copies go back to the device with the task's end (device_memory.release_device_cache)
         self.schedule.phases["timing_kept"] = round(time.perf_counter() - kept_from, 6)
         self.schedule.phases["round_trip"] = round(self.driver.round_trip, 6)
         if self.charge is not None and self.driver.order_cpu_s is not None:

@@ -113,7 +113,7 @@ def test_a_process_in_a_cpu_group_is_weighed_by_the_group_and_a_task_group_leave
     try:
         group.add(child.pid)
         if group.version != "v1" or not os.path.isdir(os.path.join(cgroups.CGROUP_ROOT, "cpu")):
-            return  # v2 puts a task group under a CPU group where the host's root shares out the CPU: host-dependent
+            pytest.skip("needs the v1 cpu hierarchy: under v2 a task group's CPU group depends on the host's root")
         assert cgroups.cpu_group_weight(child.pid) == 0.0
         os.makedirs(own_cpu, exist_ok=True)
         with open(os.path.join(own_cpu, "cpu.shares"), "w") as handle:
