@@ -15,11 +15,6 @@ CGROUP_ROOT = "/sys/fs/cgroup"
 V1_CONTROLLERS = ("memory", "pids", "freezer", "cpuacct")
 V2_CONTROLLERS = ("memory", "pids")
 PARENT_NAME = "krl-tasks"
-# v2: the CPU weight (1-10000) to give our parent group where the host's root shares out the CPU, so that the task
-# groups under it stand in one group of that weight (default 100, as one nice-0 process) beside the judges and other
-# processes; unset leaves it as the host made it. Inside it the runners are weighed by their nice (the task groups
-# have no cpu controller). A measurement knob: see cpu_group_weight and docs/known-gaps.md, "Timing under load".
-RUNNERS_CPU_WEIGHT_ENV = "KRL_RUNNERS_CPU_WEIGHT"
 DEFAULT_PIDS_MAX = 4096
 KILL_WAIT_S = 5.0           # the longest a kill waits for the group to empty: teardown must never hang
 FREEZE_WAIT_S = 1.0
@@ -91,20 +86,10 @@ def _parent_dir_v2(root: str) -> str:
                 wanted = [c for c in V2_CONTROLLERS if c not in enabled]
                 if wanted:
                     _write(os.path.join(where, "cgroup.subtree_control"), " ".join("+" + c for c in wanted))
-            _weigh_runners(parent)
             return parent
         except OSError:
             continue
     raise CgroupUnavailable(f"cannot delegate the {', '.join(V2_CONTROLLERS)} controllers under {root}")
-
-
-def _weigh_runners(parent: str) -> None:
-    """RUNNERS_CPU_WEIGHT_ENV written to the parent's cpu.weight where the parent is a CPU group (v2)."""
-    weight = os.environ.get(RUNNERS_CPU_WEIGHT_ENV, "").strip()
-    if not weight.isdigit() or not 1 <= int(weight) <= 10000:
-        return
-    if "cpu" in _read(os.path.join(parent, "cgroup.controllers")).split():
-        _write(os.path.join(parent, "cpu.weight"), weight)
 
 
 @dataclass

@@ -12,12 +12,9 @@
 # a task against the self-speedup); `gpu_check.sh batch` (~6 min: the GPU's batch target, 5 ms against 2.5 ms, for
 # Triton and identical torch code); `gpu_check.sh churn` (~2 min, on a multi-GPU kind: CUDA contexts made and ended a
 # second on one GPU and on all, plain and profiled, bench_context_churn.py); `gpu_check.sh gate` (~5 min: device gates on,
-# the default, against off at 8 slots, Triton and identical torch code, then the gate's GPU test); `gpu_check.sh
-# cgroup` (~8 min: the runners' parent group at the host's CPU weight, then at KRL_RUNNERS_CPU_WEIGHT=10000: timing
-# under load with each side's parts a call from the judges' trace, and identical torch code at 8 slots;
-# docs/known-gaps.md "Timing under load"). Run from the repository root
-# with $OUT set (the device tool sets it); bubblewrap's .deb files in .gpu/deb if the machine lacks it. Results land
-# in $OUT; a summary is printed at the end.
+# the default, against off at 8 slots, Triton and identical torch code, then the gate's GPU test). Run from the
+# repository root with $OUT set (the device tool sets it); bubblewrap's .deb files in .gpu/deb if the machine lacks
+# it. Results land in $OUT; a summary is printed at the end.
 set -u
 PARTS=" ${*:-slot tests} "
 OUT=${OUT:-/tmp/gpu_check}; mkdir -p "$OUT"
@@ -75,24 +72,6 @@ if [[ $PARTS == *" batch "* ]]; then  # the GPU's batch target (5 ms by default;
         KRL_WORKER_TIMING_BATCH_MS=$ms timeout 70 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds torch \
             >> "$OUT/slot.txt" 2>&1
     done
-fi
-if [[ $PARTS == *" cgroup "* ]]; then  # the runners' CPU group as the host made it, then weighed 10000 (cgroup v2)
-    cat /sys/fs/cgroup/cgroup.subtree_control > "$OUT/cgroup.txt" 2>&1
-    for weight in "" 10000; do
-        KRL_RUNNERS_CPU_WEIGHT=$weight timeout -s INT 190 python3 tests/bench/bench_timing_under_load.py \
-            --passes quiet_off,load_off --repeats 2 --load 16 --trace "$OUT/trace$weight.jsonl" \
-            --kernels square_matmul_2ms,gemm_fusion_triton,relu_triton_50us,linear_gelu_torch,softmax_triton \
-            > "$OUT/load$weight.txt" 2>&1
-        KRL_RUNNERS_CPU_WEIGHT=$weight timeout 70 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds torch \
-            >> "$OUT/slot.txt" 2>&1
-    done
-    python3 - "$OUT/slot.txt" <<'PY'
-import json, sys  # the CPU group's weight over each run's runners (0: no group over them)
-for line in open(sys.argv[1]):
-    if line.startswith("{"):
-        print("runner_cpu_weight", json.loads(line)["phase_mean_s"].get("runner_cpu_weight"))
-PY
-    cat "$OUT/cgroup.txt"; grep -h -E "within|round trip|^load - quiet" "$OUT"/load*.txt
 fi
 if [[ $PARTS == *" gate "* ]]; then  # slot/device_gate.py on and off, the same machine
     for gate in 1 0; do

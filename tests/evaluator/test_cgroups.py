@@ -128,22 +128,3 @@ def test_a_process_in_a_cpu_group_is_weighed_by_the_group_and_a_task_group_leave
         group.destroy()
         if os.path.isdir(own_cpu):
             os.rmdir(own_cpu)
-
-
-@pytest.mark.parametrize("weight, controllers, written", [("10000", "cpu memory pids", "10000"),
-                                                          ("", "cpu memory pids", None),
-                                                          ("10000", "memory pids", None),
-                                                          ("0", "cpu memory pids", None)])
-def test_the_runners_parent_group_gets_the_cpu_weight_asked_for_where_it_is_a_cpu_group(
-        tmp_path, monkeypatch, weight, controllers, written):
-    """KRL_RUNNERS_CPU_WEIGHT under v2: written to our parent group's cpu.weight only where the host's root shares
-    out the CPU to it (its cgroup.controllers lists cpu), and only a weight v2 accepts. A v2 tree laid out in files,
-    since this machine's hierarchy is v1."""
-    monkeypatch.setattr(cgroups, "_own_cgroup_paths", lambda: {"": "/"})
-    monkeypatch.setenv(cgroups.RUNNERS_CPU_WEIGHT_ENV, weight)
-    (tmp_path / "cgroup.subtree_control").write_text("cpu memory pids\n")
-    parent = tmp_path / cgroups.PARENT_NAME
-    parent.mkdir()
-    (parent / "cgroup.controllers").write_text(controllers + "\n")
-    assert cgroups._parent_dir_v2(str(tmp_path)) == str(parent)
-    assert ((parent / "cpu.weight").read_text() if (parent / "cpu.weight").exists() else None) == written
