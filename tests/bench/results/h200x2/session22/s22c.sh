@@ -1,4 +1,8 @@
-. .gpu/env.sh
+# Carries .gpu/deb, .whl/ray and .whl/raydeps only (with .gpu whole the tree passed the device tool's 64 MiB): the
+# Triton batch needs no KernelBench checkout and the evaluator none of the TUI's wheels.
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16
+mkdir -p /tmp/deb && for f in .gpu/deb/*.deb; do dpkg -x "$f" /tmp/deb; done
+export PATH=/tmp/deb/usr/bin:$PATH LD_LIBRARY_PATH=/tmp/deb/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 # Session 22, call C (nvidia-h200-x2): "auto" slots (session 21: 8 a host, shared among its GPUs), never run as the
 # default: one local pool over both GPUs with no --slots (4 a GPU expected; session 21 measured 256.1 a minute with
 # --slots 4), then Triton through Ray on 1 then 2 GPUs (scale/cluster.actor_slots: each actor 8 / the host's 2 GPUs).
