@@ -67,7 +67,8 @@ bench: bench-registry bench-evaluator bench-rag bench-tui
 GPU_WHEELS := textual==8.2.8 mdit-py-plugins platformdirs linkify-it-py uc-micro-py \
 	sqlite-utils==4.2.1 sqlite-fts4 click-default-group pydantic==2.14.3 pydantic-core==2.50.4 \
 	annotated-types typing-inspection
-# Ray and the service for the 2-GPU runs (issue 16): Ray's wheel is ~76 MiB; without ray/jars/ (Java only) ~44 MiB.
+# Ray and the service for the 2-GPU runs (issue 16): Ray's wheel is ~76 MiB; ~40.5 MiB without ray/jars/ (Java
+# only), the dashboard's web client, RLlib and the LLM library, none of which the evaluator starts.
 RAY_WHEELS := ray==2.60.0 starlette==1.10.0 uvicorn==0.54.0 jsonschema jsonschema-specifications referencing rpds-py
 # Ray's own dependencies, installed on the GPU machine only where it lacks them (tests/bench/gpu_batch.sh).
 RAY_DEPS_WHEELS := click filelock msgpack packaging protobuf pyyaml requests urllib3 idna charset-normalizer certifi attrs typing-extensions
@@ -78,7 +79,7 @@ wheels:
 	$(PY) -m pip download -q --no-deps $(WHEEL_PLATFORMS) -d .whl $(GPU_WHEELS)
 	$(PY) -m pip download -q --no-deps $(WHEEL_PLATFORMS) -d .whl/ray $(RAY_WHEELS)
 	$(PY) -m pip download -q --no-deps $(WHEEL_PLATFORMS) -d .whl/raydeps $(RAY_DEPS_WHEELS)
-	$(PY) tests/bench/repack_wheel.py $$(ls .whl/ray/ray-*.whl) ray/jars/
+	$(PY) tests/bench/repack_wheel.py $$(ls .whl/ray/ray-*.whl) ray/jars/ ray/dashboard/client/ ray/rllib/ ray/llm/
 
 clean:
 	rm -rf $(VENV) build *.egg-info
