@@ -128,3 +128,27 @@ def test_a_process_in_a_cpu_group_is_weighed_by_the_group_and_a_task_group_leave
         group.destroy()
         if os.path.isdir(own_cpu):
             os.rmdir(own_cpu)
+
+
+@pytest.mark.parametrize("own_can_delegate", [True, False])
+def test_the_v2_parent_group_goes_below_our_own_group_where_it_can_else_below_the_root(
+        tmp_path, monkeypatch, own_can_delegate):
+    """Under v2 the task groups' parent is made below our own group, with memory and pids enabled there and in it; a
+    group that holds processes cannot enable controllers (v2's rule), and then the parent goes below the root: as on
+    the H200 hosts of session 22, where our own group was `process_api/<id>`. A v2 tree laid out in files (this
+    machine's hierarchy is v1): a folder stands in for a control file that refuses the write."""
+    monkeypatch.setattr(cgroups, "_own_cgroup_paths", lambda: {"": "/process_api/abc"})
+    (tmp_path / "cgroup.subtree_control").write_text("cpu memory pids\n")
+    own = tmp_path / "process_api" / "abc"
+    own.mkdir(parents=True)
+    if own_can_delegate:
+        (own / "cgroup.subtree_control").write_text("\n")
+    else:
+        (own / "cgroup.subtree_control").mkdir()
+    parent = cgroups._parent_dir_v2(str(tmp_path))
+    expected = (own if own_can_delegate else tmp_path) / cgroups.PARENT_NAME
+    assert parent == str(expected)
+    assert (expected / "cgroup.subtree_control").read_text() == "+memory +pids"
+    if own_can_delegate:
+        assert (own / "cgroup.subtree_control").read_text() == "+memory +pids"
+    assert (tmp_path / "cgroup.subtree_control").read_text() == "cpu memory pids\n"  # the root's, left as it was
