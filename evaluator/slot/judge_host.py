@@ -21,6 +21,7 @@ from evaluator.isolation.cgroups import cpu_group_weight
 from evaluator.isolation.proctree import kill_tree, process_table, tree_resident_bytes
 from evaluator.isolation.teardown import empty_folder
 from evaluator.judging.reference_cache import ReferenceCache
+from evaluator.slot.allocation_sites import AllocationSites
 from evaluator.slot.device_memory import allocator_counts, allocator_phases, release_device_cache
 from evaluator.slot.groups_ahead import GroupsAhead
 from evaluator.slot.task_driver import TaskDriver
@@ -557,6 +558,7 @@ class JudgeHost:
         self.reference_cache = ReferenceCache()
         self.device_name = ""
         self.device_lock: Any = None  # this GPU's lock (evaluator/isolation/device_lock.py), once started
+        self.allocation_sites: Optional[AllocationSites] = None
 
     def start(self) -> str:
         import torch
@@ -565,6 +567,7 @@ class JudgeHost:
         if judge_device != "cpu":
             torch.cuda.init()
             torch.cuda.set_device(0)
+            self.allocation_sites = AllocationSites.from_env()  # opt-in: where its device allocations are made
         self._prepare_triton_cache(warm=judge_device != "cpu")
         self.device = judge_device
         self.slot.start_zygote()
@@ -690,6 +693,8 @@ class JudgeHost:
             del task  # its inputs and outputs, then the cached blocks back to the device: eight judges that kept
             release_device_cache()  # theirs left honest candidates out of memory on an H100 (48-kernel batch)
             allocator = allocator_phases(allocator_before, allocator_counts())
+            if self.allocation_sites is not None:
+                self.allocation_sites.note(task_id)
         # What the candidate left running dies before the reply (the runner's pid filter stops it signalling them).
         self.slot.counters.add("leftover_processes_killed", self.task_isolation.kill_leftovers())
         self.slot.counters.add("judge_cache_hits", self.reference_cache.hits - hits)

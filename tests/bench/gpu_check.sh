@@ -12,8 +12,9 @@
 # a task against the self-speedup); `gpu_check.sh batch` (~6 min: the GPU's batch target, 5 ms against 2.5 ms, for
 # Triton and identical torch code); `gpu_check.sh churn` (~2 min, on a multi-GPU kind: CUDA contexts made and ended a
 # second on one GPU and on all, plain and profiled, bench_context_churn.py); `gpu_check.sh gate` (~5 min: device gates on,
-# the default, against off at 8 slots, Triton and identical torch code, then the gate's GPU test). Run from the
-# repository root with $OUT set (the device tool sets it); bubblewrap's .deb files in .gpu/deb if the machine lacks
+# the default, against off at 8 slots, Triton and identical torch code, then the gate's GPU test); `gpu_check.sh alloc` (~5 min: where the judges'
+# device allocations are made, KRL_WORKER_ALLOC_HISTORY, at 8 Triton slots and in the small GEMM problems' KernelBench
+# rounds). Run from the repository root with $OUT set (the device tool sets it); bubblewrap's .deb files in .gpu/deb if the machine lacks
 # it. Results land in $OUT; a summary is printed at the end.
 set -u
 PARTS=" ${*:-slot tests} "
@@ -72,6 +73,18 @@ if [[ $PARTS == *" batch "* ]]; then  # the GPU's batch target (5 ms by default;
         KRL_WORKER_TIMING_BATCH_MS=$ms timeout 70 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds torch \
             >> "$OUT/slot.txt" 2>&1
     done
+fi
+if [[ $PARTS == *" alloc "* ]]; then  # where the judges' device allocations are made (slot/allocation_sites.py):
+    # Triton at 8 slots, then the small GEMM problems' agreement with KernelBench (their KernelBench rounds' sites)
+    KRL_WORKER_ALLOC_HISTORY=$OUT/alloc timeout 120 python3 tests/bench/bench_slot.py --n 24 --slots 8 \
+        --kinds triton > "$OUT/alloc.txt" 2>&1
+    python3 tests/bench/summarize_alloc_sites.py "$OUT/alloc" >> "$OUT/alloc.txt" 2>&1
+    if [[ -n "${KERNELBENCH_ROOT:-}" ]]; then
+        KRL_WORKER_ALLOC_HISTORY=$OUT/alloc_kb timeout 200 python3 tests/bench/bench_kernelbench_agreement.py \
+            --only 27,30,31,33,34 --out "$OUT/alloc_kb.json" --budget-s 170 --skip-kernelbench > "$OUT/alloc_kb.txt" 2>&1
+        python3 tests/bench/summarize_alloc_sites.py "$OUT/alloc_kb" >> "$OUT/alloc_kb.txt" 2>&1
+    fi
+    tail -30 "$OUT/alloc.txt"; tail -30 "$OUT/alloc_kb.txt" 2>/dev/null
 fi
 if [[ $PARTS == *" gate "* ]]; then  # slot/device_gate.py on and off, the same machine
     for gate in 1 0; do
