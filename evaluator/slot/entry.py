@@ -53,7 +53,8 @@ def child_main(argv: list[str]) -> int:
             pass
     if role == "eval":
         # The trusted judge of this slot: candidate code runs only in the sandboxed runners it starts.
-        from evaluator.slot.judge_host import InfrastructureFailure, JudgeHost
+        from evaluator.slot.judge_host import JudgeHost
+        from evaluator.slot.runner_slot import InfrastructureFailure
 
         host = JudgeHost(device, workdir, worker_module, limits, task_fd, result_fd)
         try:

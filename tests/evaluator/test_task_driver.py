@@ -12,7 +12,7 @@ import types
 import pytest
 
 from evaluator.slot import task_driver
-from evaluator.slot.judge_host import _Reader, _Runner
+from evaluator.slot.runner_slot import MessageReader, RunnerHandle
 
 # A runner that works WORK_S on each order, then answers "ran" (the framing of evaluator/contract/framing.py).
 ANSWERING = """
@@ -40,7 +40,7 @@ def driver():
     os.close(order_r)
     os.close(answer_w)
     os.set_blocking(answer_r, False)
-    runner = _Runner("r1", order_w, answer_r, _Reader(answer_r), time.monotonic())
+    runner = RunnerHandle("r1", order_w, answer_r, MessageReader(answer_r), time.monotonic())
     made = task_driver.TaskDriver(types.SimpleNamespace(control=None), runner, time.monotonic() + 30)
     made.order({"type": "warm"}, "ran")  # the child's imports done before anything is timed
     yield made
