@@ -287,7 +287,7 @@ class JudgeHost:
         outcome["counters"] = self.slot.counters.take()
         return outcome
 
-    def _on_spare(self, spare: "RunnerHandle") -> bool:
+    def _on_spare(self, spare: RunnerHandle) -> bool:
         """A spare runner said something while a task ran: file its readiness. True once it needs no more watching."""
         try:
             for message in spare.reader.read():
@@ -306,7 +306,7 @@ class JudgeHost:
             self.groups_ahead.prepare(self.spares[0].runner_id, self.spares[0].host_pid, self.resident_limit,
                                       self.slot.runner_namespaces)
 
-    def _runner_cpu(self, runner: "RunnerHandle", runner_pid: int) -> Any:
+    def _runner_cpu(self, runner: RunnerHandle, runner_pid: int) -> Any:
         """The task's CPU accounting (slot/cpu_charge.py): its cgroup where it has one, else the runner's tree."""
         from evaluator.slot.cpu_charge import CpuCharge
 
