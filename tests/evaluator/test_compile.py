@@ -226,6 +226,15 @@ def honest_load(cache: str, private, record) -> str:
     return namespace["lib_path"]
 
 
+def swapped_in(library: str, path: str) -> None:
+    """`library` put at `path` as a new file, never written into the old one: this test process has loaded the old one
+    (the builds run in process here), and writing into a loaded library changes its mapped pages, so the process
+    crashed in exit's library finalisers (a segfault after every test had passed). The attackers' swaps below do the
+    same; in the evaluator a compile worker is a sandboxed process used once."""
+    shutil.copy(library, path + ".swap")
+    os.replace(path + ".swap", path)
+
+
 def compile_in(private, cache: str, source: str):
     """A compile worker's build in its private folder (as in the sandbox: nothing is written to the cache)."""
     from evaluator.build.compile import compile_candidate
@@ -254,7 +263,8 @@ def test_an_artefact_a_candidate_swaps_in_is_never_loaded_by_a_later_honest_cand
     attacker = CPP_CANDIDATE + textwrap.dedent(f'''
         import glob, json, os, shutil
         for built in glob.glob("krl-builds/*/*.so"):
-            shutil.copy({evil_so!r}, built)
+            shutil.copy({evil_so!r}, built + ".swap")
+            os.replace(built + ".swap", built)
         for folder in glob.glob({cache!r} + "/cuda/*/"):
             try:
                 shutil.copy({evil_so!r}, folder + "answer.so")
@@ -296,7 +306,7 @@ def test_a_tampered_artefact_fails_verification_and_is_rebuilt_never_loaded(tmp_
     build = first.builds[0]
     entry = entry_key(first.source_sha256, build.key)
     assert build.so_path.endswith(f"/{entry}/{build.artefact_sha256}.so") and lookup(cache, entry) is not None
-    shutil.copy(evil_so, build.so_path)  # the bytes change, the name (its old hash) does not
+    swapped_in(evil_so, build.so_path)  # the bytes change, the name (its old hash) does not
     assert lookup(cache, entry) is None
     # A GPU worker holding the old record does not load it: the hook verifies, misses and builds privately.
     lib_path = honest_load(cache, tmp_path / "w3", first.to_dict())
