@@ -20,7 +20,7 @@ ORDER = ("evaluator start-up", "waiting for the GPU", "build", "loading", "check
 NOT_TIMES = {"timing_retries", "timing_extra_rounds", "timing_spread", "round_trip", "order_cpu", "seconds", "timing_rounds",
              "timing_hooks", "timing_held", "timing_setup", "timing_kept", "timing_interfered_rounds",
              "device_shared_overrun", "timing_counted_calls", "timing_gated", "timing_gate_off", "timing_gate_blocked",
-             "runner_cpu_weight"}
+             "runner_cpu_weight"}  # recorded by sessions 21-22's judges
 # KernelBench's convention's figures; CPU seconds (judge, runner); timing_held by window; correctness's split; the
 # judge's allocator counts and memory (slot/device_memory.allocator_phases)
 NOT_TIMES_PREFIX = ("kernelbench_", "cpu_", "held_", "trials_", "judge_cuda_", "judge_reserved_")

@@ -40,13 +40,8 @@ def _write(path: str, value: str) -> None:
 
 def _own_cgroup_paths() -> dict[str, str]:
     """{controller or '' (v2): this process's cgroup path} from /proc/self/cgroup."""
-    return _cgroup_paths("self")
-
-
-def _cgroup_paths(pid: str) -> dict[str, str]:
-    """{controller or '' (v2): process `pid`'s cgroup path} from /proc/<pid>/cgroup."""
     found: dict[str, str] = {}
-    for line in _read(f"/proc/{pid}/cgroup").splitlines():
+    for line in _read("/proc/self/cgroup").splitlines():
         parts = line.split(":", 2)
         if len(parts) != 3:
             continue
@@ -328,24 +323,3 @@ def sweep_stale(prefix: str, alive_pid: int, root: str = CGROUP_ROOT) -> int:
                                            if os.path.isdir(os.path.join(p, name))})
         removed += bool(group.dirs) and group.destroy(wait_s=1.0)
     return removed
-
-
-def cpu_group_weight(pid: int, root: str = CGROUP_ROOT) -> float:
-    """The CPU weight of the group that schedules process `pid` as one entity, on v2's scale (100 = a default group,
-    v1's cpu.shares / 10.24); 0.0 when no group stands between it and the root, so that its nice value alone sets its
-    share. A process in such a group competes with processes outside it only through the group's weight: a nice value
-    raised inside it (isolation/timing_priority.py) does not reach past it."""
-    paths = _cgroup_paths(str(pid))
-    if paths.get("cpu", "/") != "/" and os.path.isdir(os.path.join(root, "cpu")):  # v1: a cpu hierarchy
-        shares = _read(os.path.join(root, "cpu", paths["cpu"].lstrip("/"), "cpu.shares")).strip()
-        return int(shares) / 10.24 if shares.isdigit() else 0.0
-    if "" not in paths or not os.path.exists(os.path.join(root, "cgroup.controllers")):
-        return 0.0
-    weight, here = 0.0, root
-    for part in [p for p in paths[""].split("/") if p]:  # v2: the deepest level whose parent shares out the CPU
-        below = os.path.join(here, part)
-        if "cpu" in _read(os.path.join(here, "cgroup.subtree_control")).split():
-            text = _read(os.path.join(below, "cpu.weight")).strip()
-            weight = float(text) if text.isdigit() else weight
-        here = below
-    return weight

@@ -9,7 +9,6 @@ import time
 from typing import Any, Optional
 
 from evaluator.contract.types import EvalRequest
-from evaluator.isolation.cgroups import cpu_group_weight
 from evaluator.judging.reference_cache import ReferenceCache
 from evaluator.slot.allocation_sites import AllocationSites
 from evaluator.slot.device_memory import allocator_counts, allocator_phases, release_device_cache
@@ -255,8 +254,6 @@ class JudgeHost:
 
         hits = self.reference_cache.hits
         allocator_before = allocator_counts()
-        # A CPU group over the runner caps the timing's raised nice for it (isolation/timing_priority.py); 0: none does
-        runner_weight = cpu_group_weight(runner_pid) if runner_pid > 0 else 0.0
         try:
             outcome = drive_task(self.slot, runner, driver, task, message.get("prebuilt"), on_started,
                                  self._timing_for(runner_cpu), min(deadline, started_at + TASK_START_TIMEOUT_S),
@@ -278,7 +275,6 @@ class JudgeHost:
             outcome["task"] = task_id
             outcome["result"]["phase_times_s"]["judge_ready"] = round(ready_s, 6)
             outcome["result"]["phase_times_s"]["task_setup"] = round(self.task_isolation.setup_s, 6)  # its cgroup
-            outcome["result"]["phase_times_s"]["runner_cpu_weight"] = runner_weight
             outcome["result"]["phase_times_s"].update(allocator)
             outcome["result"]["phase_times_s"]["total"] = round(time.monotonic() - started_at, 6)
             outcome["result"]["phase_times_s"].update(cpu_spent.phases())

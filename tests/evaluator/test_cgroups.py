@@ -102,34 +102,6 @@ def test_kill_of_an_empty_group_returns_at_once():
     assert time.monotonic() - started < cgroups.KILL_WAIT_S
 
 
-def test_a_process_in_a_cpu_group_is_weighed_by_the_group_and_a_task_group_leaves_it_to_its_nice():
-    """cpu_group_weight on this machine's real hierarchy: a task group (memory, pids, freezer, cpuacct here) puts no
-    CPU group over the runner, so its nice value decides its share (0.0); a process moved into a cpu group of its own is
-    weighed by the group (cpu.shares 2048 read as 200 on v2's scale). The slot records it for each task's runner
-    (`runner_cpu_weight`): a raised nice does not reach past such a group."""
-    child = waiting_child("import time; time.sleep(600)")
-    group = cgroups.TaskCgroup.create(f"test{os.getpid()}-weight", memory_bytes=256 * 2**20, pids_max=16)
-    own_cpu = os.path.join(cgroups.CGROUP_ROOT, "cpu", f"krl-test{os.getpid()}-weight")
-    try:
-        group.add(child.pid)
-        if group.version != "v1" or not os.path.isdir(os.path.join(cgroups.CGROUP_ROOT, "cpu")):
-            pytest.skip("needs the v1 cpu hierarchy: under v2 a task group's CPU group depends on the host's root")
-        assert cgroups.cpu_group_weight(child.pid) == 0.0
-        os.makedirs(own_cpu, exist_ok=True)
-        with open(os.path.join(own_cpu, "cpu.shares"), "w") as handle:
-            handle.write("2048")
-        with open(os.path.join(own_cpu, "cgroup.procs"), "w") as handle:
-            handle.write(str(child.pid))
-        assert cgroups.cpu_group_weight(child.pid) == 200.0
-        assert cgroups.cpu_group_weight(os.getpid()) == 0.0
-    finally:
-        child.kill()
-        child.wait()
-        group.destroy()
-        if os.path.isdir(own_cpu):
-            os.rmdir(own_cpu)
-
-
 @pytest.mark.parametrize("own_can_delegate", [True, False])
 def test_the_v2_parent_group_goes_below_our_own_group_where_it_can_else_below_the_root(
         tmp_path, monkeypatch, own_can_delegate):

@@ -103,16 +103,3 @@ def test_the_under_load_benchmark_reads_each_sides_parts_from_the_judges_own_tra
     for parts in by_kernel.values():
         assert set(parts) == set(PARTS) and all(value > 0 for value in parts.values()), parts
     assert parts_per_call([]) == {}
-
-
-def test_each_task_records_the_cpu_group_over_its_runner(traced):
-    """runner_cpu_weight: the CPU group that weighs the runner (isolation/cgroups.cpu_group_weight), read while it
-    lives; none here, where the task groups carry no cpu controller (v1), so its nice alone decides."""
-    from evaluator.isolation import cgroups
-
-    results, _, _ = traced
-    for result in results.values():
-        weight = result.phase_times_s["runner_cpu_weight"]
-        assert weight >= 0.0
-        if cgroups.detect_version() == "v1":
-            assert weight == 0.0
