@@ -3,9 +3,10 @@ inside the sandbox), over the runner's private folder (wiped per task), where ev
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from typing import Dict, Optional
+from typing import Dict, Iterator, Optional
 
 from triton.runtime.cache import FileCacheManager
 
@@ -64,31 +65,40 @@ def runner_environment(shared_dir: str) -> dict[str, str]:
     return {"TRITON_CACHE_MANAGER": MANAGER, SHARED_VARIABLE: shared_dir}
 
 
-def warm_shared_cache(shared_dir: str) -> str:
-    """In the trusted judge host (CUDA initialised, no candidate code): compile and run a tiny kernel with Triton's
-    cache in shared_dir, so Triton's driver utilities (gcc-built) and the kernel's launcher exist there for every
-    runner. Once per machine and Triton version; later starts are cache hits. Returns '' or why it did not work."""
+@contextlib.contextmanager
+def trusted_level(shared_dir: str) -> Iterator[None]:
+    """In the trusted judge host only: what Triton compiles inside this context goes to the shared level."""
     os.makedirs(shared_dir, mode=0o755, exist_ok=True)
     os.chmod(shared_dir, 0o755)
     old = {name: os.environ.get(name) for name in ("TRITON_CACHE_DIR", "TRITON_CACHE_MANAGER")}
     os.environ["TRITON_CACHE_DIR"] = shared_dir
     os.environ.pop("TRITON_CACHE_MANAGER", None)
     try:
-        import torch
-
-        from evaluator.build.triton_warm import add_one
-
-        x = torch.zeros(64, device="cuda")
-        add_one[(1,)](x, x.numel(), BLOCK=64)
-        torch.cuda.synchronize()
-        if float(x.sum()) != 64.0:
-            return "the warm-up kernel computed a wrong result"
-        return ""
-    except Exception as exc:  # noqa: BLE001 - runners then compile everything privately, as without this level
-        return f"{type(exc).__name__}: {exc}"[:500]
+        yield
     finally:
         for name, value in old.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def warm_shared_cache(shared_dir: str) -> str:
+    """In the trusted judge host (CUDA initialised, no candidate code): compile and run a tiny kernel with Triton's
+    cache in shared_dir, so Triton's driver utilities (gcc-built) and the kernel's launcher exist there for every
+    runner. Once per machine and Triton version; later starts are cache hits. Returns '' or why it did not work.
+    Other signatures' launchers follow as runners report them (build/triton_launchers.py)."""
+    try:
+        import torch
+
+        from evaluator.build.triton_warm import add_one
+
+        with trusted_level(shared_dir):
+            x = torch.zeros(64, device="cuda")
+            add_one[(1,)](x, x.numel(), BLOCK=64)
+            torch.cuda.synchronize()
+        if float(x.sum()) != 64.0:
+            return "the warm-up kernel computed a wrong result"
+        return ""
+    except Exception as exc:  # noqa: BLE001 - runners then compile everything privately, as without this level
+        return f"{type(exc).__name__}: {exc}"[:500]

@@ -9,10 +9,12 @@ import time
 from typing import Any, Optional
 
 from evaluator.contract.types import EvalRequest
+from evaluator.build.triton_launchers import LauncherBuilder
 from evaluator.judging.reference_cache import ReferenceCache
 from evaluator.slot.allocation_sites import AllocationSites
 from evaluator.slot.device_memory import allocator_counts, allocator_phases, release_device_cache
 from evaluator.slot.groups_ahead import GroupsAhead
+from evaluator.slot.judge_profile import keep_runner_profile
 from evaluator.slot.runner_slot import START_TIMEOUT_S, InfrastructureFailure, RunnerHandle, Slot
 from evaluator.slot.task_driver import TaskDriver
 from evaluator.slot.task_judge import TaskJudge, input_seed  # noqa: F401 - input_seed: public here too
@@ -134,6 +136,8 @@ class JudgeHost:
         self.device_name = ""
         self.device_lock: Any = None  # this GPU's lock (evaluator/isolation/device_lock.py), once started
         self.allocation_sites: Optional[AllocationSites] = None
+        self.launchers: Optional[LauncherBuilder] = None  # Triton's launchers for the trusted level, on a GPU
+        self.reported_launchers: list = []  # the last task's, built once its reply is out
 
     def start(self) -> str:
         import torch
@@ -178,6 +182,8 @@ class JudgeHost:
             print(f"Triton's shared cache was not warmed (runners compile what they need): {why}", file=sys.stderr,
                   flush=True)
         self.slot.triton_shared_dir = shared
+        if warm:
+            self.launchers = LauncherBuilder(shared)
 
     def _ready_runner(self) -> RunnerHandle:
         """The longest-warmed live spare, or a fresh runner (after restarting the zygote if it died)."""
@@ -263,11 +269,13 @@ class JudgeHost:
         finally:
             cpu_spent.runner_task_ns = runner_cpu.now()
             driver.close()
+            self.reported_launchers = task.triton_launchers
             del task  # its inputs and outputs, then the cached blocks back to the device: eight judges that kept
             release_device_cache()  # theirs left honest candidates out of memory on an H100 (48-kernel batch)
             allocator = allocator_phases(allocator_before, allocator_counts())
             if self.allocation_sites is not None:
                 self.allocation_sites.note(task_id)
+            keep_runner_profile(self.task_isolation.runner_view(self.slot.outputs_dir), task_id)
         # What the candidate left running dies before the reply (the runner's pid filter stops it signalling them).
         self.slot.counters.add("leftover_processes_killed", self.task_isolation.kill_leftovers())
         self.slot.counters.add("judge_cache_hits", self.reference_cache.hits - hits)
@@ -333,6 +341,9 @@ class JudgeHost:
 
         task, self.task_isolation = self.task_isolation, None
         task_isolation.end_task(task)
+        reported, self.reported_launchers = self.reported_launchers, []
+        if self.launchers is not None and reported:  # after the reply, so off every verdict's path
+            self.launchers.build(reported)
 
     def serve(self) -> int:
         from evaluator.contract.framing import read_message, write_message

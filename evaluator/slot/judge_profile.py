@@ -1,5 +1,5 @@
-"""Where a judge's own CPU goes, for the benchmarks: with KRL_EVAL_PROFILE=<folder>, each judge host profiles its
-tasks (cProfile, the judge's thread only) and keeps the running total in <folder>/judge-<pid>.prof."""
+"""Where a judge's own CPU goes, and its runners', for the benchmarks: with KRL_EVAL_PROFILE=<folder>, each judge host
+profiles its tasks (cProfile) into <folder>/judge-<pid>.prof, and each runner its task into <folder>/runner-*.prof."""
 
 from __future__ import annotations
 
@@ -8,6 +8,24 @@ import os
 from typing import Iterator
 
 PROFILE_ENV = "KRL_EVAL_PROFILE"
+# What a profiled runner leaves in its outputs folder as it finishes (slot/runner.py); its judge moves it to the folder.
+# Written by the candidate's process, so it is read only by the benchmarks' summary, never by a verdict.
+RUNNER_PROFILE_FILE = "runner-profile.prof"
+
+
+def runners_profiled() -> bool:
+    """Whether the task order asks the runner for its profile."""
+    return bool(os.environ.get(PROFILE_ENV, ""))
+
+
+def keep_runner_profile(outputs_dir: str, task_id: object) -> None:
+    """The finished runner's profile moved out of its outputs folder (wiped next) into the profile folder."""
+    folder = os.environ.get(PROFILE_ENV, "")
+    source = os.path.join(outputs_dir, RUNNER_PROFILE_FILE)
+    if folder and os.path.isfile(source):
+        import shutil
+
+        shutil.move(source, os.path.join(folder, f"runner-{os.getpid()}-{task_id}.prof"))
 
 
 class JudgeProfile:
@@ -35,14 +53,16 @@ class JudgeProfile:
             self.profiler.dump_stats(os.path.join(self.folder, f"judge-{os.getpid()}.prof"))
 
 
-def summary(folder: str, top: int = 25, order: str = "cumulative") -> str:
-    """The judges' profiles in `folder` merged: the `top` entries by `order` (a pstats key), as pstats prints them."""
+def summary(folder: str, top: int = 25, order: str = "cumulative", who: str = "judge") -> str:
+    """The profiles of `who` ("judge" or "runner") in `folder` merged: the `top` entries by `order` (a pstats key), as
+    pstats prints them."""
     import io
     import pstats
 
-    paths = sorted(os.path.join(folder, name) for name in os.listdir(folder) if name.endswith(".prof"))
+    paths = sorted(os.path.join(folder, name) for name in os.listdir(folder)
+                   if name.startswith(who + "-") and name.endswith(".prof"))
     if not paths:
-        return "no judge profiles"
+        return f"no {who} profiles"
     out = io.StringIO()
     stats = pstats.Stats(*paths, stream=out)
     stats.sort_stats(order).print_stats(top)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any
+from typing import Any, Callable, Optional
 
 MAX_INPUT_FILE_BYTES = 1 << 36  # written by the judge; bounded only against a corrupted file
 
@@ -60,9 +60,11 @@ def _plain(name: Any) -> str:
     return text
 
 
-def serve_orders(read_message, write_message, session: Any, exchange: Exchange) -> None:
+def serve_orders(read_message, write_message, session: Any, exchange: Exchange,
+                 on_finish: Optional[Callable[[], None]] = None) -> None:
     """Answer the judge's orders until it says finish (or closes the pipe). A candidate fault answers 'failed' and
-    ends the loop: the judge decides what it means."""
+    ends the loop: the judge decides what it means. `on_finish` runs before the evidence goes (the benchmarks' runner
+    profile)."""
     from evaluator.contract.framing import pack_floats
 
     while True:
@@ -112,6 +114,8 @@ def serve_orders(read_message, write_message, session: Any, exchange: Exchange) 
                 answer = {"type": "kept"}
             elif kind == "finish":
                 session.finish()
+                if on_finish is not None:
+                    on_finish()
                 write_message({"type": "evidence", **session.evidence()})
                 read_message()  # wait to be killed: the judge counts and kills what the candidate left in this tree
                 return

@@ -120,6 +120,7 @@ def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:
         os.chdir(work_dir)
     write_message(result_fd, {"type": "started"})
     session = worker.open_session(EvalRequest.from_dict(message["request"]), ctx, message.get("prebuilt"))
+    profile = RunnerProfile(os.environ.get("KRL_WORKER_XFER_OUT", "")) if message.get("profile") else None
     try:
         try:
             session.load()
@@ -131,7 +132,8 @@ def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:
         write_message(result_fd, {"type": "loaded"})
         serve_orders(lambda: read_message(task_fd), lambda answer: write_message(result_fd, answer), session,
                      Exchange(os.environ.get("KRL_WORKER_XFER_IN", ""), os.environ.get("KRL_WORKER_XFER_OUT", ""),
-                              on_gpu=str(device).startswith("cuda")))
+                              on_gpu=str(device).startswith("cuda")),
+                     on_finish=profile.dump if profile is not None else None)
     finally:
         close = getattr(session, "cleanup", None)
         if close is not None:
@@ -141,6 +143,24 @@ def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
     return 0
+
+
+class RunnerProfile:
+    """The benchmarks' profile of one runner's task (the judge asks for it with "profile" in the task order): cProfile
+    from the candidate's load to the finish order, written into the outputs folder, where the judge picks it up."""
+
+    def __init__(self, outputs_dir: str):
+        import cProfile
+
+        from evaluator.slot.judge_profile import RUNNER_PROFILE_FILE
+
+        self.path = os.path.join(outputs_dir, RUNNER_PROFILE_FILE)
+        self.profiler = cProfile.Profile()
+        self.profiler.enable()
+
+    def dump(self) -> None:
+        self.profiler.disable()
+        self.profiler.dump_stats(self.path)
 
 
 # ---------------------------------------------------------------- the zygote
@@ -180,6 +200,7 @@ def import_runner_modules(device: str) -> None:
             pass
     if device != "cpu":
         hash_triton_once()
+        ask_triton_about_host_once()
     import torch
 
     if device != "cpu" and torch.cuda.is_initialized():
@@ -199,6 +220,46 @@ def hash_triton_once() -> None:
         triton_key()  # functools.lru_cache: the value stays in this process, and so in each fork of it
     except Exception:  # noqa: BLE001 - no triton, or a version that keeps it elsewhere: each runner hashes as before
         pass
+
+
+def ask_triton_about_host_once() -> None:
+    """Triton's questions about this host, each a subprocess in every runner otherwise (`file` on the Python binary,
+    ldconfig, ptxas --version: ~30 ms of each Triton task, H200, session 23), asked here once and cached (functools.
+    lru_cache) for every fork. None touches a device: the GPUs' architectures come from NVML."""
+    for ask in (_triton_platform_key, _triton_library_dirs, _triton_ptxas_versions):
+        try:
+            ask()
+        except Exception:  # noqa: BLE001 - another Triton keeps these elsewhere: each runner asks, as before
+            pass
+
+
+def _triton_platform_key() -> None:
+    from triton.runtime.build import platform_key
+
+    platform_key()
+
+
+def _triton_library_dirs() -> None:
+    from triton.backends.nvidia import driver
+
+    driver.library_dirs()
+
+
+def _triton_ptxas_versions() -> None:
+    import pynvml
+
+    from triton.backends.nvidia.compiler import get_ptxas_version
+
+    pynvml.nvmlInit()
+    try:
+        archs = set()
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(pynvml.nvmlDeviceGetHandleByIndex(index))
+            archs.add(major * 10 + minor)
+    finally:
+        pynvml.nvmlShutdown()
+    for arch in sorted(archs):
+        get_ptxas_version(arch)
 
 
 def _kill_strays(runners: dict[int, str]) -> None:

@@ -86,6 +86,7 @@ class TaskJudge:
         # (judging/second_look.py): "float64", "trial_error" or "".
         self.accepted_max_abs_diff: Optional[float] = None
         self.near_miss = ""
+        self.triton_launchers: list = []  # as the runner reported them at its finish (unchecked)
         self.cache = cache if cache is not None else ReferenceCache(0)
         self.problem_key = problem_key(request.reference_source, request.size_overrides, request.precision,
                                        request.seed, device)
@@ -337,6 +338,7 @@ class Schedule:
         t = self.lap("recheck", t)
         evidence = driver.order({"type": "finish"}, "evidence")
         result.own_kernel_time_fraction = kernel_fraction(evidence, request)  # candidate-reported
+        task.triton_launchers = evidence.get("triton_launchers") or []  # checked where built (build/triton_launchers)
         result.near_miss = task.near_miss
         result.verdict = Verdict.CORRECT
         return result

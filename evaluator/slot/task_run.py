@@ -8,6 +8,7 @@ from typing import Any, Callable, Optional
 from evaluator.contract.types import Verdict
 from evaluator.slot.device_memory import starved_by_others
 from evaluator.slot import reference_first
+from evaluator.slot.judge_profile import runners_profiled
 from evaluator.slot.outcome import RunnerGone, SlotFailure, TaskEnded, verdict_result
 from evaluator.slot.sol_floor import check as check_speed_of_light
 from evaluator.slot.task_driver import Deadline, write_trace
@@ -37,8 +38,10 @@ def drive_task(slot: Any, runner: Any, driver: Any, task: Any, prebuilt: Optiona
         if reference_first.wanted(request):  # KernelBench's reference, timed in this runner first
             schedule.reference_first_ms = reference_first.time_reference_first(
                 driver, request, _exclusive(device_lock, start_deadline, schedule.phases, runner), start_deadline)
-        driver.order({"type": "task", "request": request.to_dict(), "prebuilt": prebuilt}, "started",
-                     deadline=start_deadline)
+        order = {"type": "task", "request": request.to_dict(), "prebuilt": prebuilt}
+        if runners_profiled():
+            order["profile"] = True  # the benchmarks' runner profile (slot/judge_profile.py)
+        driver.order(order, "started", deadline=start_deadline)
         started = True
         on_started()
         schedule.run()

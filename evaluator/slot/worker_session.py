@@ -228,8 +228,10 @@ class TaskSession(RunState):
         self._check_threads()
 
     def evidence(self) -> dict[str, Any]:
-        """What the judge may report (never decide on): the share of GPU time in the candidate's own kernels."""
-        return {"own_kernel_time_fraction": self.result.own_kernel_time_fraction}
+        """What the judge may report (never decide on): the share of GPU time in the candidate's own kernels; and what
+        it may build for later runners: the Triton launchers this one built (build/triton_launchers.py)."""
+        return {"own_kernel_time_fraction": self.result.own_kernel_time_fraction,
+                "triton_launchers": list(self.ctx.triton_launchers)}
 
     def failure(self, exc: BaseException) -> dict[str, Any]:
         """A candidate fault as the runner's claim: the judge accepts only verdicts that lower the reward."""

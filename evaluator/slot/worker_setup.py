@@ -34,6 +34,8 @@ class WorkerContext:
     requests_done: int = 0
     timed_evaluations: int = 0
     baseline_cuda_bytes: int = 0
+    # A runner's Triton launcher signatures, as Triton builds them (build/triton_launchers.py): reported to its judge
+    triton_launchers: list = field(default_factory=list)
 
     @property
     def is_cuda(self) -> bool:
@@ -108,7 +110,23 @@ def prepare_runner(device: str) -> WorkerContext:
     spares a slot. Nor CUPTI: the kernel checks attach it when they first profile (a torch candidate's runner never
     does), so the reference timed first in this runner (slot/reference_first.py) and a torch candidate's calls run
     without its per-launch callbacks (small GEMM references timed with it attached read 2-3x KernelBench's times)."""
-    return prepare_worker(device, in_process_timing=False)
+    ctx = prepare_worker(device, in_process_timing=False)
+    if ctx.is_cuda:
+        from evaluator.build.triton_launchers import record_launched_signatures
+
+        ctx.triton_launchers = record_launched_signatures()
+        _import_gluon()
+    return ctx
+
+
+def _import_gluon() -> None:
+    """Triton's Gluon modules, which its compiler imports at a runner's first JIT: ~40 modules compiled from source
+    (no bytecode cache in the sandbox), 0.15 s of each Triton task's first trial (H200, session 23, profiled). Here, in
+    a spare's warm-up, not in the zygote: a Gluon module once initialised CUDA there."""
+    try:
+        import triton.experimental.gluon  # noqa: F401
+    except Exception:  # noqa: BLE001 - another Triton, or none
+        pass
 
 
 def _warm_up_timing(torch: Any, ctx: WorkerContext) -> None:

@@ -1,7 +1,8 @@
 """Benchmark: the evaluation slot's throughput on one GPU for small honest Triton and CUDA candidates, at several slots
 (judge hosts, each with its runners) per GPU: evaluations/min, mean seconds per phase, and the GPU's idle share.
 Usage: python tests/bench/bench_slot.py --n 24 --slots 1,4,8 [--kinds triton,cuda] [--out results.json] [--profile]
-(--profile: the judges' own CPU by function, merged over each run's judges, printed after its line)"""
+[--keep DIR] (--profile: the judges' and the runners' own CPU by function, merged over each run's judges and runners,
+printed after its line; --keep: each run's per-task trace and profiles kept in DIR)"""
 
 from __future__ import annotations
 
@@ -276,7 +277,8 @@ def main() -> None:
     parser.add_argument("--slots", default="1,4,8")
     parser.add_argument("--kinds", default="triton,cuda")
     parser.add_argument("--out", default="")
-    parser.add_argument("--profile", action="store_true", help="profile the judges (slot/judge_profile.py)")
+    parser.add_argument("--profile", action="store_true", help="profile judges and runners (slot/judge_profile.py)")
+    parser.add_argument("--keep", default="", help="a folder to keep each run's trace and profiles in")
     parser.add_argument("--sizes", default="", help="the ReLU's element counts, comma-separated (default: SIZES)")
     args = parser.parse_args()
     if args.sizes:
@@ -286,9 +288,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as cache_dir:
         for kind in args.kinds.split(","):
             for slots in [int(s) for s in args.slots.split(",")]:
-                trace = os.path.join(cache_dir, f"trace-{kind}-{slots}.jsonl")
+                kept = args.keep or cache_dir
+                os.makedirs(kept, exist_ok=True)
+                trace = os.path.join(kept, f"trace-{kind}-{slots}.jsonl")
                 os.environ["KRL_EVAL_TRACE"] = trace  # read by the judge hosts the evaluator starts
-                profiles = tempfile.mkdtemp(prefix="judge-profiles-", dir=cache_dir)
+                profiles = tempfile.mkdtemp(prefix=f"profiles-{kind}-{slots}-", dir=kept)
                 if args.profile:
                     os.environ[PROFILE_ENV] = profiles
                 row = {"machine": platform.node(),
@@ -296,6 +300,8 @@ def main() -> None:
                 if args.profile:  # the warm-up's tasks included
                     print(f"judges' profile, {kind} at {slots} slots:\n{summary(profiles)}", flush=True)
                     print(f"by own time:\n{summary(profiles, order='tottime')}", flush=True)
+                    print(f"runners' profile, {kind} at {slots} slots:\n{summary(profiles, who='runner')}", flush=True)
+                    print(f"by own time:\n{summary(profiles, order='tottime', who='runner')}", flush=True)
                 rows.append(row)
     if args.out:
         with open(args.out, "w") as handle:

@@ -31,3 +31,17 @@ def test_without_the_setting_nothing_is_profiled(tmp_path, monkeypatch):
         pass
     assert profile.profiler is None
     assert summary(str(tmp_path)) == "no judge profiles"
+
+
+def test_each_runner_profiles_its_task_when_asked(tmp_path, monkeypatch):
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    monkeypatch.setenv(PROFILE_ENV, str(profiles))
+    evaluator = make_evaluator(str(tmp_path / "cache"), spare_per_device=0)
+    try:
+        assert evaluator.evaluate(request(GOOD)).verdict == Verdict.CORRECT
+    finally:
+        evaluator.close()
+    written = [name for name in os.listdir(profiles) if name.startswith("runner-") and name.endswith(".prof")]
+    assert len(written) == 1  # one task, one runner
+    assert "serve_orders" in summary(str(profiles), who="runner")
