@@ -24,8 +24,8 @@ MAX_TIMING_SETS = 64
 # one after (two at once per judge, eight judges a GPU, would crowd its memory).
 OVERLAP_MAX_BYTES = 1 << 30
 # The GPU steps outside timing that hold the device lock shared (docs/slot.md), named so a measurement can leave some
-# out (KRL_WORKER_DEVICE_SHARED_STEPS, read by slot/judge_host.py): the trials, say, carry a Triton candidate's JIT
-# (~0.9 s on an H100, mostly CPU), which a timing waiting for the device sits through.
+# out (KRL_WORKER_DEVICE_SHARED_STEPS, read by slot/judge_host.py): the checks, say, set up the runner's profiler
+# (mostly CPU), which a timing waiting for the device sits through.
 # warm_rounds: the timing's cold and warm rounds, full batches outside its exclusive windows (slot/timing_phase.py).
 SHARED_STEPS = frozenset({"trials", "checks", "timing_inputs", "timing_checks", "recheck",
                           "warm_rounds"})
@@ -274,13 +274,14 @@ def shared_device(lock: Any, deadline: float, phases: dict[str, float]):
 
 
 def shared_steps_from(setting: str) -> frozenset[str]:
-    """The steps a setting names: "1" every step, "0" (or empty: the default) none, else a comma-separated list of
-    SHARED_STEPS. None by default: at 8 slots on an H100 every step shared gave ~20-28 honest Triton evaluations a
-    minute against 34 with none (timings wait for the drain, everyone else for the timing; docs/slot.md)."""
+    """The steps a setting names: "1" (or empty: the default) every step, "0" none, else a comma-separated list of
+    SHARED_STEPS. Every step by default since session 23 (one H200, 8 slots): beside bandwidth hogs, 14 of 16 honest
+    speedups stayed within ±5% of quiet with every step shared and none of 16 with none (0.58-1.75x); identical torch
+    code read within ±5% on 31 of 32 tasks against 17 of 32, at about half the rate (docs/slot.md)."""
     setting = setting.strip()
-    if setting in ("", "0"):
+    if setting == "0":
         return frozenset()
-    if setting == "1":
+    if setting in ("", "1"):
         return SHARED_STEPS
     return frozenset(step.strip() for step in setting.split(",")) & SHARED_STEPS
 
@@ -351,8 +352,10 @@ class Schedule:
         names = [f"trial-{trial}" for trial in range(request.correctness_trials)]
         passed, failure, worst = 0, None, (0.0, 0.0)
         # Every trial's GPU work, the judge's and the runner's, overlaps the next one's: the trials hold the device
-        # shared as one step.
-        with self.on_device("trials"):
+        # shared as one step, from the first trial's answer on. That order carries the candidate's first call, with
+        # Triton's JIT or a CUDA module's load in it (0.1-0.4 s, mostly CPU), which kept every timing on the GPU
+        # waiting while it held the device (H200, 8 slots, session 23); it runs unheld, as the load before it does.
+        with contextlib.ExitStack() as held:
             t = time.monotonic()
             if names:
                 task.make(names[0])
@@ -364,6 +367,8 @@ class Schedule:
                     task.make(following)
                 t = self.lap("trials_judge_inputs", t)
                 driver.collect("output", name)
+                if trial == 0:
+                    held.enter_context(self.on_device("trials"))
                 # The pace timing orders are bounded by (timing_phase). An answer that came while the judge made or
                 # compared a set reads late; the last trial's order goes out alone, after the comparison before it,
                 # so at least that one reads exactly.

@@ -168,7 +168,7 @@ def summary_row(kind: str, n: int, slots: int, warm: list, results: list, wall_s
             "phase_mean_s": {k: round(statistics.mean(v), 4) for k, v in sorted(phases.items())},
             # The device lock's shared steps (docs/slot.md: "1" all, "0" none, or a list), and the timings that went
             # on beside shared holders past the drain bound.
-            "device_shared_steps": os.environ.get("KRL_WORKER_DEVICE_SHARED_STEPS") or "0",
+            "device_shared_steps": os.environ.get("KRL_WORKER_DEVICE_SHARED_STEPS") or "1",
             "cupti_teardown": os.environ.get("KRL_WORKER_CUPTI_TEARDOWN") or "1",  # timing.release_cupti, "0" off
             "same_cpu": os.environ.get("KRL_WORKER_TIMING_SAME_CPU") or "0",  # isolation/timing_priority.py, opt-in
             "timing_gate": os.environ.get("KRL_WORKER_TIMING_GATE") or "1",  # slot/device_gate.py, on by default
@@ -191,7 +191,7 @@ def summary_row(kind: str, n: int, slots: int, warm: list, results: list, wall_s
             "outliers": sorted(r.request_id for r in correct if r.speedup and not 0.5 <= r.speedup <= 2.0)}
 
 
-def trace_summary(path: str, outliers: tuple = ()) -> dict:
+def trace_summary(path: str, outliers: tuple = (), keep: bool = False) -> dict:
     """Per task, from the judge's trace (KRL_EVAL_TRACE): mean count and seconds of each order type, and the judge's
     own time between orders; the rounds of the first tasks and of the `outliers` (request ids)."""
     if not os.path.exists(path):
@@ -219,7 +219,8 @@ def trace_summary(path: str, outliers: tuple = ()) -> dict:
     summary["round_parts"] = part_spreads([task.get("rounds", []) for task in tasks])
     # Every task's rounds at its counted length, to try other estimators on them offline (identical code's spread).
     summary["counted_rounds"] = {task.get("request_id"): counted_rounds(task.get("rounds", [])) for task in tasks}
-    os.remove(path)
+    if not keep:  # the next run of this kind and slot count appends to the same path
+        os.remove(path)
     return summary
 
 
@@ -265,9 +266,9 @@ def relative_iqr(values: list[float]) -> float:
     return round((q3 - q1) / median, 3) if median > 0 else 0.0
 
 
-def print_row(row: dict, trace: str) -> None:
+def print_row(row: dict, trace: str, keep: bool = False) -> None:
     """A pass's row, with its orders from the judges' trace, as one JSON line."""
-    row["orders"] = trace_summary(trace, tuple(row["outliers"]))
+    row["orders"] = trace_summary(trace, tuple(row["outliers"]), keep)
     print(json.dumps({"machine": platform.node(), **row}), flush=True)
 
 
@@ -292,11 +293,12 @@ def main() -> None:
                 os.makedirs(kept, exist_ok=True)
                 trace = os.path.join(kept, f"trace-{kind}-{slots}.jsonl")
                 os.environ["KRL_EVAL_TRACE"] = trace  # read by the judge hosts the evaluator starts
-                profiles = tempfile.mkdtemp(prefix=f"profiles-{kind}-{slots}-", dir=kept)
                 if args.profile:
+                    profiles = tempfile.mkdtemp(prefix=f"profiles-{kind}-{slots}-", dir=kept)
                     os.environ[PROFILE_ENV] = profiles
                 row = {"machine": platform.node(),
-                       **run(kind, args.n, slots, cache_dir, on_row=lambda found, trace=trace: print_row(found, trace))}
+                       **run(kind, args.n, slots, cache_dir,
+                             on_row=lambda found, trace=trace: print_row(found, trace, bool(args.keep)))}
                 if args.profile:  # the warm-up's tasks included
                     print(f"judges' profile, {kind} at {slots} slots:\n{summary(profiles)}", flush=True)
                     print(f"by own time:\n{summary(profiles, order='tottime')}", flush=True)

@@ -201,8 +201,8 @@ def test_a_timing_holds_the_device_one_window_at_a_time(holders, lock_dir):
 
 
 def test_a_measurement_can_pick_the_shared_steps():
-    assert shared_steps_from("1") == SHARED_STEPS
-    assert shared_steps_from("") == shared_steps_from("0") == frozenset()  # the default: measured faster
+    assert shared_steps_from("1") == shared_steps_from("") == SHARED_STEPS  # the default: timings beside hogs hold
+    assert shared_steps_from("0") == frozenset()
     assert shared_steps_from("trials, recheck,no_such_step") == {"trials", "recheck"}
 
 

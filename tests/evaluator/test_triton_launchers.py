@@ -39,6 +39,16 @@ def test_a_judge_builds_few_a_task_each_once_and_never_what_fails(monkeypatch):
     assert builder.build([["u8"], ["u16"]]) == 0  # the judge's lifetime cap
 
 
+def test_only_the_finish_may_name_launchers():
+    """The list rides on the `evidence` answer alone; on any other answer it is a field nobody asked for."""
+    from evaluator.slot.evidence import check_answer
+    from evaluator.slot.outcome import ProtocolBreach
+
+    assert check_answer({"type": "evidence", "triton_launchers": [["i32"]]}, "evidence")["triton_launchers"]
+    with pytest.raises(ProtocolBreach):
+        check_answer({"type": "ran", "triton_launchers": [["i32"]]}, "ran")
+
+
 def test_a_runner_without_per_signature_launchers_reports_none():
     """Tritons whose launcher is generic (no make_launcher, as 3.9 here) leave nothing to build; none, nothing."""
     try:
