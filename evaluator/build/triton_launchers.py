@@ -1,5 +1,5 @@
-"""Triton's C launchers in the trusted cache level: Triton 3.6 builds one with gcc per kernel signature, in the runner,
-~0.3 s of every Triton task (its cache level dies with the task). The runner names what it built; the judge rebuilds it."""
+"""Triton's C launchers in the trusted cache level: Triton 3.6 builds one with gcc per kernel signature in the runner,
+~0.3 s of every Triton task (its cache level dies with the task). A runner names what it built; the judge builds it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 from typing import Any, Iterable, Optional
 
 # The runner's report is the candidate's to forge: only type names pass, from Triton's own vocabulary ("*fp32", "i32",
-# "constexpr", ...), and Triton's template makes the C source from them. So the judge compiles nothing a candidate wrote.
+# "constexpr", ...), and Triton's template makes the C source from them: the judge compiles nothing a candidate wrote.
 _TYPE = re.compile(r"^(\*?[a-z][a-z0-9]{0,15}|constexpr)$")
 MAX_ARGUMENTS = 64
 REPORTED_MAX = 8  # signatures a runner reports

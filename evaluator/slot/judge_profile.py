@@ -19,13 +19,18 @@ def runners_profiled() -> bool:
 
 
 def keep_runner_profile(outputs_dir: str, task_id: object) -> None:
-    """The finished runner's profile moved out of its outputs folder (wiped next) into the profile folder."""
+    """The finished runner's profile copied out of its outputs folder (wiped next) into the profile folder: a plain
+    file only (the candidate names what lies there), and a failure costs the profile, never the task."""
     folder = os.environ.get(PROFILE_ENV, "")
     source = os.path.join(outputs_dir, RUNNER_PROFILE_FILE)
-    if folder and os.path.isfile(source):
-        import shutil
+    if not folder or os.path.islink(source) or not os.path.isfile(source):
+        return
+    import shutil
 
-        shutil.move(source, os.path.join(folder, f"runner-{os.getpid()}-{task_id}.prof"))
+    try:
+        shutil.copyfile(source, os.path.join(folder, f"runner-{os.getpid()}-{task_id}.prof"), follow_symlinks=False)
+    except OSError:
+        pass
 
 
 class JudgeProfile:

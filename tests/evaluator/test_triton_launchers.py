@@ -1,5 +1,5 @@
 """Triton's launchers in the trusted cache level (evaluator/build/triton_launchers.py): only Triton's type names pass
-from a runner's report, a judge builds few and each once; on a GPU, a later runner finds the launcher and builds none."""
+from a runner's report, a judge builds few, each once; on a GPU a later runner finds the launcher and builds none."""
 
 from __future__ import annotations
 
@@ -60,39 +60,6 @@ def test_a_runner_without_per_signature_launchers_reports_none():
         assert triton_launchers.record_launched_signatures() == []
 
 
-TRITON_RELU = '''
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    tl.store(out_ptr + offsets, tl.maximum(tl.load(x_ptr + offsets, mask=mask), 0.0), mask=mask)
-
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        out = torch.empty_like(x)
-        relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
-        return out
-'''
-REFERENCE = '''
-import torch
-import torch.nn as nn
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-def get_inputs():
-    return [torch.randn(64, 4096)]
-def get_init_inputs():
-    return []
-'''
-
-
 @pytest.mark.gpu
 def test_a_later_runner_loads_the_launcher_the_judge_built(tmp_path, monkeypatch):
     """Two Triton tasks on one slot: after the first, the judge has built its kernel's launcher into the trusted level;
@@ -101,7 +68,8 @@ def test_a_later_runner_loads_the_launcher_the_judge_built(tmp_path, monkeypatch
 
     from evaluator.contract.types import EvalRequest, Verdict
     from evaluator.slot.judge_profile import PROFILE_ENV
-    from tests.evaluator.pool_support import make_evaluator
+    from tests.evaluator.candidates.harness import candidate
+    from tests.evaluator.pool_support import RELU_REFERENCE, make_evaluator
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
@@ -111,8 +79,9 @@ def test_a_later_runner_loads_the_launcher_the_judge_built(tmp_path, monkeypatch
     profiles = tmp_path / "profiles"
     profiles.mkdir()
     monkeypatch.setenv(PROFILE_ENV, str(profiles))
-    request = EvalRequest(reference_source=REFERENCE, candidate_source=TRITON_RELU, problem_id="launchers/relu",
-                          backend="triton", timing_trials=3, run_timeout_s=120.0)
+    request = EvalRequest(reference_source=RELU_REFERENCE.format(n=1 << 18),
+                          candidate_source=candidate("relu_triton.py"), problem_id="launchers/relu", backend="triton",
+                          timing_trials=3, run_timeout_s=120.0)
     with make_evaluator(str(tmp_path / "cache"), devices="cuda:0", workers_per_device=1, spare_per_device=0) as ev:
         first = ev.evaluate(request)
         second = ev.evaluate(request)
