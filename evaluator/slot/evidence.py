@@ -12,6 +12,15 @@ from evaluator.slot.outcome import ProtocolBreach, TaskEnded
 # crashed-as-ours or anything the judge alone observes.
 ADMISSIBLE = {Verdict.COMPILE_ERROR, Verdict.RUNTIME_ERROR, Verdict.FORMAT_ERROR, Verdict.HACK_DETECTED}
 MAX_TEXT = 2000
+# The fields each answer may carry besides its type and name (slot/order_loop.py, slot/reference_first.py); any other
+# field on it breaks the protocol. triton_launchers is checked where it is built (build/triton_launchers.py).
+ANSWER_FIELDS = {
+    "evidence": frozenset({"own_kernel_time_fraction", "triton_launchers"}),
+    "handed": frozenset({"projections"}),
+    "ran": frozenset({"events_ms"}),
+    "reference_timed": frozenset({"events_ms"}),
+    "staged": frozenset({"gate"}),
+}
 
 
 def text(value: Any, limit: int = MAX_TEXT) -> str:
@@ -50,9 +59,7 @@ def check_answer(answer: dict[str, Any], expected: str, name: Optional[str] = No
         raise ProtocolBreach(f"it answered {text(kind, 40)!r} where the judge waited for {expected!r}")
     if name is not None and answer.get("name") != name:
         raise ProtocolBreach(f"it answered for {text(answer.get('name'), 40)!r}, not {name!r}")
-    extra = set(answer) - {"type", "name", "own_kernel_time_fraction", "projections", "events_ms", "gate"}
-    if expected == "evidence":
-        extra.discard("triton_launchers")  # build/triton_launchers.py checks them
+    extra = set(answer) - {"type", "name"} - ANSWER_FIELDS.get(expected, frozenset())
     if extra:
         raise ProtocolBreach(f"its answer carried fields nobody asked for ({', '.join(sorted(extra)[:4])})")
     values = answer.get("events_ms")  # a list of numbers the judge converts with float()

@@ -122,7 +122,8 @@ def prepare_runner(device: str) -> WorkerContext:
 def _import_gluon() -> None:
     """Triton's Gluon modules, which its compiler imports at a runner's first JIT: ~40 modules compiled from source
     (no bytecode cache in the sandbox), 0.15 s of each Triton task's first trial (H200, session 23, profiled). Here, in
-    a spare's warm-up, not in the zygote: a Gluon module once initialised CUDA there."""
+    a spare's warm-up, not in the zygote: a Gluon module once initialised CUDA there. Every GPU runner pays it, whatever
+    its candidate's backend: its CPU before a task rose from 0.35 to 0.48 s (docs/figures.md, session 23)."""
     try:
         import triton.experimental.gluon  # noqa: F401
     except Exception:  # noqa: BLE001 - another Triton, or none

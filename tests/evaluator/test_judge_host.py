@@ -76,6 +76,9 @@ def test_a_runner_can_admit_a_fault_but_never_claim_a_pass_or_our_failure():
         check_answer({"type": "output", "name": "trial-1"}, "output", "trial-0")
     with pytest.raises(ProtocolBreach):
         check_answer({"type": "ran", "speedup": 1000.0}, "ran")
+    with pytest.raises(ProtocolBreach):  # a field of another answer (the evidence's) on this one
+        check_answer({"type": "ran", "own_kernel_time_fraction": 1.0}, "ran")
+    assert check_answer({"type": "handed", "projections": ""}, "handed")["projections"] == ""
     with pytest.raises(TaskEnded):
         check_answer({"type": "failed", "verdict": "runtime_error", "message": "boom"}, "ran")
 

@@ -50,14 +50,14 @@ def test_only_the_finish_may_name_launchers():
 
 
 def test_a_runner_without_per_signature_launchers_reports_none():
-    """Tritons whose launcher is generic (no make_launcher, as 3.9 here) leave nothing to build; none, nothing."""
+    """Tritons whose launcher is generic (no make_launcher, as 3.9 here) leave nothing to build: none noted."""
     try:
         from triton.backends.nvidia import driver
-    except Exception:  # noqa: BLE001
-        assert triton_launchers.record_launched_signatures() == []
-        return
-    if not hasattr(driver, "make_launcher"):
-        assert triton_launchers.record_launched_signatures() == []
+    except Exception:  # noqa: BLE001 - no NVIDIA backend: nothing to note either
+        driver = None
+    if driver is not None and hasattr(driver, "make_launcher"):
+        pytest.skip("this Triton builds a launcher per signature (the GPU test covers it)")
+    assert triton_launchers.record_launched_signatures() == []
 
 
 @pytest.mark.gpu
