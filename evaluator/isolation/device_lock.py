@@ -48,12 +48,14 @@ class DeviceLock:
         self.device_held = False  # the exclusive hold has the device file (not after a drain that overran)
         self.overran = False  # the last exclusive acquisition went on beside shared holders that did not drain
         self.contended = False  # the last exclusive acquisition waited for another timing to let the gate go
+        self.drained_s = 0.0  # of the last exclusive acquisition's wait, the part spent draining the shared holders
 
     # ---- exclusive
     def acquire(self, deadline: float, drain_s: float = SHARED_DRAIN_MAX_S) -> Optional[float]:
         if self.exclusive_depth:
             self.exclusive_depth += 1
             self.contended = False
+            self.drained_s = 0.0
             return 0.0
         started = time.monotonic()
         self.overran = self.device_held = self.contended = False
@@ -65,13 +67,15 @@ class DeviceLock:
                 return None
             self.contended = True  # another timing held it: had as it let go
             time.sleep(POLL_S)
-        drained_by = min(deadline, time.monotonic() + drain_s)
+        gate_had = time.monotonic()
+        drained_by = min(deadline, gate_had + drain_s)
         while not self._try(self.path, fcntl.LOCK_EX):
             if time.monotonic() >= drained_by:
                 break
             time.sleep(POLL_S)
         else:
             self.device_held = True
+        self.drained_s = time.monotonic() - gate_had
         if not self.device_held and time.monotonic() >= deadline:
             self._unlock(self.gate_path)
             self._take_share_back()

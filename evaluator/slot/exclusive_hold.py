@@ -20,6 +20,14 @@ from evaluator.slot.outcome import TaskEnded
 # batches' spread at the same rate (call F).
 SETTLE_ENV = "KRL_WORKER_TIMING_SETTLE_MS"
 SETTLE_DEFAULT_MS = 3.0
+# "1": a task's counted rounds (its own, then KernelBench's) held as one window each (TimingPhase.held_together), not a
+# window a round. Each acquisition waits for the shared steps already on the device to drain (device_drain), and with
+# every GPU step shared that wait, ~11 times a task, left the GPU idle ~60% of the time (session 23, one H200).
+TOGETHER_ENV = "KRL_WORKER_TIMING_HOLD_TOGETHER"
+
+
+def held_together() -> bool:
+    return os.environ.get(TOGETHER_ENV, "0").strip() == "1"
 
 
 def settle_seconds() -> float:
@@ -38,10 +46,16 @@ def exclusive_window(lock: Any, deadline: float, phases: dict[str, Any], runner_
     after waiting for another timing (lock.contended) first lets settle_seconds() pass, booked in `held_settle` too."""
     from evaluator.isolation.timing_priority import TimingPriority
 
+    if lock.exclusive_depth:  # inside windows held together (TimingPhase.held_together): booked there
+        yield
+        return
     waited = lock.acquire(deadline)
     if waited is None:
         raise TaskEnded(Verdict.TIMEOUT, "The evaluation did not get the GPU for timing within its limit.")
     phases["device_wait"] = round(phases.get("device_wait", 0.0) + waited, 6)
+    # of which the shared steps already on the device took to drain (what every shared step's length costs a timing)
+    phases["device_drain"] = round(phases.get("device_drain", 0.0) + lock.drained_s, 6)
+    phases["device_windows"] = phases.get("device_windows", 0) + 1
     # 1: shared holders (another slot's order, a hostile spin) still on the device when the drain's bound passed, so
     # this window ran beside them (isolation/device_lock.SHARED_DRAIN_MAX_S); the bench counts it.
     phases["device_shared_overrun"] = max(phases.get("device_shared_overrun", 0), int(lock.overran))

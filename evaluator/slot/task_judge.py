@@ -253,11 +253,12 @@ class TaskJudge:
 
 
 @contextlib.contextmanager
-def shared_device(lock: Any, deadline: float, phases: dict[str, float]):
+def shared_device(lock: Any, deadline: float, phases: dict[str, float], step: str = ""):
     """A step that uses the GPU outside a timing (the judge's inputs and comparisons, an order that makes the runner
     use it), run with this GPU's lock (isolation/device_lock.py) held shared, so no timing measures beside it. The
-    wait and the hold add to `phases` (device_shared_wait, device_shared_hold); not had by `deadline`: Deadline, which
-    ends a started task as timeout. No lock (CPU mode): nothing."""
+    wait and the hold add to `phases` (device_shared_wait, device_shared_hold, and the hold by step name in
+    shared_hold_<step>: a timing waits for the longest step on the device to drain); not had by `deadline`: Deadline,
+    which ends a started task as timeout. No lock (CPU mode): nothing."""
     if lock is None:
         yield
         return
@@ -270,7 +271,10 @@ def shared_device(lock: Any, deadline: float, phases: dict[str, float]):
     finally:
         lock.release_shared()
         phases["device_shared_wait"] = round(phases.get("device_shared_wait", 0.0) + waited, 6)
-        phases["device_shared_hold"] = round(phases.get("device_shared_hold", 0.0) + time.monotonic() - began, 6)
+        held = time.monotonic() - began
+        phases["device_shared_hold"] = round(phases.get("device_shared_hold", 0.0) + held, 6)
+        if step:
+            phases["shared_hold_" + step] = round(phases.get("shared_hold_" + step, 0.0) + held, 6)
 
 
 def shared_steps_from(setting: str) -> frozenset[str]:
@@ -310,7 +314,7 @@ class Schedule:
     def on_device(self, step: str):
         """Context of one GPU step outside timing (a SHARED_STEPS name): the device shared for it (shared_device)."""
         lock = self.device_lock if step in self.shared_steps else None
-        return shared_device(lock, self.driver.deadline, self.phases)
+        return shared_device(lock, self.driver.deadline, self.phases, step)
 
     def lap(self, name: str, since: float) -> float:
         now = time.monotonic()

@@ -407,6 +407,15 @@ class TimingPhase(GatedRounds):
             return contextlib.nullcontext()
         return exclusive_window(self.lock, self.driver.deadline, self.schedule.phases, self.runner_pid(), why)
 
+    def held_together(self, why: str) -> Any:
+        """Several timed windows (a task's counted rounds) held as one where exclusive_hold.held_together() says so: the
+        windows inside take nothing more, and the work between them (queueing, the checks) is held too; else nothing."""
+        from evaluator.slot.exclusive_hold import held_together
+
+        if self.lock is None or not held_together():
+            return contextlib.nullcontext()
+        return self.held(True, why)
+
     def staging_budget(self) -> int:
         """Bytes of value sets and outputs each side may stage: STAGING_BUDGET_BYTES, and on a GPU at most a share of
         what the device has free now (the runner's sets and outputs, the judge's, the reference's outputs and the
@@ -644,15 +653,16 @@ class TimingPhase(GatedRounds):
             self.one_round(longer, False, exclusive=False)
             calls = self.calls = longer
             self.add_round(calls, 0, reference_ms, candidate_ms)
-        for index in range(1, rounds):
-            self.add_round(calls, index, reference_ms, candidate_ms)
-        # Unsteady: one more round at a time, judged on the latest `rounds`, rather than all of them again (a whole
-        # repeat cost ~2.5 attempts per evaluation on an H100, most of the timing's time).
         extra = 0
-        limit = min(extra_most, rounds)
-        while extra < limit and self.unsteady(reference_ms[-rounds:], candidate_ms[-rounds:]):
-            self.add_round(calls, rounds + extra, reference_ms, candidate_ms)
-            extra += 1
+        with self.held_together("rounds"):
+            for index in range(1, rounds):
+                self.add_round(calls, index, reference_ms, candidate_ms)
+            # Unsteady: one more round at a time, judged on the latest `rounds`, rather than all of them again (a whole
+            # repeat cost ~2.5 attempts per evaluation on an H100, most of the timing's time).
+            limit = min(extra_most, rounds)
+            while extra < limit and self.unsteady(reference_ms[-rounds:], candidate_ms[-rounds:]):
+                self.add_round(calls, rounds + extra, reference_ms, candidate_ms)
+                extra += 1
         if extra:
             self.schedule.phases["timing_extra_rounds"] = extra
         if self.unsteady(reference_ms[-rounds:], candidate_ms[-rounds:]):

@@ -10,6 +10,7 @@ import os
 import select
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -162,11 +163,28 @@ def test_the_judges_hooks_do_nothing_without_a_lock_and_end_a_task_that_cannot_g
                 ran.append("never")
         assert phases == {}  # a wait that failed records nothing
         timing.ask("release")
-        with shared_device(lock, time.monotonic() + LONG_S, phases):
+        with shared_device(lock, time.monotonic() + LONG_S, phases, "trials"):
             assert lock.shared_depth == 1
             ran.append("gpu")
         assert ran == ["cpu", "gpu"] and lock.shared_depth == 0
         assert phases["device_shared_wait"] >= 0 and phases["device_shared_hold"] >= 0
+        assert phases["shared_hold_trials"] == phases["device_shared_hold"]  # by step too: what a drain waits for
+    finally:
+        lock.close()
+
+
+def test_a_timing_records_how_long_the_shared_steps_took_to_drain(holders, lock_dir):
+    shared, lock = holders[0], DeviceLock("gpu-test")
+    try:
+        assert shared.ask("shared", LONG_S) is not None
+        releasing = threading.Timer(0.2, lambda: shared.ask("release_shared"))
+        releasing.start()
+        assert lock.acquire(time.monotonic() + LONG_S) is not None and not lock.overran
+        releasing.join()
+        assert 0.15 <= lock.drained_s < ANSWER_WAIT_S
+        lock.release()
+        assert lock.acquire(time.monotonic() + LONG_S) is not None and lock.drained_s < 0.15  # nothing to drain
+        lock.release()
     finally:
         lock.close()
 
@@ -233,5 +251,35 @@ def test_a_window_had_as_another_slot_lets_go_settles_first(holders, lock_dir, m
         letting_go.join()
         assert phases["held_settle"] == 0.02 and phases["device_wait"] >= 0.1
         assert inside - began >= phases["device_wait"] + 0.02 - 1e-3  # the settle came after the wait, inside the hold
+    finally:
+        lock.close()
+
+
+def test_rounds_held_together_are_one_window(holders, lock_dir, monkeypatch):
+    """With the hold-together setting a task's counted rounds take the device once: the windows inside book nothing
+    more, and no other timing gets in between them."""
+    from types import SimpleNamespace
+
+    from evaluator.slot.exclusive_hold import TOGETHER_ENV
+    from evaluator.slot.timing_phase import TimingPhase
+
+    other, lock = holders[0], DeviceLock("gpu-test")
+    driver = SimpleNamespace(deadline=time.monotonic() + LONG_S, runner=SimpleNamespace(host_pid=0))
+    phase = TimingPhase(SimpleNamespace(device="cuda:0"), driver, SimpleNamespace(phases={}), lock=lock)
+    try:
+        with phase.held_together("rounds"):  # the setting off: nothing held until a window
+            assert other.ask("exclusive", LONG_S, LONG_S)[0] is not None
+            other.ask("release")
+        monkeypatch.setenv(TOGETHER_ENV, "1")
+        with phase.held_together("rounds"):
+            for _ in range(3):
+                with phase.held():
+                    pass
+                assert other.ask("exclusive", SHORT_S, SHORT_S)[0] is None  # between two rounds: still held
+        assert lock.exclusive_depth == 0
+        assert other.ask("exclusive", LONG_S, LONG_S)[0] is not None
+        other.ask("release")
+        phases = phase.schedule.phases
+        assert phases["device_windows"] == 1 and phases["held_rounds"] == phases["timing_held"] > 0
     finally:
         lock.close()
