@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 from typing import Any, Optional
 
-from evaluator.judging import judge, kernelbench_timing, sol, timing
+from evaluator.judging import device_blocks, judge, kernelbench_timing, sol, timing
 from evaluator.contract.types import EvalRequest, EvalResult, Verdict
 from evaluator.judging.rules import runtime as runtime_rules
 from evaluator.judging.rules import static as static_rules
@@ -58,6 +58,7 @@ class TaskSession(RunState):
         hack(runtime_rules.check_inputs_unchanged(inputs, pristine))
         self.last_inputs = inputs
         self.output_bytes = sol.tensor_bytes(output)
+        self.output_sizes = device_blocks.tensor_sizes(output)
         self.reuses_outputs = self.reuses_outputs or judge.shares_storage(output, self.trial_output)
         self.trial_output = output
         return output
@@ -73,7 +74,8 @@ class TaskSession(RunState):
             self._check_custom_kernel_used(new_model, self.last_inputs, own_names, watch)
             self._check_output_uses_kernels(reference, new_model, watch)
         self._verify_untampered()
-        self.release_profiler()
+        # CUPTI stays attached until the timing's first staging (stage), which the judge sends without holding the
+        # device: its teardown (a profiler session of its own, ~30 ms) then lengthens no shared step.
 
     def release_profiler(self) -> None:
         """CUPTI detached once this runner profiles no more, before any timed batch (timing.release_cupti)."""
@@ -96,6 +98,9 @@ class TaskSession(RunState):
             self.torch.set_num_threads(1)
         self.bases = [judge.to_device(b, self.ctx.device) for b in bases]
         self.sets, self.outputs = [], []
+        if self.ctx.is_cuda:  # a batch of `count` calls then allocates its sets and outputs from the allocator's cache
+            device_blocks.reserve(device_blocks.tensor_sizes(self.bases[0]) + getattr(self, "output_sizes", []), count,
+                                  self.ctx.device)
         if not self.ctx.is_cuda:  # the batch's outputs on pages already mapped, as the judge does for the reference
             timing.keep_freed_memory()
             # outputs + the projection's stack, with room (slot/projection.py): a fresh runner otherwise
