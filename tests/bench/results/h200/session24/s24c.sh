@@ -1,0 +1,23 @@
+. .gpu/env.sh
+# Session 24, call C (one H200): shorter shared steps (warm rounds held around each side's batch only, checks and
+# recheck around the runner's order only, CUPTI's teardown at the first staging, the kept outputs' comparison unheld,
+# a size's batch blocks reserved at its staging). Triton and identical torch code at 8 slots with the defaults, Triton
+# with the counted rounds held together, honest Triton beside bandwidth hogs, and the new GPU test.
+mkdir -p $OUT/raw
+{ nvidia-smi -L; uname -r; nproc; git log -1 --oneline; } > $OUT/raw/device.txt 2>&1
+timeout 60 python3 -m pytest -q -p no:cacheprovider -m gpu tests/evaluator/test_device_blocks.py > $OUT/raw/gpu_tests.txt 2>&1
+timeout 110 python3 tests/bench/bench_slot.py --n 48 --slots 8 --kinds triton > $OUT/raw/triton.txt 2>&1
+timeout 90 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds torch > $OUT/raw/torch.txt 2>&1
+KRL_WORKER_TIMING_HOLD_TOGETHER=1 timeout 110 python3 tests/bench/bench_slot.py --n 48 --slots 8 --kinds triton \
+    > $OUT/raw/triton_together.txt 2>&1
+left=$(( 520 - SECONDS )); (( left > 100 )) && timeout $left python3 tests/bench/bench_device_share.py --n 16 \
+    --slots 8 --passes 1 > $OUT/raw/share.txt 2>&1
+tar -czf $OUT/raw.tgz -C $OUT raw
+cat $OUT/raw/device.txt; echo "elapsed $SECONDS s"; tail -3 $OUT/raw/gpu_tests.txt
+cut -c1-900 $OUT/raw/share.txt | grep -v "^  "
+for f in $OUT/raw/triton.txt $OUT/raw/torch.txt $OUT/raw/triton_together.txt; do echo "== $f"; grep "^{" $f | python3 -c "
+import json,sys
+for l in sys.stdin:
+    d=json.loads(l); p=d['phase_mean_s']; s=d.get('speedups') or []
+    print(d['kind'],d['slots'],d['evals_per_min'],d['correct'],'/',d['n'],d['verdicts'],'w5',sum(abs(x-1)<=.05 for x in s),'med',d.get('speedup_median'),'idle',d.get('gpu_idle_share'),'cpu',d.get('host_cpu_busy_share'),{k:p.get(k) for k in sorted(p) if k.startswith(('shared_hold','device_','timing_held','held_','total','timing','correctness','kernel_checks','recheck','judge_cuda_mallocs'))})
+"; grep -v "^{\|^  [0-9]" $f | head -4 | cut -c1-300; done
