@@ -258,8 +258,8 @@ def test_a_window_had_as_another_slot_lets_go_settles_first(holders, lock_dir, m
 
 
 def test_rounds_held_together_are_one_window(holders, lock_dir, monkeypatch):
-    """With the hold-together setting a task's counted rounds take the device once: the windows inside book nothing
-    more, and no other timing gets in between them."""
+    """By default a task's counted rounds take the device once: the windows inside book nothing more, and no other
+    timing gets in between them."""
     from types import SimpleNamespace
 
     from evaluator.slot.exclusive_hold import TOGETHER_ENV
@@ -269,10 +269,11 @@ def test_rounds_held_together_are_one_window(holders, lock_dir, monkeypatch):
     driver = SimpleNamespace(deadline=time.monotonic() + LONG_S, runner=SimpleNamespace(host_pid=0))
     phase = TimingPhase(SimpleNamespace(device="cuda:0"), driver, SimpleNamespace(phases={}), lock=lock)
     try:
+        monkeypatch.setenv(TOGETHER_ENV, "0")
         with phase.held_together("rounds"):  # the setting off: nothing held until a window
             assert other.ask("exclusive", LONG_S, LONG_S)[0] is not None
             other.ask("release")
-        monkeypatch.setenv(TOGETHER_ENV, "1")
+        monkeypatch.delenv(TOGETHER_ENV)  # the default
         with phase.held_together("rounds"):
             for _ in range(3):
                 with phase.held():
