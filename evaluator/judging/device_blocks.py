@@ -39,3 +39,9 @@ def reserve(sizes: list[int], count: int, device: Any) -> int:
     blocks = [torch.empty(size, dtype=torch.uint8, device=device) for _ in range(count) for size in sizes]
     del blocks
     return count * each
+
+
+def reserve_batch(set_sizes: list[int], output_sizes: list[int], calls: int, device: Any) -> int:
+    """reserve() for a batch of `calls` calls, each with a value set and an output of these tensor sizes, and for its
+    hand-over's stack of every output (slot/projection.py)."""
+    return reserve(set_sizes + output_sizes, calls, device) + reserve([calls * sum(output_sizes)], 1, device)

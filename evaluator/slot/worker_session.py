@@ -58,7 +58,7 @@ class TaskSession(RunState):
         hack(runtime_rules.check_inputs_unchanged(inputs, pristine))
         self.last_inputs = inputs
         self.output_bytes = sol.tensor_bytes(output)
-        self.output_sizes = device_blocks.tensor_sizes(output)
+        self.output_sizes = device_blocks.tensor_sizes(output)  # for the timing's reserved blocks (stage)
         self.reuses_outputs = self.reuses_outputs or judge.shares_storage(output, self.trial_output)
         self.trial_output = output
         return output
@@ -99,8 +99,8 @@ class TaskSession(RunState):
         self.bases = [judge.to_device(b, self.ctx.device) for b in bases]
         self.sets, self.outputs = [], []
         if self.ctx.is_cuda:  # a batch of `count` calls then allocates its sets and outputs from the allocator's cache
-            device_blocks.reserve(device_blocks.tensor_sizes(self.bases[0]) + getattr(self, "output_sizes", []), count,
-                                  self.ctx.device)
+            device_blocks.reserve_batch(device_blocks.tensor_sizes(self.bases[0]), getattr(self, "output_sizes", []),
+                                        count, self.ctx.device)
         if not self.ctx.is_cuda:  # the batch's outputs on pages already mapped, as the judge does for the reference
             timing.keep_freed_memory()
             # outputs + the projection's stack, with room (slot/projection.py): a fresh runner otherwise

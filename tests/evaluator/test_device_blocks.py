@@ -1,5 +1,5 @@
 """A timed batch's GPU blocks reserved ahead of it: the sizes read off real values, nothing done off the GPU, and on a
-GPU a batch of the reserved sizes asks the driver for no new memory."""
+GPU a batch of the reserved sizes and its hand-over's stack ask the driver for no new memory."""
 
 from __future__ import annotations
 
@@ -21,13 +21,16 @@ def test_nothing_is_reserved_off_the_gpu():
 
 
 @pytest.mark.gpu
-def test_a_batch_of_the_reserved_sizes_allocates_nothing_new():
+def test_a_batch_and_its_stack_of_the_reserved_sizes_allocate_nothing_new():
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     torch.cuda.empty_cache()
-    sizes, calls = [256 << 10, 3 << 20], 64
-    assert device_blocks.reserve(sizes, calls, "cuda:0") == calls * sum(sizes)
+    set_sizes, output_sizes, calls = [3 << 20], [256 << 10], 64
+    reserved = device_blocks.reserve_batch(set_sizes, output_sizes, calls, "cuda:0")
+    assert reserved == 2 * calls * (256 << 10) + calls * (3 << 20)
     before = torch.cuda.memory_stats()["segment.all.allocated"]
-    batch = [torch.empty(size // 4, device="cuda:0") for _ in range(calls) for size in sizes]
+    sets = [torch.empty((3 << 20) // 4, device="cuda:0") for _ in range(calls)]
+    outputs = [torch.empty((256 << 10) // 4, device="cuda:0") for _ in range(calls)]
+    stacked = torch.stack(outputs)
     assert torch.cuda.memory_stats()["segment.all.allocated"] == before
-    del batch
+    del sets, outputs, stacked

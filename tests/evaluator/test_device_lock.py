@@ -286,3 +286,26 @@ def test_rounds_held_together_are_one_window(holders, lock_dir, monkeypatch):
         assert phases["device_windows"] == 1 and phases["held_rounds"] == phases["timing_held"] > 0
     finally:
         lock.close()
+
+
+def test_rounds_are_not_held_together_beside_a_shared_step_that_overran_its_drain(holders, lock_dir):
+    """A hog's long shared step still on the device past the drain's bound: the rounds then take a window each, each
+    waiting for a drain of its own, rather than all running beside it."""
+    from types import SimpleNamespace
+
+    from evaluator.slot.timing_phase import TimingPhase
+
+    hog, lock = holders[0], DeviceLock("gpu-test")
+    driver = SimpleNamespace(deadline=time.monotonic() + LONG_S, runner=SimpleNamespace(host_pid=0))
+    phase = TimingPhase(SimpleNamespace(device="cuda:0"), driver, SimpleNamespace(phases={}), lock=lock)
+    try:
+        assert hog.ask("shared", LONG_S) is not None  # and never lets go
+        with phase.held_together("rounds"):
+            assert lock.exclusive_depth == 0  # let go again once the drain overran
+            with phase.held():
+                assert lock.exclusive_depth == 1 and lock.overran
+        phases = phase.schedule.phases
+        assert phases["device_windows"] == 2 and phases["device_shared_overrun"] == 1
+    finally:
+        hog.ask("release_shared")
+        lock.close()
