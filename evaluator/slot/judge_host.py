@@ -36,9 +36,9 @@ SPARE_RUNNERS_ENV = "KRL_WORKER_SPARE_RUNNERS"  # a fixed count; unset: GPU slot
 SPARE_WAIT_TO_RAISE_S = 0.1
 MAX_GPU_SPARES = 3
 MIN_FREE_SHARE_TO_RAISE = 0.25
-# Which GPU steps outside timing hold the device lock shared (slot/task_judge.shared_steps_from): unset the default
-# (task_judge.DEFAULT_SHARED_STEPS, docs/slot.md says why), "1" all of them, "0" none (only timings exclude each other),
-# or a comma-separated list of task_judge.SHARED_STEPS names.
+# Which GPU steps outside timing hold the device lock shared (slot/task_judge.shared_steps_from): unset or "1" all of
+# them (the default, docs/slot.md says why), "0" none (only timings exclude each other), or a comma-separated list of
+# task_judge.SHARED_STEPS names.
 DEVICE_SHARED_ENV = "KRL_WORKER_DEVICE_SHARED_STEPS"
 
 

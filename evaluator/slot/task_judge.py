@@ -29,10 +29,6 @@ OVERLAP_MAX_BYTES = 1 << 30
 # warm_rounds: the timing's cold and warm rounds, full batches outside its exclusive windows (slot/timing_phase.py).
 SHARED_STEPS = frozenset({"trials", "checks", "timing_inputs", "timing_checks", "recheck",
                           "warm_rounds"})
-# Held by default: every step in which the candidate's code runs, and the judge's making of the timing's inputs. Not
-# timing_checks: the runner writes the outputs it kept and the judge compares them, no candidate call in it, and it held
-# the device 0.06 s a task (session 24, one H200, 8 slots), a wait for every timing that came meanwhile.
-DEFAULT_SHARED_STEPS = SHARED_STEPS - {"timing_checks"}
 _SET_NAME = re.compile(r"^(trial-\d{1,4}|timing-\d{1,2}|recheck|poison)$")
 _SECRET_SEED_OFFSET = secrets.randbelow(2**40) + 2**32  # per judge process; never sent to a runner
 
@@ -282,17 +278,16 @@ def shared_device(lock: Any, deadline: float, phases: dict[str, float], step: st
 
 
 def shared_steps_from(setting: str) -> frozenset[str]:
-    """The steps a setting names: empty the default (DEFAULT_SHARED_STEPS), "1" every step, "0" none, else a
-    comma-separated list of SHARED_STEPS. Shared by default since session 23 (one H200, 8 slots): beside bandwidth
-    hogs, 14 of 16 honest speedups stayed within ±5% of quiet with every step shared and none of 16 with none
-    (0.58-1.75x); identical torch code read within ±5% on 31 of 32 tasks against 17 of 32, at about half the rate
-    (docs/slot.md)."""
+    """The steps a setting names: "1" (or empty: the default) every step, "0" none, else a comma-separated list of
+    SHARED_STEPS. Every step by default since session 23 (one H200, 8 slots): beside bandwidth hogs, 14 of 16 honest
+    speedups stayed within ±5% of quiet with every step shared and none of 16 with none (0.58-1.75x); identical torch
+    code read within ±5% on 31 of 32 tasks against 17 of 32, at about half the rate. Leaving the kept outputs'
+    comparison out (no candidate call in it) and reserving each size's blocks outside the holds read 17-21 of 32
+    (session 24, docs/slot.md)."""
     setting = setting.strip()
     if setting == "0":
         return frozenset()
-    if setting == "":
-        return DEFAULT_SHARED_STEPS
-    if setting == "1":
+    if setting in ("", "1"):
         return SHARED_STEPS
     return frozenset(step.strip() for step in setting.split(",")) & SHARED_STEPS
 
@@ -301,7 +296,7 @@ class Schedule:
     """The orders of one task, in the judge's order: load, trials, kernel checks, timing, recheck, finish."""
 
     def __init__(self, task: TaskJudge, driver: Any, timing_factory: Callable[..., Any], device_lock: Any = None,
-                 shared_steps: frozenset[str] = DEFAULT_SHARED_STEPS):
+                 shared_steps: frozenset[str] = SHARED_STEPS):
         self.task, self.driver, self.timing_factory = task, driver, timing_factory
         self.device_lock = device_lock  # this GPU's lock, held shared around each GPU step outside timing (None: CPU)
         self.shared_steps = shared_steps
@@ -338,10 +333,10 @@ class Schedule:
         self.trials()
         t = self.lap("correctness", t)
         if request.backend in ("triton", "cuda"):
-            task.make("poison")
             with self.on_device("checks"):  # the runner profiles and poisons its kernels
+                task.make("poison")
                 driver.order({"type": "checks", "name": "poison"}, "checked")
-            task.forget("poison")
+                task.forget("poison")
             t = self.lap("kernel_checks", t)
         if request.measure_timing:
             self.timing_factory(task, driver, self).run(result)
@@ -449,12 +444,10 @@ class Schedule:
         raise TaskEnded(verdict, f"Wrong {where}: {comparison.message}")
 
     def recheck(self) -> None:
-        """One more call on fresh inputs after the timing. The device is held shared for the runner's order alone: the
-        judge's inputs and comparison are its own small GPU work, and every shared step's length is a timing's wait."""
-        self.task.make("recheck")
         with self.on_device("recheck"):
+            self.task.make("recheck")
             self.driver.order({"type": "recheck", "name": "recheck"}, "output", "recheck")
-        comparison, output = self.task.compare("recheck", self.task.reference_outputs["recheck"],
-                                               lambda: self.task.values["recheck"])
+            comparison, output = self.task.compare("recheck", self.task.reference_outputs["recheck"],
+                                                   lambda: self.task.values["recheck"])
         if not comparison.ok:
             self.wrong(comparison, output, "after repeated calls, on fresh inputs")

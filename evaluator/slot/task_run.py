@@ -12,7 +12,7 @@ from evaluator.slot.judge_profile import runners_profiled
 from evaluator.slot.outcome import RunnerGone, SlotFailure, TaskEnded, verdict_result
 from evaluator.slot.sol_floor import check as check_speed_of_light
 from evaluator.slot.task_driver import Deadline, write_trace
-from evaluator.slot.task_judge import DEFAULT_SHARED_STEPS, Schedule
+from evaluator.slot.task_judge import SHARED_STEPS, Schedule
 
 EXIT_STATUS_WAIT_S = 2.0
 ROUND_TRIP_PINGS = 5
@@ -21,7 +21,7 @@ ROUND_TRIP_PINGS = 5
 def drive_task(slot: Any, runner: Any, driver: Any, task: Any, prebuilt: Optional[dict], on_started: Callable[[], None],
                timing_factory: Callable[..., Any], start_deadline: float, device_name: str = "",
                err_path: str = "", device_lock: Any = None,
-               shared_steps: frozenset[str] = DEFAULT_SHARED_STEPS, alone: bool = False) -> dict[str, Any]:
+               shared_steps: frozenset[str] = SHARED_STEPS, alone: bool = False) -> dict[str, Any]:
     """`device_lock`: this GPU's lock (isolation/device_lock.py), held shared around the task's `shared_steps` (GPU
     steps outside its timing; the timing holds it exclusive); None in CPU mode. `alone`: the pool gave this task its
     device to itself (a retry after the GPU was full of others' memory), so an out-of-memory error is the candidate's."""

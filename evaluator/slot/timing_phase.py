@@ -532,10 +532,8 @@ class TimingPhase(GatedRounds):
     def issued_sides(self, candidate_first: bool, counted: bool, exclusive: bool, calls: int, salt: int,
                      picked: list[int], seed: int, hands: dict) -> None:
         """One round's two sides, each batch issued and timed as it goes (CPU; GPU without gates; the unheld warm
-        rounds, held shared where KRL_WORKER_DEVICE_SHARED_STEPS names `warm_rounds`: the hand-overs too, whose stacks
-        and projections read a whole batch's outputs, as much traffic as a small problem's timed batch; held around
-        the batches alone, identical torch code at 8 slots read within ±5% on 17-21 of 32 tasks against 26-31, H200,
-        session 24)."""
+        rounds, held shared where KRL_WORKER_DEVICE_SHARED_STEPS names `warm_rounds`, the hand-overs too: their stacks
+        and projections read a whole batch's outputs, as much traffic as a small problem's timed batch)."""
         step = self.schedule.on_device("warm_rounds") if not exclusive else contextlib.nullcontext()
         with step, self.held(exclusive, "rounds" if counted else "sizing"):
             for side in self.sides(candidate_first):
@@ -734,11 +732,6 @@ class TimingPhase(GatedRounds):
         # GPU: the base sets stay loaded between rounds of one batch size. CPU: staged before every batch, which maps
         # the batch's pages afresh in the runner as the judge's are (staged once, identical code read ~0.83x).
         if calls != self.staged_for or self.kind == "cpu":
-            if self.kind == "cuda":  # the judge's batch at this size then allocates nothing while the device is held
-                from evaluator.judging import device_blocks
-
-                device_blocks.reserve_batch(device_blocks.tensor_sizes(self.bases[0]), device_blocks.tensor_sizes(
-                    self.task.reference_outputs["timing-0"]), calls, self.task.device)
             order: dict[str, Any] = {"type": "stage", "sets": [f"timing-{j}" for j in range(BASE_SETS)], "count": calls}
             page = self.open_gate_page() if self.gated and self.gate_page is None else None
             if page is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 from typing import Any, Optional
 
-from evaluator.judging import device_blocks, judge, kernelbench_timing, sol, timing
+from evaluator.judging import judge, kernelbench_timing, sol, timing
 from evaluator.contract.types import EvalRequest, EvalResult, Verdict
 from evaluator.judging.rules import runtime as runtime_rules
 from evaluator.judging.rules import static as static_rules
@@ -58,7 +58,6 @@ class TaskSession(RunState):
         hack(runtime_rules.check_inputs_unchanged(inputs, pristine))
         self.last_inputs = inputs
         self.output_bytes = sol.tensor_bytes(output)
-        self.output_sizes = device_blocks.tensor_sizes(output)  # for the timing's reserved blocks (stage)
         self.reuses_outputs = self.reuses_outputs or judge.shares_storage(output, self.trial_output)
         self.trial_output = output
         return output
@@ -98,9 +97,6 @@ class TaskSession(RunState):
             self.torch.set_num_threads(1)
         self.bases = [judge.to_device(b, self.ctx.device) for b in bases]
         self.sets, self.outputs = [], []
-        if self.ctx.is_cuda:  # a batch of `count` calls then allocates its sets and outputs from the allocator's cache
-            device_blocks.reserve_batch(device_blocks.tensor_sizes(self.bases[0]), getattr(self, "output_sizes", []),
-                                        count, self.ctx.device)
         if not self.ctx.is_cuda:  # the batch's outputs on pages already mapped, as the judge does for the reference
             timing.keep_freed_memory()
             # outputs + the projection's stack, with room (slot/projection.py): a fresh runner otherwise

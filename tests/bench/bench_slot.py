@@ -166,9 +166,9 @@ def summary_row(kind: str, n: int, slots: int, warm: list, results: list, wall_s
             "errors": sorted({r.error_message[:200] for r in results if r.verdict != Verdict.CORRECT})[:3],
             "wall_s": round(wall_s, 2), "evals_per_min": round(60 * n / wall_s, 1),
             "phase_mean_s": {k: round(statistics.mean(v), 4) for k, v in sorted(phases.items())},
-            # The device lock's shared steps (docs/slot.md: "default", "1" all, "0" none, or a list), and the timings
-            # that went on beside shared holders past the drain bound.
-            "device_shared_steps": os.environ.get("KRL_WORKER_DEVICE_SHARED_STEPS") or "default",
+            # The device lock's shared steps (docs/slot.md: "1" all, "0" none, or a list), and the timings that went
+            # on beside shared holders past the drain bound.
+            "device_shared_steps": os.environ.get("KRL_WORKER_DEVICE_SHARED_STEPS") or "1",
             "cupti_teardown": os.environ.get("KRL_WORKER_CUPTI_TEARDOWN") or "1",  # timing.release_cupti, "0" off
             "same_cpu": os.environ.get("KRL_WORKER_TIMING_SAME_CPU") or "0",  # isolation/timing_priority.py, opt-in
             "timing_gate": os.environ.get("KRL_WORKER_TIMING_GATE") or "1",  # slot/device_gate.py, on by default

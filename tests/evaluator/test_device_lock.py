@@ -19,7 +19,7 @@ import pytest
 from evaluator.isolation.device_lock import LOCK_DIR_ENV, DeviceLock
 from evaluator.slot.outcome import TaskEnded
 from evaluator.slot.task_driver import Deadline
-from evaluator.slot.task_judge import DEFAULT_SHARED_STEPS, SHARED_STEPS, shared_device, shared_steps_from
+from evaluator.slot.task_judge import SHARED_STEPS, shared_device, shared_steps_from
 
 ROOT = str(Path(__file__).resolve().parents[2])
 ANSWER_WAIT_S = 60.0  # generous: a loaded 2-core machine
@@ -219,9 +219,7 @@ def test_a_timing_holds_the_device_one_window_at_a_time(holders, lock_dir):
 
 
 def test_a_measurement_can_pick_the_shared_steps():
-    # the default: every step that runs the candidate (timings beside hogs hold), not the kept outputs' comparison
-    assert shared_steps_from("") == DEFAULT_SHARED_STEPS == SHARED_STEPS - {"timing_checks"}
-    assert shared_steps_from("1") == SHARED_STEPS
+    assert shared_steps_from("1") == shared_steps_from("") == SHARED_STEPS  # the default: timings beside hogs hold
     assert shared_steps_from("0") == frozenset()
     assert shared_steps_from("trials, recheck,no_such_step") == {"trials", "recheck"}
 
