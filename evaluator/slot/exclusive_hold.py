@@ -22,9 +22,9 @@ SETTLE_ENV = "KRL_WORKER_TIMING_SETTLE_MS"
 SETTLE_DEFAULT_MS = 3.0
 # A task's counted rounds (its own, then KernelBench's) held as one exclusive window each (TimingPhase.held_together),
 # not a window a round; "0" a window a round. Held together, the rounds read steadier, since no other slot's work comes
-# between them: at 8 slots on an H200 (session 24, call C) the rounds' spread fell from 0.28 to 0.13 and honest Triton
-# within ±5% of torch's ReLU rose from 31 to 41 of 48, at 137 evaluations a minute against 153 (the work between the
-# rounds is held too).
+# between them: at 8 slots on an H200 with every GPU step shared (session 24, call B) the Triton rounds' spread fell
+# from 0.21 to 0.08, honest Triton within ±5% of torch's ReLU rose from 37 to 42 of 48 and identical torch code read
+# 30 of 32, at 102 Triton evaluations a minute against 110 (the work between the rounds is held too).
 TOGETHER_ENV = "KRL_WORKER_TIMING_HOLD_TOGETHER"
 
 

@@ -189,17 +189,22 @@ def test_a_timing_records_how_long_the_shared_steps_took_to_drain(holders, lock_
         lock.close()
 
 
-def test_a_timing_holds_the_device_one_window_at_a_time(holders, lock_dir):
-    """Another slot's timing gets the device between two of this one's windows (its rounds), never inside one."""
+def timing_phase_with(lock: DeviceLock):
+    """A judge's TimingPhase reduced to what the hold reads: its task's device, a driver's deadline (no runner: pid 0,
+    the judge alone boosted) and a schedule's phases."""
     from types import SimpleNamespace
 
     from evaluator.slot.timing_phase import TimingPhase
 
-    other, lock = holders[0], DeviceLock("gpu-test")
-    # The judge's own task, driver and schedule, reduced to what the hold reads (no runner: pid 0, the judge alone
-    # boosted).
     driver = SimpleNamespace(deadline=time.monotonic() + LONG_S, runner=SimpleNamespace(host_pid=0))
-    phase = TimingPhase(SimpleNamespace(device="cuda:0"), driver, SimpleNamespace(phases={}), lock=lock)
+    return TimingPhase(SimpleNamespace(device="cuda:0"), driver, SimpleNamespace(phases={}), lock=lock)
+
+
+def test_a_timing_holds_the_device_one_window_at_a_time(holders, lock_dir):
+    """Another slot's timing gets the device between two of this one's windows (its rounds), never inside one."""
+    other, lock = holders[0], DeviceLock("gpu-test")
+    phase = timing_phase_with(lock)
+    driver = phase.driver
     try:
         with phase.held():
             assert other.ask("exclusive", SHORT_S, SHORT_S)[0] is None
@@ -227,16 +232,11 @@ def test_a_measurement_can_pick_the_shared_steps():
 def test_a_window_had_as_another_slot_lets_go_settles_first(holders, lock_dir, monkeypatch):
     """A window had after a wait lets the settle pass before its timed work (the slot before starts its next GPU work
     at once); a window had at once does not wait."""
-    import threading
-    from types import SimpleNamespace
-
     from evaluator.slot.exclusive_hold import SETTLE_ENV
-    from evaluator.slot.timing_phase import TimingPhase
 
     monkeypatch.setenv(SETTLE_ENV, "20")
     other, lock = holders[0], DeviceLock("gpu-test")
-    driver = SimpleNamespace(deadline=time.monotonic() + LONG_S, runner=SimpleNamespace(host_pid=0))
-    phase = TimingPhase(SimpleNamespace(device="cuda:0"), driver, SimpleNamespace(phases={}), lock=lock)
+    phase = timing_phase_with(lock)
     phases = phase.schedule.phases
     try:
         with phase.held():
@@ -258,14 +258,10 @@ def test_a_window_had_as_another_slot_lets_go_settles_first(holders, lock_dir, m
 def test_rounds_held_together_are_one_window(holders, lock_dir, monkeypatch):
     """By default a task's counted rounds take the device once: the windows inside book nothing more, and no other
     timing gets in between them."""
-    from types import SimpleNamespace
-
     from evaluator.slot.exclusive_hold import TOGETHER_ENV
-    from evaluator.slot.timing_phase import TimingPhase
 
     other, lock = holders[0], DeviceLock("gpu-test")
-    driver = SimpleNamespace(deadline=time.monotonic() + LONG_S, runner=SimpleNamespace(host_pid=0))
-    phase = TimingPhase(SimpleNamespace(device="cuda:0"), driver, SimpleNamespace(phases={}), lock=lock)
+    phase = timing_phase_with(lock)
     try:
         monkeypatch.setenv(TOGETHER_ENV, "0")
         with phase.held_together("rounds"):  # the setting off: nothing held until a window
@@ -289,13 +285,8 @@ def test_rounds_held_together_are_one_window(holders, lock_dir, monkeypatch):
 def test_rounds_are_not_held_together_beside_a_shared_step_that_overran_its_drain(holders, lock_dir):
     """A hog's long shared step still on the device past the drain's bound: the rounds then take a window each, each
     waiting for a drain of its own, rather than all running beside it."""
-    from types import SimpleNamespace
-
-    from evaluator.slot.timing_phase import TimingPhase
-
     hog, lock = holders[0], DeviceLock("gpu-test")
-    driver = SimpleNamespace(deadline=time.monotonic() + LONG_S, runner=SimpleNamespace(host_pid=0))
-    phase = TimingPhase(SimpleNamespace(device="cuda:0"), driver, SimpleNamespace(phases={}), lock=lock)
+    phase = timing_phase_with(lock)
     try:
         assert hog.ask("shared", LONG_S) is not None  # and never lets go
         with phase.held_together("rounds"):
