@@ -42,7 +42,7 @@ def project_root() -> str:
 
 # OpenMP's pool threads sleep as soon as a parallel region ends, in the judges and the runners alike. Spinning (GNU
 # OpenMP's default, for a few ms) used CPU in an honest runner while it waited for its next order, which the judge
-# counts as the candidate's side work while it times the reference (slot/timing_phase.py reference_watched).
+# counts as the candidate's side work while it times the reference (slot/reference_watch.py).
 OMP_WAIT_POLICY = "PASSIVE"
 
 # One hardware work queue per CUDA context in every process the pool starts, unless the user's environment says

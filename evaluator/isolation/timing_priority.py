@@ -13,7 +13,7 @@ BOOSTED_NICE = -10  # CFS weight ~9x a nice-0 process: other slots' work yields 
 # costs what its core gives it: the same ReLU batch in fresh processes on an idle 16-core H100 host took 10-18 us a
 # call by process, and identical code read 0.86-0.90. Opt-in: tried on an H100 only together with a second sizing
 # round, which made a task's hold 5.6 s and misread an honest matmul (docs/figures.md, "Session 7"); not measured
-# alone. A runner's work beside the pinned reference is watched (slot/timing_phase.py reference_watched).
+# alone. A runner's work beside the pinned reference is watched (slot/reference_watch.py).
 SAME_CPU_ENV = "KRL_WORKER_TIMING_SAME_CPU"
 
 

@@ -29,12 +29,12 @@ class ProtocolBreach(TaskEnded):
 
 
 class Interfered(Exception):
-    """The runner worked while the judge timed the reference (timing_phase.reference_watched): the round does not
+    """The runner worked while the judge timed the reference (slot/reference_watch.py): the round does not
     count."""
 
 
 def timed_again_if_interfered(round_: Callable[[], Any]) -> Any:
-    """`round_()`, run again while it raises Interfered (reference_watched ends the task after a few)."""
+    """`round_()`, run again while it raises Interfered (WatchedReference.reference_watched ends the task after a few)."""
     while True:
         try:
             return round_()

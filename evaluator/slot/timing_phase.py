@@ -17,7 +17,8 @@ from evaluator.contract.types import Verdict
 from evaluator.slot import device_memory
 from evaluator.slot.exclusive_hold import exclusive_window
 from evaluator.slot.gated_rounds import GATE_OFF_BY, GatedRounds
-from evaluator.slot.outcome import Interfered, ProtocolBreach, TaskEnded, timed_again_if_interfered
+from evaluator.slot.outcome import ProtocolBreach, TaskEnded, timed_again_if_interfered
+from evaluator.slot.reference_watch import WatchedReference
 from evaluator.slot.round_figures import MAX_SPREAD, round_limits, side_figure, spread
 
 CLOCK_JUDGE_WALL = "judge_wall"  # the judge's clock around a synchronised batch (GPU)
@@ -65,18 +66,6 @@ BASE_SETS = 2
 # GPU: a counted batch whose faster side took under GROW_BELOW of the target is made longer (longer_batch), by at most
 # GROW_FACTOR_MAX a time and BATCH_GROWTHS times a task; the round is dropped and the counting starts again.
 GROW_BELOW, GROW_FACTOR_MAX, BATCH_GROWTHS = 0.6, 4.0, 2
-# The runner's whole tree is watched while the judge times the reference (its batch and projection): an honest runner
-# waits for its next order then, using next to no CPU. More than this share of the CPU time the judge's timing thread
-# used meanwhile, plus the slack, is the candidate's own work (a thread or process it left running) stretching the
-# reference through the host's cores, caches and memory bandwidth, which the reference's host-bound calls need.
-# The round is timed again; past INTERFERED_ROUNDS_MAX such rounds the task ends `hack_detected` (side_work).
-INTERFERENCE_SHARE = 0.5  # a process spinning throughout is ~1.0 (more on idle cores); spinning OpenMP threads ~0.7
-INTERFERENCE_SLACK_S = 1e-3
-INTERFERED_ROUNDS_MAX = 2
-# CPU mode: the watched windows taken together cover at least this much of the judge's CPU (check_watched_together),
-# with at most this many extra watched reference batches.
-WATCHED_MIN_S = 0.03
-WATCHED_EXTRA_MAX = 16
 # Picked outputs wait for the end of the rounds (check_kept) while the judge's copies of them and of their values stay
 # under this many bytes (the runner's copies match them); beyond it they are checked at once, after the round: on a GPU
 # eight judges' caches filled the device before (an honest candidate out of memory at 8 slots on an H100).
@@ -90,15 +79,13 @@ KEPT_BYTES_MAX = 512 << 20
 EXTRA_TIMINGS: dict[str, Any] = {}
 
 
-class TimingPhase(GatedRounds):
+class TimingPhase(GatedRounds, WatchedReference):
     def __init__(self, task: Any, driver: Any, schedule: Any, charge: Any = None, lock: Any = None,
                  watch: Any = None):
         self.task, self.driver, self.schedule = task, driver, schedule
         self.kind = "cuda" if task.device.startswith("cuda") else "cpu"
         self.charge = charge  # CpuCharge of the runner's tree (CPU mode)
         self.watch = watch if watch is not None else charge  # the same reading, for the runner's work while idle
-        self.interfered_rounds = 0
-        self.watched_clean = [0.0, 0.0]  # the runner's and the judge's CPU seconds over the clean watched windows
         self.lock = lock  # DeviceLock of this GPU, held exclusive only for timed windows (held)
         self.rng = random.SystemRandom()
         self.bases: list[list] = []
@@ -120,6 +107,7 @@ class TimingPhase(GatedRounds):
         self.staged_for = 0  # the batch size the runner was last staged for
         self.cost_counted, self.counted_cost = False, None  # the reference's flops and bytes (problem_cost)
         self.init_gates(self.kind)
+        self.init_watch()
 
     # ---- the two sides' batches
     def reference_batch(self, calls: int, salt: int) -> float:
@@ -544,55 +532,6 @@ class TimingPhase(GatedRounds):
                 else:
                     _, hands[side] = self.candidate_batch(calls, salt, picked, seed)
 
-    @contextlib.contextmanager
-    def reference_watched(self, counted: bool = True) -> Iterator[None]:
-        """Around the judge's timing of the reference (a `counted` round's): the runner's CPU time meanwhile within
-        INTERFERENCE_SHARE of the judge's own (its timing thread's CPU time, not the wall time: on a loaded host a
-        process working beside it gets a share of a core, as the judge does) and the slack, else Interfered (the round
-        timed again, up to INTERFERED_ROUNDS_MAX rounds a task, then hack_detected)."""
-        if not counted or self.watch is None:
-            yield
-            return
-        with self.cpu_window() as spent:
-            yield
-        used_s, judge_s = spent
-        if not worked_beside(used_s, judge_s):
-            self.watched_clean[0] += used_s
-            self.watched_clean[1] += judge_s
-            return
-        self.interfered_rounds += 1
-        self.schedule.phases["timing_interfered_rounds"] = self.interfered_rounds
-        if self.interfered_rounds > INTERFERED_ROUNDS_MAX:
-            raise side_work(used_s, judge_s)
-        raise Interfered()
-
-    @contextlib.contextmanager
-    def cpu_window(self) -> Iterator[list[float]]:
-        """[the runner's CPU seconds, the judge's timing thread's] over the block, filled in when it ends."""
-        spent = [0.0, 0.0]
-        runner_from, judge_from = self.watch.now(), time.thread_time()
-        yield spent
-        spent[:] = (self.watch.now() - runner_from) / 1e9, time.thread_time() - judge_from
-
-    def check_watched_together(self) -> None:
-        """CPU mode: the clean windows of reference_watched taken together, against one slack, made up to
-        WATCHED_MIN_S of the judge's CPU with watched reference batches of its own (untimed) where the rounds' were
-        shorter. The kernel books a running process's CPU at its ticks (4 ms on a 2-core VM, by the process clock and
-        schedstat alike), so a window of a few ms can read a process that worked all through it as nothing; over
-        enough windows the lag evens out (a process copying 64 MiB buffers beside the reference passed 0.8 ms rounds
-        unseen, its candidate having slowed its own calls to keep the batches short)."""
-        if self.kind != "cpu" or self.watch is None:
-            return
-        for _ in range(WATCHED_EXTRA_MAX):
-            if self.watched_clean[1] >= WATCHED_MIN_S:
-                break
-            with self.cpu_window() as spent:
-                self.reference_batch(self.calls, self.rng.getrandbits(30))
-            self.watched_clean[0] += spent[0]
-            self.watched_clean[1] += spent[1]
-        if worked_beside(*self.watched_clean):
-            raise side_work(*self.watched_clean)
-
     @staticmethod
     def sides(candidate_first: bool) -> tuple[str, str]:
         """The two sides of a round in the order they run (rounds alternate it)."""
@@ -742,20 +681,6 @@ class TimingPhase(GatedRounds):
                 self.schedule.phases["timing_gate_off"] = GATE_OFF_BY["runner"]
             self.staged_for = calls
         return self.rng.getrandbits(30)
-
-
-def worked_beside(runner_s: float, judge_s: float) -> bool:
-    """Whether the runner's CPU while the judge timed the reference is more than an idle runner's."""
-    return runner_s > INTERFERENCE_SHARE * judge_s + INTERFERENCE_SLACK_S
-
-
-def side_work(runner_s: float, judge_s: float) -> TaskEnded:
-    """The `side_work` verdict: the candidate's processes worked while the judge timed the reference."""
-    from evaluator.judging.rules import finding
-
-    found = finding("side_work", f"the candidate's processes used {runner_s * 1e3:.1f} ms of CPU while the judge "
-                    f"used {judge_s * 1e3:.1f} ms timing the reference, waiting for its next order")
-    return TaskEnded(Verdict.HACK_DETECTED, found.message, found.rule)
 
 
 def batch_target_s(kind: str) -> float:
