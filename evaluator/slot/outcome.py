@@ -34,7 +34,8 @@ class Interfered(Exception):
 
 
 def timed_again_if_interfered(round_: Callable[[], Any]) -> Any:
-    """`round_()`, run again while it raises Interfered (WatchedReference.reference_watched ends the task after a few)."""
+    """`round_()`, run again while it raises Interfered (reference_watch.WatchedReference.reference_watched ends the
+    task after a few)."""
     while True:
         try:
             return round_()
