@@ -14,7 +14,9 @@
 # second on one GPU and on all, plain and profiled, bench_context_churn.py); `gpu_check.sh gate` (~5 min: device gates on,
 # the default, against off at 8 slots, Triton and identical torch code, then the gate's GPU test); `gpu_check.sh alloc` (~5 min: where the judges'
 # device allocations are made, KRL_WORKER_ALLOC_HISTORY, at 8 Triton slots and in the small GEMM problems' KernelBench
-# rounds). Run from the repository root with $OUT set (the device tool sets it); bubblewrap's .deb files in .gpu/deb if the machine lacks
+# rounds); `gpu_check.sh drain` (~7 min: identical torch code with the defaults, with the picked outputs' comparison
+# unheld and with a window a round, then Triton and the hogs: what moves the self-speedup and what the drains cost).
+# Run from the repository root with $OUT set (the device tool sets it); bubblewrap's .deb files in .gpu/deb if the machine lacks
 # it. Results land in $OUT; a summary is printed at the end.
 set -u
 PARTS=" ${*:-slot tests} "
@@ -108,6 +110,17 @@ if [[ $PARTS == *" share "* ]]; then  # the device lock's shared steps (docs/slo
         >> "$OUT/share.txt" 2>&1
     timeout 280 python3 tests/bench/bench_device_share.py --n 16 --slots 8 >> "$OUT/share.txt" 2>&1
 fi
+if [[ $PARTS == *" drain "* ]]; then  # ~7 min: the defaults (every step shared, the counted rounds held together),
+    # then the picked outputs' comparison unheld, then a window a round: identical torch code (the self-speedup, which
+    # the shorter steps of session 24 moved) and beside hogs (device_drain, shared_hold_<step>, device_windows)
+    timeout 80 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds torch > "$OUT/slot.txt" 2>&1
+    KRL_WORKER_DEVICE_SHARED_STEPS=trials,checks,timing_inputs,recheck,warm_rounds timeout 80 python3 \
+        tests/bench/bench_slot.py --n 32 --slots 8 --kinds torch >> "$OUT/slot.txt" 2>&1
+    KRL_WORKER_TIMING_HOLD_TOGETHER=0 timeout 80 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds torch \
+        >> "$OUT/slot.txt" 2>&1
+    timeout 100 python3 tests/bench/bench_slot.py --n 48 --slots 8 --kinds triton >> "$OUT/slot.txt" 2>&1
+    timeout 100 python3 tests/bench/bench_device_share.py --n 16 --slots 8 --passes 1 > "$OUT/share.txt" 2>&1
+fi
 if [[ $PARTS == *" kb "* && -n "${KERNELBENCH_ROOT:-}" ]]; then
     timeout 280 python3 tests/bench/bench_kernelbench_agreement.py --only 0,3,8,10-25,27,30-36 --out "$OUT/kb.json" \
         --budget-s 250 --kb-repeats 2 > "$OUT/kb.txt" 2>&1
@@ -119,7 +132,7 @@ fi
 if [[ $PARTS == *" tests "* ]]; then
     timeout -s INT 300 python3 -m pytest -v -p no:cacheprovider -m gpu --timeout=280 -rfE --tb=short \
         tests/evaluator/test_device_gate.py tests/evaluator/test_fidelity_gpu.py tests/evaluator/test_slot_sol_floor.py \
-        tests/evaluator/test_attack_corpus.py > "$OUT/gpu_tests.txt" 2>&1
+        tests/evaluator/test_attack_corpus.py tests/evaluator/test_triton_launchers.py > "$OUT/gpu_tests.txt" 2>&1
 fi
 cat "$OUT/device.txt"
 [ -f "$OUT/slot.txt" ] && python3 - "$OUT/slot.txt" <<'PY'
@@ -139,6 +152,8 @@ for line in open(sys.argv[1]):
               "interfered", p.get("timing_interfered_rounds"))
         print("   held by window", {k[5:]: v for k, v in p.items() if k.startswith("held_")},
               "round ratios", (r.get("orders") or {}).get("round_ratios"))
+        print("   shared", r.get("device_shared_steps"), "drain", p.get("device_drain"), "windows",
+              p.get("device_windows"), {k[12:]: v for k, v in p.items() if k.startswith("shared_hold_")})
 PY
 [ -f "$OUT/share.txt" ] && cut -c1-1500 "$OUT/share.txt"
 [ -f "$OUT/profile.txt" ] && grep -A40 "^judges' profile" "$OUT/profile.txt" | cut -c1-160
