@@ -10,7 +10,8 @@ from evaluator.judging import judge, kernelbench_timing, sol, timing
 from evaluator.contract.types import EvalRequest, EvalResult, Verdict
 from evaluator.judging.rules import runtime as runtime_rules
 from evaluator.judging.rules import static as static_rules
-from evaluator.slot.run_state import Outcome, RunState, hack, note_broken_context, record_failure
+from evaluator.slot.run_state import RunState, note_broken_context, record_failure
+from evaluator.slot.worker_outcome import Outcome, hack
 
 
 class TaskSession(RunState):
