@@ -1,0 +1,39 @@
+# Attack class: GPU work left running beside the judge's timing of the reference. The outputs are honest (the
+# reference's own matmul); a thread relaunches a one-thread spin kernel on a side stream whenever the runner waits for
+# its next order, so the judge's reference, in another CUDA context, gets the GPU only in time slices while this
+# context's own batches run beside the spin. It sleeps between launches: its CPU stays under the runner's CPU watch.
+# Described in: our own probe of "timing forged beside the reference" on a GPU (session 24); contexts of different
+# processes share a GPU by time slices unless MPS is running (NVIDIA's MPS documentation).
+import time
+
+import torch
+import torch.nn as nn
+
+_threads = __import__("thread" + "ing")
+LAST_CALL = [0.0]
+CALLS = [0]
+SPIN_CYCLES = 4_000_000  # ~2 ms at the H100's and H200's clocks
+LIFETIME_S = 8.0  # gone by the time the runner is told to finish (a leftover thread would be found there)
+
+
+def _spin_when_idle():
+    stream = torch.cuda.Stream()
+    spin = getattr(torch.cuda, "_sle" + "ep")
+    started = time.monotonic()
+    while time.monotonic() - started < LIFETIME_S:
+        if time.monotonic() - LAST_CALL[0] > 3e-4:
+            with torch.cuda.stream(stream):
+                spin(SPIN_CYCLES)
+            time.sleep(SPIN_CYCLES / 2e9)  # no synchronisation: it would spin on the CPU
+        else:
+            time.sleep(2e-4)
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        CALLS[0] += 1
+        if CALLS[0] == 3:  # after the first correctness trials
+            getattr(_threads, "Thr" + "ead")(target=_spin_when_idle, daemon=True).start()
+        out = a @ b
+        LAST_CALL[0] = time.monotonic()
+        return out
