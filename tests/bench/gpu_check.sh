@@ -15,7 +15,9 @@
 # the default, against off at 8 slots, Triton and identical torch code, then the gate's GPU test); `gpu_check.sh alloc` (~5 min: where the judges'
 # device allocations are made, KRL_WORKER_ALLOC_HISTORY, at 8 Triton slots and in the small GEMM problems' KernelBench
 # rounds); `gpu_check.sh drain` (~7 min: identical torch code with the defaults, with the picked outputs' comparison
-# unheld and with a window a round, then Triton and the hogs: what moves the self-speedup and what the drains cost).
+# unheld and with a window a round, then Triton and the hogs: what moves the self-speedup and what the drains cost);
+# `gpu_check.sh slices` (~3 min: a spinning process beside a timed batch and a global-timer probe, probe_time_slices.py,
+# then the spin attack through the slot).
 # Run from the repository root with $OUT set (the device tool sets it); bubblewrap's .deb files in .gpu/deb if the machine lacks
 # it. Results land in $OUT; a summary is printed at the end.
 set -u
@@ -121,6 +123,13 @@ if [[ $PARTS == *" drain "* ]]; then  # ~7 min: the defaults (every step shared,
     timeout 100 python3 tests/bench/bench_slot.py --n 48 --slots 8 --kinds triton >> "$OUT/slot.txt" 2>&1
     timeout 100 python3 tests/bench/bench_device_share.py --n 16 --slots 8 --passes 1 > "$OUT/share.txt" 2>&1
 fi
+if [[ $PARTS == *" slices "* ]]; then  # ~3 min: a spinning process beside a timed batch (does it slow it, does a
+    # global-timer probe see the time slices), then the spin attack through the slot (docs/known-gaps.md)
+    timeout 90 python3 tests/bench/probe_time_slices.py > "$OUT/slices.txt" 2>&1
+    timeout -s INT 120 python3 -m pytest -v -p no:cacheprovider -m gpu --timeout=110 -rfE --tb=short \
+        "tests/evaluator/test_attack_corpus.py::test_cuda_attack_is_stopped[gpu_spin_beside_reference]" \
+        > "$OUT/slices_tests.txt" 2>&1
+fi
 if [[ $PARTS == *" kb "* && -n "${KERNELBENCH_ROOT:-}" ]]; then
     timeout 280 python3 tests/bench/bench_kernelbench_agreement.py --only 0,3,8,10-25,27,30-36 --out "$OUT/kb.json" \
         --budget-s 250 --kb-repeats 2 > "$OUT/kb.txt" 2>&1
@@ -156,6 +165,8 @@ for line in open(sys.argv[1]):
               p.get("device_windows"), {k[12:]: v for k, v in p.items() if k.startswith("shared_hold_")})
 PY
 [ -f "$OUT/share.txt" ] && cut -c1-1500 "$OUT/share.txt"
+[ -f "$OUT/slices.txt" ] && grep "^{" "$OUT/slices.txt"
+[ -f "$OUT/slices_tests.txt" ] && grep -E "PASSED|FAILED|^E  " "$OUT/slices_tests.txt" | cut -c1-300 | tail -5
 [ -f "$OUT/profile.txt" ] && grep -A40 "^judges' profile" "$OUT/profile.txt" | cut -c1-160
 [ -f "$OUT/overhead.txt" ] && cat "$OUT/overhead.txt"
 [ -f "$OUT/kb.txt" ] && grep -E "^both correct|^diagnostic|^against|^KernelBench against" "$OUT/kb.txt"
