@@ -151,7 +151,7 @@ for line in open(sys.argv[1]):
         r = json.loads(line); p = r["phase_mean_s"]; s = r.get("speedups") or []
         print(r["kind"], r["slots"], "gate", r.get("timing_gate"), "cupti_teardown", r.get("cupti_teardown"),
               "same_cpu", r.get("same_cpu"),
-              "rounds", r.get("timing_rounds") or "7", "+", r.get("timing_extra_rounds") or "3",
+              "rounds", r.get("timing_rounds") or "6", "+", r.get("timing_extra_rounds") or "0",
               "batch_ms", r.get("timing_batch_ms") or "5",
               f"{r['correct']}/{r['n']}",
               r["evals_per_min"], "/min", r["verdicts"],
