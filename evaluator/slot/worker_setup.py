@@ -130,8 +130,11 @@ def _warm_hand_over(device: str) -> None:
     from evaluator.judging import judge
     from evaluator.slot.projection import projections
 
-    sets = judge.nudged_batch([[torch.ones(8, device=device)]], 1, 2)
-    projections([values[0] for values in sets], 1)
+    try:
+        sets = judge.nudged_batch([[torch.ones(8, device=device)]], 1, 2)
+        projections([values[0] for values in sets], 1)
+    except Exception:  # noqa: BLE001 - a warm-up only: the task pays for these kernels' first use instead
+        pass
 
 
 def _import_gluon() -> None:
