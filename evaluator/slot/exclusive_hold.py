@@ -28,7 +28,7 @@ SETTLE_DEFAULT_MS = 3.0
 TOGETHER_ENV = "KRL_WORKER_TIMING_HOLD_TOGETHER"
 
 
-def held_together() -> bool:
+def rounds_held_together() -> bool:
     return os.environ.get(TOGETHER_ENV, "1").strip() != "0"
 
 

@@ -281,9 +281,7 @@ def shared_steps_from(setting: str) -> frozenset[str]:
     """The steps a setting names: "1" (or empty: the default) every step, "0" none, else a comma-separated list of
     SHARED_STEPS. Every step by default since session 23 (one H200, 8 slots): beside bandwidth hogs, 14 of 16 honest
     speedups stayed within ±5% of quiet with every step shared and none of 16 with none (0.58-1.75x); identical torch
-    code read within ±5% on 31 of 32 tasks against 17 of 32, at about half the rate. Leaving the kept outputs'
-    comparison out (no candidate call in it) and reserving each size's blocks outside the holds read 17-21 of 32
-    (session 24, docs/slot.md)."""
+    code read within ±5% on 31 of 32 tasks against 17 of 32, at about half the rate (docs/slot.md)."""
     setting = setting.strip()
     if setting == "0":
         return frozenset()

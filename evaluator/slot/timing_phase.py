@@ -395,24 +395,20 @@ class TimingPhase(GatedRounds, WatchedReference):
             return contextlib.nullcontext()
         return exclusive_window(self.lock, self.driver.deadline, self.schedule.phases, self.runner_pid(), why)
 
-    def held_together(self, why: str) -> Any:
-        """Several timed windows (a task's counted rounds) held as one where exclusive_hold.held_together() says so: the
-        windows inside take nothing more, and the work between them (queueing, the checks) is held too; else nothing."""
-        from evaluator.slot.exclusive_hold import held_together
-
-        if self.lock is None or not held_together():
-            return contextlib.nullcontext()
-        return self._held_together(why)
-
     @contextlib.contextmanager
-    def _held_together(self, why: str) -> Iterator[None]:
-        with self.held(True, why):
-            if not self.lock.overran:
-                yield
-                return
-        # The drain overran (a shared step still on the device past its bound, such as a hog's long trials): each
-        # round then waits for a drain of its own rather than all of them running beside it (beside bandwidth hogs an
-        # honest speedup read 1.43x once, session 24, call D).
+    def held_together(self, why: str) -> Iterator[None]:
+        """Several timed windows (a task's counted rounds) held as one where exclusive_hold.rounds_held_together() says
+        so: the windows inside take nothing more, and the work between them (queueing, the checks) is held too. After
+        a drain that overran (a shared step still on the device past its bound, such as a hog's long trials) the group
+        lets go, and each round waits for a drain of its own rather than all of them running beside it (beside
+        bandwidth hogs an honest speedup read 1.43x once, session 24, call D). Nothing on the CPU."""
+        from evaluator.slot.exclusive_hold import rounds_held_together
+
+        if self.lock is not None and rounds_held_together():
+            with self.held(True, why):
+                if not self.lock.overran:
+                    yield
+                    return
         yield
 
     def staging_budget(self) -> int:
