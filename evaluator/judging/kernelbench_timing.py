@@ -73,9 +73,11 @@ class KernelBenchFlush:
         self.buffer.fill_(FLUSH_VALUE)
 
 
-def event_times_ms(call: Callable[[Any], Any], sets: list, flush: Callable[[], None], keep: list) -> list[float]:
+def event_times_ms(call: Callable[[Any], Any], sets: list, flush: Callable[[], None], keep: list,
+                   beside: Any = None) -> list[float]:
     """KernelBench's cuda_event timing of `call` on each set in turn: synchronise, flush, start event, the call, end
-    event, synchronise; the milliseconds between the events per call (outputs appended to `keep`, detached).
+    event, synchronise; the milliseconds between the events per call (outputs appended to `keep`, detached). `beside`,
+    if given, is started before each flush and ended after each end event (the judge's gap probe, slot/gap_probe.py).
 
     With autograd on, as KernelBench's eval_kernel_against_ref times (outside torch.no_grad): a model with parameters
     records its graph on the host during the call, which its events see once that outlasts the flush (likely why, on an
@@ -97,10 +99,14 @@ def event_times_ms(call: Callable[[Any], Any], sets: list, flush: Callable[[], N
             for values in sets:
                 torch.cuda.synchronize()
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                if beside is not None:
+                    beside.start()
                 flush()
                 start.record()
                 output = call(values)
                 end.record()
+                if beside is not None:
+                    beside.end()
                 torch.cuda.synchronize()
                 samples.append(float(start.elapsed_time(end)))
                 keep.append(detached(output))

@@ -49,6 +49,7 @@ class GatedRounds:
                 for side in self.sides(candidate_first):
                     if side == "reference":
                         with self.reference_watched(counted):
+                            self.probe_beside_queued()
                             start = time.perf_counter()
                             writer.open(shift)
                             torch.cuda.synchronize()
@@ -63,6 +64,13 @@ class GatedRounds:
                 self.gate_page.open_all()
                 self.order({"type": "drain"}, "ran", calls)
             raise
+
+    def probe_beside_queued(self) -> None:
+        """The window's gap probe (slot/gap_probe.py) started now, beside the reference's batch already queued behind
+        its gate, and ended after it: both queued before the clock starts."""
+        if self.window_probe is not None:
+            self.window_probe.start()
+            self.window_probe.end()
 
     def armed_drain(self, shift: float, calls: int) -> float:
         """Seconds of the runner's queued batch, from its gate's opening to its answer that the batch ran, less the

@@ -12,6 +12,7 @@ from evaluator.contract.types import EvalRequest
 from evaluator.build.triton_launchers import LauncherBuilder
 from evaluator.judging.reference_cache import ReferenceCache
 from evaluator.slot.allocation_sites import AllocationSites
+from evaluator.slot import gap_probe
 from evaluator.slot.device_memory import allocator_counts, allocator_phases, release_device_cache
 from evaluator.slot.groups_ahead import GroupsAhead
 from evaluator.slot.judge_profile import keep_runner_profile
@@ -153,6 +154,7 @@ class JudgeHost:
         self.spares = [self.slot.fork_runner()]
         if judge_device != "cpu":
             warm_flop_counter(judge_device)  # while the zygote and the first runner start
+            gap_probe.probe_for_device()  # compiled and loaded before any task (its first window would hold it)
         self.slot.wait_ready(self.spares[0], START_TIMEOUT_S)
         self.device_name = torch.cuda.get_device_name(0) if judge_device != "cpu" else "cpu"
         if judge_device != "cpu":

@@ -263,7 +263,8 @@ def reference_events_ms(phase: Any, flush: Any) -> list[float]:
     model = phase.task.model
     phase.outputs = []
     with torch.no_grad():
-        return kb.event_times_ms(lambda values: model(*values), phase.judge_sets, flush.flush, phase.outputs)
+        return kb.event_times_ms(lambda values: model(*values), phase.judge_sets, flush.flush, phase.outputs,
+                                 beside=phase.window_probe)
 
 
 def _cpu_rounds(phase: Any, calls: int, rounds: int) -> tuple[float, float]:

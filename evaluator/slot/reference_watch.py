@@ -1,13 +1,14 @@
 """The judge's watch on the runner while it times the reference: the runner's CPU time in each window against the
-judge's own, so a thread or process the candidate left working beside the reference is caught (a TimingPhase mixin)."""
+judge's own, and on a GPU the gap probe's view of the device, so work the candidate left running is caught (a mixin)."""
 
 from __future__ import annotations
 
 import contextlib
 import time
-from typing import Iterator
+from typing import Iterator, Optional
 
 from evaluator.contract.types import Verdict
+from evaluator.slot import gap_probe
 from evaluator.slot.outcome import Interfered, TaskEnded
 
 # The runner's whole tree is watched while the judge times the reference (its batch and projection): an honest runner
@@ -31,19 +32,45 @@ class WatchedReference:
     def init_watch(self) -> None:
         self.interfered_rounds = 0
         self.watched_clean = [0.0, 0.0]  # the runner's and the judge's CPU seconds over the clean watched windows
+        self.gapped_rounds = 0
+        # GPU: the judge's gap probe (slot/gap_probe.py) beside the reference in every counted window; window_probe is
+        # the one of the window open now, for the code that queues the reference's work (start and end around it).
+        self.gap_probe = gap_probe.probe_for_device() if self.kind == "cuda" else None
+        self.window_probe: Optional[gap_probe.GapProbe] = None
 
     @contextlib.contextmanager
     def reference_watched(self, counted: bool = True) -> Iterator[None]:
         """Around the judge's timing of the reference (a `counted` round's): the runner's CPU time meanwhile within
         INTERFERENCE_SHARE of the judge's own (its timing thread's CPU time, not the wall time: on a loaded host a
         process working beside it gets a share of a core, as the judge does) and the slack, else Interfered (the round
-        timed again, up to INTERFERED_ROUNDS_MAX rounds a task, then hack_detected)."""
-        if not counted or self.watch is None:
+        timed again, up to INTERFERED_ROUNDS_MAX rounds a task, then hack_detected). On a GPU, then, the gap probe's
+        reading: another context on the device meanwhile is Interfered too (gapped_window)."""
+        if not counted:
             yield
             return
-        with self.cpu_window() as spent:
-            yield
-        used_s, judge_s = spent
+        probe = self.window_probe = self.gap_probe
+        if probe is not None:
+            probe.begin()
+        try:
+            if self.watch is None:
+                yield
+                spent = None
+            else:
+                with self.cpu_window() as spent:
+                    yield
+        except BaseException:
+            if probe is not None:
+                probe.end()  # a probe whose work was never ended would run on to its own bound
+            raise
+        finally:
+            self.window_probe = None
+        if spent is not None:
+            self.runner_watched(*spent)
+        if probe is not None:
+            self.gapped_window(probe.read())
+
+    def runner_watched(self, used_s: float, judge_s: float) -> None:
+        """The runner's CPU over one watched window against the judge's: clean, Interfered or side_work."""
         if not worked_beside(used_s, judge_s):
             self.watched_clean[0] += used_s
             self.watched_clean[1] += judge_s
@@ -52,6 +79,19 @@ class WatchedReference:
         self.schedule.phases["timing_interfered_rounds"] = self.interfered_rounds
         if self.interfered_rounds > INTERFERED_ROUNDS_MAX:
             raise side_work(used_s, judge_s)
+        raise Interfered()
+
+    def gapped_window(self, gaps: gap_probe.Gaps) -> None:
+        """The gap probe's reading of one window: another context had the device meanwhile is Interfered, up to
+        GAPPED_ROUNDS_MAX rounds a task, then TimingContended (no figure: an infrastructure failure, retried once)."""
+        phases = self.schedule.phases
+        phases["timing_gap_largest_ms"] = max(phases.get("timing_gap_largest_ms", 0.0), round(gaps.largest_ns / 1e6, 4))
+        if not gaps.gapped():
+            return
+        self.gapped_rounds += 1
+        phases["timing_gapped_rounds"] = self.gapped_rounds
+        if self.gapped_rounds > gap_probe.GAPPED_ROUNDS_MAX:
+            raise gap_probe.contended(self.gapped_rounds, gaps)
         raise Interfered()
 
     @contextlib.contextmanager

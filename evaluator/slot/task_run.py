@@ -8,6 +8,7 @@ from typing import Any, Callable, Optional
 from evaluator.contract.types import Verdict
 from evaluator.slot.device_memory import starved_by_others
 from evaluator.slot import reference_first
+from evaluator.slot.gap_probe import TimingContended
 from evaluator.slot.judge_profile import runners_profiled
 from evaluator.slot.outcome import RunnerGone, SlotFailure, TaskEnded, verdict_result
 from evaluator.slot.sol_floor import check as check_speed_of_light
@@ -82,6 +83,10 @@ def drive_task(slot: Any, runner: Any, driver: Any, task: Any, prebuilt: Optiona
         slot.discard(runner)
         slot.counters.add("zygote_deaths")
         return {"type": "infra", "why": str(failure)}
+    except TimingContended as contended:  # the judge's own view of the device (slot/gap_probe.py): not a verdict
+        slot.discard(runner)
+        slot.counters.add("timing_contended")
+        return {"type": "infra", "why": str(contended)}
     if result.verdict != Verdict.CORRECT:
         result.speedup = None  # no speed is reported, or rewarded, without a correct result
     result.device_name = device_name

@@ -125,10 +125,11 @@ GPU_CASES = {
     # keyed on the inputs' sums that handed back a copy hit from the 4th call on (4.6x on the CPU, where it was first
     # closed).
     "content_hash_copy": NO_SPEEDUP,
-    # Session 24, never run yet: a thread's spin kernels left on the GPU while the judge times the reference (another
-    # context, so time slices) and next to nothing on the CPU, which is all the runner's watch reads. If it reads as a
-    # gain, the reference's windows need a check of their own (docs/known-gaps.md, "Spin kernels beside the reference").
+    # A thread's spin kernels left on the GPU while the judge times the reference (another context, so time slices)
+    # and next to nothing on the CPU, which is all the runner's watch reads: the judge's gap probe beside the reference
+    # (slot/gap_probe.py) sees the device taken, and the round is timed again, then the task given up.
     "gpu_spin_beside_reference": NO_GAIN,
+    "gpu_short_spins_beside_reference": NO_GAIN,
 }
 HONEST = {
     "honest_clock_and_print": ("relu", "torch"),

@@ -1,0 +1,116 @@
+"""The judge's check that the reference had the GPU to itself while timed: one block of its own beside the reference's
+calls, reading the GPU's global timer, sees a gap whenever another CUDA context (a candidate's spin kernels) ran."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import NamedTuple, Optional
+
+# Contexts of different processes share a GPU by time slices (no MPS): a process that keeps a one-thread spin kernel
+# queued while the judge times the reference doubled a 6.9 ms batch of matrix products on an H200 (14.3 ms), and
+# its CPU stays under the runner's CPU watch (session 25, call A, tests/bench/probe_time_slices.py). The probe saw
+# every such batch: its largest gap between two reads of the timer was 2.44 ms beside the spinner, 0.35-0.51 us alone.
+PROBE_ENV = "KRL_WORKER_TIMING_GAP_PROBE"  # "0": no probe (the reference's windows are watched on the CPU only)
+GAP_NS = 20_000  # one read of the timer to the next: a gap past this is the device working for another context
+GAPPED_NS = 100_000  # a window whose gaps add up to more than this was not the reference's alone: timed again
+# Past this many gapped windows in one task the judge gives up timing it: an infrastructure failure (retried once by
+# the pool), since the judge cannot tell the candidate's runner from another slot's or another user's process. Either
+# way the figure is not recorded, so a candidate that spins gains nothing.
+GAPPED_ROUNDS_MAX = 3
+PROBE_MAX_NS = 2_000_000_000  # a probe whose end was never queued (a window abandoned) stops by itself
+
+
+class Gaps(NamedTuple):
+    total_ns: int
+    largest_ns: int
+    count: int
+
+    def gapped(self) -> bool:
+        return self.total_ns > GAPPED_NS
+
+
+class TimingContended(Exception):
+    """The reference's windows were shared with another context in too many rounds: no figure can be taken."""
+
+
+class GapProbe:
+    """The probe on one device: `begin()` before a window, `start()` then `end()` around each stretch of the reference's
+    work queued on the current stream (start before its first launch or gate, end after its last), `read()` after
+    the window's synchronisation."""
+
+    def __init__(self) -> None:
+        import torch
+
+        from evaluator.judging.gap_probe_kernel import gap_probe
+
+        self.kernel = gap_probe
+        self.flag = torch.zeros(1, dtype=torch.int32, device="cuda")
+        self.out = torch.zeros(3, dtype=torch.int64, device="cuda")
+        self.side = torch.cuda.Stream()
+        self.zeroed = torch.cuda.Event()
+        # Compiled and loaded once here: a module loaded at a first launch inside a timed window would be in it.
+        self.begin()
+        self.start()
+        self.end()
+        torch.cuda.synchronize()
+        self.read()
+
+    def begin(self) -> None:
+        """A window's totals start from nothing (queued on the probe's stream, before its first start)."""
+        import torch
+
+        with torch.cuda.stream(self.side):
+            self.out.zero_()
+
+    def start(self) -> None:
+        """The probe, queued on its own stream: it runs from now until end()'s flag (work already queued on the current
+        stream behind a gate included)."""
+        import torch
+
+        with torch.cuda.stream(self.side):
+            self.flag.zero_()
+            self.zeroed.record()
+            self.kernel[(1,)](self.flag, self.out, PROBE_MAX_NS, GAP_NS, num_warps=1)
+
+    def end(self) -> None:
+        """The probe's flag, queued on the current stream after the work there (and after start()'s zeroing): the probe
+        stops once that work has run. One small kernel: ~2 us of device time, outside any host-timed gap."""
+        import torch
+
+        torch.cuda.current_stream().wait_event(self.zeroed)
+        self.flag.fill_(1)
+
+    def read(self) -> Gaps:
+        self.side.synchronize()
+        total, largest, count = (int(v) for v in self.out.tolist())
+        return Gaps(total, largest, count)
+
+
+_probes: dict[int, Optional[GapProbe]] = {}
+
+
+def probe_for_device() -> Optional[GapProbe]:
+    """This process's probe on its current device, made on first use (judge_host warms it before the slot is ready);
+    None where PROBE_ENV turns it off or it cannot run here (no Triton, no global timer), said once on stderr."""
+    if os.environ.get(PROBE_ENV, "1").strip() == "0":
+        return None
+    import torch
+
+    device = torch.cuda.current_device()
+    if device not in _probes:
+        try:
+            _probes[device] = GapProbe()
+        except Exception as exc:  # noqa: BLE001 - the probe is a check beside the timing, not a part of it
+            print(f"The gap probe cannot run here ({type(exc).__name__}: {exc}); the reference's windows are watched "
+                  "on the CPU only.", file=sys.stderr, flush=True)
+            _probes[device] = None
+    return _probes[device]
+
+
+def contended(gapped_rounds: int, gaps: Gaps) -> TimingContended:
+    return TimingContended(
+        f"Another CUDA context held the GPU while the judge timed the reference in {gapped_rounds} rounds (the last "
+        f"lost {gaps.total_ns / 1e6:.2f} ms in {gaps.count} gaps, the longest {gaps.largest_ns / 1e6:.2f} ms); the "
+        "timing could not be taken quietly. Keep other processes off the evaluator's GPUs.")
+

@@ -1,0 +1,94 @@
+"""The judge's gap probe (evaluator/slot/gap_probe.py): how a window's reading decides (CPU), and what the probe sees on
+a real GPU, alone and beside another process's spin kernels (marked gpu)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+import types
+
+import pytest
+
+from evaluator.slot import gap_probe
+from evaluator.slot.gap_probe import Gaps, TimingContended
+from evaluator.slot.outcome import Interfered
+from evaluator.slot.reference_watch import WatchedReference
+
+
+def watched() -> WatchedReference:
+    """The watch mixin alone, on a CPU-mode phase's attributes (no probe), as TimingPhase sets them up."""
+    phase = WatchedReference()
+    phase.kind, phase.watch = "cpu", None
+    phase.schedule = types.SimpleNamespace(phases={})
+    phase.init_watch()
+    return phase
+
+
+def test_a_quiet_window_is_kept_and_its_largest_gap_recorded():
+    phase = watched()
+    phase.gapped_window(Gaps(total_ns=30_000, largest_ns=30_000, count=1))  # under GAPPED_NS in all
+    assert phase.schedule.phases == {"timing_gap_largest_ms": 0.03}
+    assert phase.gapped_rounds == 0
+
+
+def test_gapped_windows_are_timed_again_then_the_task_is_given_up():
+    phase = watched()
+    gaps = Gaps(total_ns=4_880_000, largest_ns=2_440_000, count=2)  # a spinning process beside an H200 batch
+    for round_ in range(1, gap_probe.GAPPED_ROUNDS_MAX + 1):
+        with pytest.raises(Interfered):
+            phase.gapped_window(gaps)
+        assert phase.schedule.phases["timing_gapped_rounds"] == round_
+    with pytest.raises(TimingContended, match="Another CUDA context held the GPU"):
+        phase.gapped_window(gaps)
+    assert phase.schedule.phases["timing_gap_largest_ms"] == 2.44
+
+
+def test_the_cpu_mode_watch_has_no_probe():
+    phase = watched()
+    with phase.reference_watched():
+        assert phase.window_probe is None
+
+
+def _spinner(ready, stop) -> None:
+    """Another process keeping ~0.1 ms spin kernels queued on a side stream, as the spin attacks do."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    torch.cuda._sleep(1000)
+    torch.cuda.synchronize()
+    ready.set()
+    while not stop.is_set():
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(200_000)
+        time.sleep(5e-5)
+
+
+@pytest.mark.gpu
+def test_the_probe_sees_another_processs_kernels_and_nothing_alone():
+    import torch
+
+    probe = gap_probe.GapProbe()
+    x = torch.randn(2048, 2048, device="cuda")
+
+    def window() -> Gaps:
+        probe.begin()
+        probe.start()
+        for _ in range(20):
+            x @ x
+        probe.end()
+        torch.cuda.synchronize()
+        return probe.read()
+
+    alone = [window() for _ in range(10)]
+    assert not any(gaps.gapped() for gaps in alone), alone
+    context = multiprocessing.get_context("spawn")
+    ready, stop = context.Event(), context.Event()
+    process = context.Process(target=_spinner, args=(ready, stop), daemon=True)
+    process.start()
+    try:
+        assert ready.wait(60)
+        beside = [window() for _ in range(10)]
+    finally:
+        stop.set()
+        process.join(10)
+    assert all(gaps.gapped() for gaps in beside), beside
