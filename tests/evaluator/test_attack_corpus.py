@@ -130,6 +130,7 @@ GPU_CASES = {
     # (slot/gap_probe.py) sees the device taken, and the round is timed again, then the task given up.
     "gpu_spin_beside_reference": NO_GAIN,
     "gpu_short_spins_beside_reference": NO_GAIN,
+    "gpu_child_spins_beside_reference": NO_GAIN,
 }
 HONEST = {
     "honest_clock_and_print": ("relu", "torch"),

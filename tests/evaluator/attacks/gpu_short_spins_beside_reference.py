@@ -1,11 +1,9 @@
 # Attack class: GPU work left running beside the judge's timing of the reference, kept short so the candidate's own
-# batches pay next to nothing for it. Honest outputs (the reference's own matmul); whenever the runner has been idle
-# for 0.3 ms (waiting for its next order, or for its gate), a thread keeps two ~0.1 ms spin kernels queued on a side
-# stream. The judge's reference, in another CUDA context, then gets the GPU only in time slices (a 6.9 ms batch took
-# 14.3 ms beside such a process on an H200), while the spins still queued when the runner's own batch ends cost it at
-# most ~0.2 ms. Its CPU stays under the runner's CPU watch (it sleeps between launches).
+# batches pay next to nothing for it: honest outputs, and whenever the runner has been idle for 0.3 ms a thread keeps
+# two ~0.1 ms spin kernels queued on a side stream, sleeping between launches (under the runner's CPU watch).
 # Described in: our own probe of contexts sharing a GPU by time slices (session 25, tests/bench/probe_time_slices.py);
-# NVIDIA's MPS documentation (without MPS, contexts of different processes are time-sliced).
+# NVIDIA's MPS documentation (without MPS, contexts of different processes are time-sliced). On an H200 it lost
+# (0.58-0.70x): with one hardware queue per context its spins wait behind the runner's own gated batch.
 import functools
 import time
 
