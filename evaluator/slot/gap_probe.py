@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import NamedTuple, Optional
 
 # Contexts of different processes share a GPU by time slices (no MPS): a process that keeps a one-thread spin kernel
@@ -24,16 +25,20 @@ GAPPED_NS = 250_000
 # step shared, the default) had 1-2 gapped rounds in 7 of 32 torch and 11 of 48 Triton tasks; with no step shared,
 # 27 of 48 and 16 of 32, and at 3 two torch tasks were given up twice (session 25, calls B and C).
 GAPPED_ROUNDS_MAX = 6
-PROBE_MAX_NS = 2_000_000_000  # a probe whose end was never queued (a window abandoned) stops by itself
+# A probe stops by itself after this long: where its end was never queued (a window abandoned), or where something
+# between its start and end synchronised the whole device, which waits for the probe (the caching allocator frees
+# its blocks with a device-wide synchronisation when an allocation fails). Such a window is timed again (`bounded`).
+PROBE_MAX_NS = 10_000_000_000
 
 
 class Gaps(NamedTuple):
     total_ns: int
     largest_ns: int
     count: int
+    bounded: int  # stretches of the window where the probe stopped by itself (PROBE_MAX_NS)
 
     def gapped(self) -> bool:
-        return self.total_ns > GAPPED_NS
+        return self.total_ns > GAPPED_NS or self.bounded > 0
 
 
 class TimingContended(Exception):
@@ -52,7 +57,7 @@ class GapProbe:
 
         self.kernel = gap_probe
         self.flag = torch.zeros(1, dtype=torch.int32, device="cuda")
-        self.out = torch.zeros(3, dtype=torch.int64, device="cuda")
+        self.out = torch.zeros(4, dtype=torch.int64, device="cuda")
         self.side = torch.cuda.Stream()
         self.zeroed = torch.cuda.Event()
         # Compiled and loaded once here: a module loaded at a first launch inside a timed window would be in it.
@@ -79,18 +84,20 @@ class GapProbe:
             self.zeroed.record()
             self.kernel[(1,)](self.flag, self.out, PROBE_MAX_NS, GAP_NS, num_warps=1)
 
-    def end(self) -> None:
+    def end(self) -> float:
         """The probe's flag, queued on the current stream after the work there (and after start()'s zeroing): the probe
-        stops once that work has run. One small kernel: ~2 us of device time, outside any host-timed gap."""
+        stops once that work has run. One small kernel, ~2 us of device time. Returns the host seconds the queueing
+        took, for a clock that runs around it to take off."""
         import torch
 
+        began = time.perf_counter()
         torch.cuda.current_stream().wait_event(self.zeroed)
         self.flag.fill_(1)
+        return time.perf_counter() - began
 
     def read(self) -> Gaps:
         self.side.synchronize()
-        total, largest, count = (int(v) for v in self.out.tolist())
-        return Gaps(total, largest, count)
+        return Gaps(*(int(v) for v in self.out.tolist()))
 
 
 _probes: dict[int, Optional[GapProbe]] = {}

@@ -127,10 +127,9 @@ class TimingPhase(GatedRounds, WatchedReference):
                 sets = self.judge_sets = self.made_sets(salt, calls)
                 for index in range(calls):  # outputs kept, as the runner keeps its own for the hand-over
                     outputs.append(model(*sets[index % len(sets)]))
-                if probe is not None:
-                    probe.end()  # one launch inside the clock: a few microseconds of the reference's batch
+                probe_s = probe.end() if probe is not None else 0.0
                 torch.cuda.synchronize()
-                return time.perf_counter() - start
+                return time.perf_counter() - start - probe_s
             from evaluator.judging import sol, timing
 
             # Both sides' outputs on pages already mapped (the runner does the same before its batch): a page fault
@@ -191,14 +190,18 @@ class TimingPhase(GatedRounds, WatchedReference):
         from evaluator.slot.projection import projections
 
         cuda = self.kind == "cuda"
+        probe = self.window_probe  # a counted window's gap probe (reference_watched): the hand-over is charged too
+        if probe is not None:
+            probe.start()
         start = time.perf_counter() if cuda else time.thread_time_ns() / 1e9
         self.reference_sums, self.hand_seed = projections(self.outputs, seed, self.hand_scale), seed
+        probe_s = probe.end() if probe is not None else 0.0
         if cuda:
             torch.cuda.synchronize()
         # The runner's answer carries every projection, encoded on its charge: the same encoding on the judge's (with
         # JSON's numbers, ~1 ms for 2048 calls on a 2-core VM, identical code read 0.71x at 256 elements without it).
         encode_message({"type": "handed", "projections": pack_floats(self.reference_sums)})
-        return (time.perf_counter() if cuda else time.thread_time_ns() / 1e9) - start
+        return (time.perf_counter() if cuda else time.thread_time_ns() / 1e9) - start - probe_s
 
     def order(self, message: dict[str, Any], expected: str, calls: int) -> dict[str, Any]:
         """The runner's answer to an order of the timing that covers `calls` calls, within a bound of its own:
