@@ -17,7 +17,9 @@
 # rounds); `gpu_check.sh drain` (~7 min: identical torch code with the defaults, with the picked outputs' comparison
 # unheld and with a window a round, then Triton and the hogs: what moves the self-speedup and what the drains cost);
 # `gpu_check.sh slices` (~3 min: a spinning process beside a timed batch and a global-timer probe, probe_time_slices.py,
-# then the spin attack through the slot).
+# then the spin attack through the slot); `gpu_check.sh probe` (~6 min: the spin attacks and the honest matmul with the
+# judge's gap probe off and on, bench_spin_attacks.py, its GPU test, then Triton and identical torch code at 8 slots
+# with the probe off and on in turn).
 # Run from the repository root with $OUT set (the device tool sets it); bubblewrap's .deb files in .gpu/deb if the machine lacks
 # it. Results land in $OUT; a summary is printed at the end.
 set -u
@@ -130,6 +132,17 @@ if [[ $PARTS == *" slices "* ]]; then  # ~3 min: a spinning process beside a tim
         "tests/evaluator/test_attack_corpus.py::test_cuda_attack_is_stopped[gpu_spin_beside_reference]" \
         > "$OUT/slices_tests.txt" 2>&1
 fi
+if [[ $PARTS == *" probe "* ]]; then  # ~6 min: the gap probe (slot/gap_probe.py): what the attacks gain, what it costs
+    timeout 130 python3 tests/bench/bench_spin_attacks.py --repeats 1 > "$OUT/spin.txt" 2>&1
+    timeout -s INT 60 python3 -m pytest -v -p no:cacheprovider -m gpu --timeout=50 -rfE --tb=short \
+        tests/evaluator/test_gap_probe.py > "$OUT/probe_tests.txt" 2>&1
+    for probe in 0 1; do
+        KRL_WORKER_TIMING_GAP_PROBE=$probe timeout 90 python3 tests/bench/bench_slot.py --n 48 --slots 8 \
+            --kinds triton >> "$OUT/slot.txt" 2>&1
+        KRL_WORKER_TIMING_GAP_PROBE=$probe timeout 75 python3 tests/bench/bench_slot.py --n 32 --slots 8 \
+            --kinds torch >> "$OUT/slot.txt" 2>&1
+    done
+fi
 if [[ $PARTS == *" kb "* && -n "${KERNELBENCH_ROOT:-}" ]]; then
     timeout 280 python3 tests/bench/bench_kernelbench_agreement.py --only 0,3,8,10-25,27,30-36 --out "$OUT/kb.json" \
         --budget-s 250 --kb-repeats 2 > "$OUT/kb.txt" 2>&1
@@ -161,11 +174,15 @@ for line in open(sys.argv[1]):
               "interfered", p.get("timing_interfered_rounds"))
         print("   held by window", {k[5:]: v for k, v in p.items() if k.startswith("held_")},
               "round ratios", (r.get("orders") or {}).get("round_ratios"))
+        print("   gap probe", r.get("gap_probe"), "gapped tasks", r.get("gapped_tasks"), "largest gap ms",
+              r.get("gap_largest_ms"), "gapped rounds", p.get("timing_gapped_rounds"))
         print("   shared", r.get("device_shared_steps"), "drain", p.get("device_drain"), "windows",
               p.get("device_windows"), {k[12:]: v for k, v in p.items() if k.startswith("shared_hold_")})
 PY
 [ -f "$OUT/share.txt" ] && cut -c1-1500 "$OUT/share.txt"
 [ -f "$OUT/slices.txt" ] && grep "^{" "$OUT/slices.txt"
+[ -f "$OUT/spin.txt" ] && grep "^{" "$OUT/spin.txt" | cut -c1-300
+[ -f "$OUT/probe_tests.txt" ] && grep -E "passed|failed" "$OUT/probe_tests.txt" | tail -2
 [ -f "$OUT/slices_tests.txt" ] && grep -E "PASSED|FAILED|^E  " "$OUT/slices_tests.txt" | cut -c1-300 | tail -5
 [ -f "$OUT/profile.txt" ] && grep -A40 "^judges' profile" "$OUT/profile.txt" | cut -c1-160
 [ -f "$OUT/overhead.txt" ] && cat "$OUT/overhead.txt"
