@@ -15,9 +15,9 @@ from typing import NamedTuple, Optional
 PROBE_ENV = "KRL_WORKER_TIMING_GAP_PROBE"  # "0": no probe (the reference's windows are watched on the CPU only)
 GAP_NS = 20_000  # one read of the timer to the next: a gap past this is the device working for another context
 # A window whose gaps add up to more than this was not the reference's alone: timed again. 5% of a 5 ms batch, the
-# self-speedup's own tolerance: at 0.1 ms honest Triton tasks at 8 slots had 2.2 rounds timed again in 14 of 48 tasks
-# and ran at 106.5 a minute against 123.4 without the probe (session 25, call E); a spinning context's slices are
-# ~2.4 ms each. 0.25 ms has not run on a GPU.
+# self-speedup's own tolerance (0.1 ms at first); a spinning context's slices are ~2.4 ms each. Honest tasks at 8 slots
+# had rounds timed again in 9 of 48 (Triton) and 13 of 32 (torch) at 0.25 ms, about as many as at 0.1 ms: their gaps
+# are mostly other contexts' whole slices too (session 25, calls E and F; docs/figures.md).
 GAPPED_NS = 250_000
 # Past this many gapped windows in one task the judge gives up timing it: an infrastructure failure (retried once by
 # the pool), since the judge cannot tell the candidate's runner from another slot's or another user's process. Either
@@ -128,4 +128,3 @@ def contended(gapped_rounds: int, gaps: Gaps) -> TimingContended:
         f"Another CUDA context held the GPU while the judge timed the reference in {gapped_rounds} rounds (the last "
         f"lost {gaps.total_ns / 1e6:.2f} ms in {gaps.count} gaps, the longest {gaps.largest_ns / 1e6:.2f} ms); the "
         "timing could not be taken quietly. Keep other processes off the evaluator's GPUs.")
-

@@ -1,9 +1,9 @@
-# Attack class: GPU work left running beside the judge's timing of the reference. The outputs are honest (the
-# reference's own matmul); a thread relaunches a one-thread spin kernel on a side stream whenever the runner waits for
-# its next order, so the judge's reference, in another CUDA context, gets the GPU only in time slices while this
-# context's own batches run beside the spin. It sleeps between launches: its CPU stays under the runner's CPU watch.
+# Attack class: GPU work left running beside the judge's timing of the reference: honest outputs (the reference's own
+# matmul), and a thread relaunches a ~2 ms one-thread spin kernel on a side stream whenever the runner waits for its
+# next order, sleeping between launches (its CPU stays under the runner's CPU watch).
 # Described in: our own probe of "timing forged beside the reference" on a GPU (session 24); contexts of different
-# processes share a GPU by time slices unless MPS is running (NVIDIA's MPS documentation).
+# processes share a GPU by time slices unless MPS is running (NVIDIA's MPS documentation). On an H200 it lost
+# (0.59-0.88x, session 25): with one hardware queue per context its spins wait behind the runner's own gated batch.
 import functools
 import time
 
