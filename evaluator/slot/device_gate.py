@@ -69,9 +69,9 @@ class DeviceGate:
         self.shift = torch.zeros(1, dtype=torch.float32, device="cuda")
         self.warm()
 
-    def wait(self, count: int) -> Any:
-        """Queue, on the current stream, a wait for the page's count to reach `count`, then the shift's copy to the
-        device. Returns the device tensor the shift lands in (read by the work queued after it)."""
+    def wait(self, count: int, shift: bool = True) -> Any:
+        """Queue, on the current stream, a wait for the page's count to reach `count`, then (with `shift`) the shift's
+        copy to the device. Returns the device tensor the shift lands in (read by the work queued after it)."""
         import torch
 
         stream = torch.cuda.current_stream().cuda_stream
@@ -79,7 +79,8 @@ class DeviceGate:
                             ctypes.c_uint32(count & 0xFFFFFFFF), ctypes.c_uint(_WAIT_GEQ))
         if status != 0:
             raise GateUnavailable(f"cuStreamWaitValue32 failed ({status})")
-        self.shift.copy_(self.shift_host, non_blocking=True)
+        if shift:
+            self.shift.copy_(self.shift_host, non_blocking=True)
         return self.shift
 
     def warm(self) -> None:

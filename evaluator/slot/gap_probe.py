@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 # Contexts of different processes share a GPU by time slices (no MPS): a process that keeps a one-thread spin kernel
 # queued while the judge times the reference doubled a 6.9 ms batch of matrix products on an H200 (14.3 ms), and
@@ -26,9 +26,10 @@ GAPPED_NS = 250_000
 # 27 of 48 and 16 of 32, and at 3 two torch tasks were given up twice (session 25, calls B and C).
 GAPPED_ROUNDS_MAX = 6
 # A probe stops by itself after this long: where its end was never queued (a window abandoned), or where something
-# between its start and end synchronised the whole device, which waits for the probe (the caching allocator frees
-# its blocks with a device-wide synchronisation when an allocation fails). Such a window is timed again (`bounded`).
-PROBE_MAX_NS = 10_000_000_000
+# between its start and end synchronised the whole device, which waits for the probe (a reference that calls
+# torch.cuda.synchronize, the caching allocator freeing its blocks after a failed allocation). Such a window
+# (`bounded`) is timed again and the task goes on without the probe (reference_watch.gapped_window).
+PROBE_MAX_NS = 2_000_000_000
 
 
 class Gaps(NamedTuple):
@@ -38,7 +39,7 @@ class Gaps(NamedTuple):
     bounded: int  # stretches of the window where the probe stopped by itself (PROBE_MAX_NS)
 
     def gapped(self) -> bool:
-        return self.total_ns > GAPPED_NS or self.bounded > 0
+        return self.total_ns > GAPPED_NS
 
 
 class TimingContended(Exception):
@@ -46,9 +47,10 @@ class TimingContended(Exception):
 
 
 class GapProbe:
-    """The probe on one device: `begin()` before a window, `start()` then `end()` around each stretch of the reference's
-    work queued on the current stream (start before its first launch or gate, end after its last), `read()` after
-    the window's synchronisation."""
+    """The probe on one device: `start()` then `end()` around each stretch of the reference's work (start queued before
+    that work: each process has one hardware queue, isolation/environment.DEVICE_CONNECTIONS, so a probe queued after
+    a stream's kernels waits for the last of them to be dispatched), then `read()` after the window's synchronisation,
+    or `discard()` for a window given up. Both leave the totals at zero for the next window."""
 
     def __init__(self) -> None:
         import torch
@@ -61,25 +63,19 @@ class GapProbe:
         self.side = torch.cuda.Stream()
         self.zeroed = torch.cuda.Event()
         # Compiled and loaded once here: a module loaded at a first launch inside a timed window would be in it.
-        self.begin()
         self.start()
         self.end()
         torch.cuda.synchronize()
         self.read()
 
-    def begin(self) -> None:
-        """A window's totals start from nothing (queued on the probe's stream, before its first start)."""
+    def start(self, behind: Optional[Callable[[], None]] = None) -> None:
+        """The probe, queued on its own stream: it runs from now (or, with `behind`, from whatever `behind` queues on
+        that stream: a gate's wait) until end()'s flag."""
         import torch
 
         with torch.cuda.stream(self.side):
-            self.out.zero_()
-
-    def start(self) -> None:
-        """The probe, queued on its own stream: it runs from now until end()'s flag (work already queued on the current
-        stream behind a gate included)."""
-        import torch
-
-        with torch.cuda.stream(self.side):
+            if behind is not None:
+                behind()
             self.flag.zero_()
             self.zeroed.record()
             self.kernel[(1,)](self.flag, self.out, PROBE_MAX_NS, GAP_NS, num_warps=1)
@@ -97,7 +93,16 @@ class GapProbe:
 
     def read(self) -> Gaps:
         self.side.synchronize()
-        return Gaps(*(int(v) for v in self.out.tolist()))
+        gaps = Gaps(*(int(v) for v in self.out.tolist()))
+        self.discard()
+        return gaps
+
+    def discard(self) -> None:
+        """The totals back to zero, on the probe's stream after whatever probe is queued there."""
+        import torch
+
+        with torch.cuda.stream(self.side):
+            self.out.zero_()
 
 
 _probes: dict[int, Optional[GapProbe]] = {}

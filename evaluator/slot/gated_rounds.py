@@ -48,8 +48,7 @@ class GatedRounds:
             with self.held(True, "rounds" if counted else "sizing"):
                 for side in self.sides(candidate_first):
                     if side == "reference":
-                        with self.reference_watched(counted):
-                            self.probe_beside_queued()
+                        with self.reference_watched(counted):  # its gap probe queued with the batch (queued_both)
                             start = time.perf_counter()
                             writer.open(shift)
                             torch.cuda.synchronize()
@@ -65,13 +64,6 @@ class GatedRounds:
                 self.order({"type": "drain"}, "ran", calls)
             raise
 
-    def probe_beside_queued(self) -> None:
-        """The window's gap probe (slot/gap_probe.py) started now, beside the reference's batch already queued behind
-        its gate, and ended after it: both queued before the clock starts."""
-        if self.window_probe is not None:
-            self.window_probe.start()
-            self.window_probe.end()
-
     def armed_drain(self, shift: float, calls: int) -> float:
         """Seconds of the runner's queued batch, from its gate's opening to its answer that the batch ran, less the
         answer's way. The runner is told first and says so (unclocked), so the gate opens on a runner already waiting
@@ -83,10 +75,11 @@ class GatedRounds:
         self.collected("ran", calls)
         return self.less_round_trip(self.driver.answered_at - start, share=0.5)
 
-    def queued_both(self, calls: int, salt: int) -> bool:
-        """Both batches of a round queued behind their gates: the reference here, then the runner's. False when either
-        side blocked while queueing (both gates opened, the batches waited for, the round dropped): the batch is halved
-        for the next try, or the task goes on without gates."""
+    def queued_both(self, calls: int, salt: int, counted: bool = False) -> bool:
+        """Both batches of a round queued behind their gates: the reference here, then the runner's; a `counted`
+        round's reference with the gap probe (slot/gap_probe.py) queued first behind the same gate, so it starts with
+        the batch. False when either side blocked while queueing (both gates opened, the batches waited for, the round
+        dropped): the batch is halved for the next try, or the task goes on without gates."""
         import torch
 
         from evaluator.contract.framing import encode_message
@@ -101,14 +94,31 @@ class GatedRounds:
                                                "count": self.gate_page.next()}))
         # The reference may synchronise inside (a .item(), a boolean mask) and so wait for its own shut gate, holding
         # Python's lock: the keeper, a process of its own, opens it then.
+        probe = self.gap_probe if counted else None
+
+        def behind_gate() -> Any:
+            """The gate's wait, queued after the sets' draws (judge.nudged_batch); a counted round's gap probe just
+            before it, behind the same gate. One hardware queue a process (isolation/environment.py) runs what is
+            queued in order: a probe queued after the batch would start with its last kernel, and one queued before
+            the draws would hold them behind the shut gate, into the clock."""
+            if probe is not None:
+                probe.start(behind=lambda: own.gate.wait(count, shift=False))
+            return own.gate.wait(count)
+
         with own.queueing(GATE_QUEUE_WAIT_S) as queueing:
             self.outputs, self.judge_sets = [], []
             with torch.no_grad():
-                count = own.writer.next()  # the wait is queued after the sets' draws (judge.nudged_batch)
-                sets = self.judge_sets = self.made_sets(salt, calls, lambda: own.gate.wait(count))
-                self.outputs = [self.task.model(*sets[index % len(sets)]) for index in range(calls)]
+                count = own.writer.next()
+                try:
+                    sets = self.judge_sets = self.made_sets(salt, calls, behind_gate)
+                    self.outputs = [self.task.model(*sets[index % len(sets)]) for index in range(calls)]
+                finally:
+                    if probe is not None:
+                        probe.end()  # after the batch: the probe stops once it has run
         if queueing.forced:  # the runner's batch let go and waited for too: nothing stays queued behind its gate
             torch.cuda.synchronize()
+            if probe is not None:
+                probe.discard()
             self.gate_page.open_all()
             self.driver.answer("queued")
             self.order({"type": "drain"}, "ran", calls)
@@ -125,6 +135,8 @@ class GatedRounds:
         self.driver.answer("queued")
         self.order({"type": "drain"}, "ran", calls)
         torch.cuda.synchronize()
+        if probe is not None:
+            probe.discard()
         return self.gate_blocked("candidate", calls)
 
     def gate_blocked(self, side: str, calls: int) -> bool:
@@ -140,7 +152,10 @@ class GatedRounds:
 
     def close_gates(self) -> None:
         """After the rounds, or when they end early: nothing of this judge's stays queued behind its own gate (its next
-        synchronisation would wait for ever), and the runner's page is let go."""
+        synchronisation would wait for ever), and the runner's page is let go; the gap probe's totals of a window the
+        task left unread are dropped."""
+        if self.gap_probe is not None:
+            self.gap_probe.discard()
         if self.gate_page is None:
             return
         self.own_gate().writer.open_all()

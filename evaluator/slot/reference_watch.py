@@ -49,8 +49,6 @@ class WatchedReference:
             yield
             return
         probe = self.window_probe = self.gap_probe
-        if probe is not None:
-            probe.begin()
         try:
             if self.watch is None:
                 yield
@@ -61,6 +59,7 @@ class WatchedReference:
         except BaseException:
             if probe is not None:
                 probe.end()  # a probe whose work was never ended would run on to its own bound
+                probe.discard()
             raise
         finally:
             self.window_probe = None
@@ -86,6 +85,13 @@ class WatchedReference:
         GAPPED_ROUNDS_MAX rounds a task, then TimingContended (no figure: an infrastructure failure, retried once)."""
         phases = self.schedule.phases
         phases["timing_gap_largest_ms"] = max(phases.get("timing_gap_largest_ms", 0.0), round(gaps.largest_ns / 1e6, 4))
+        if gaps.bounded:
+            # Something in the window synchronised the whole device, which waited for the probe to its bound (the
+            # reference's own work: the candidate cannot reach the judge's process): the window's clock holds that
+            # wait, and the probe cannot run beside this reference. Timed again, the rest of the task without it.
+            self.gap_probe = None
+            phases["timing_gap_probe_off"] = 1
+            raise Interfered()
         if not gaps.gapped():
             return
         self.gapped_rounds += 1

@@ -505,7 +505,7 @@ class TimingPhase(GatedRounds, WatchedReference):
         seed = self.rng.getrandbits(30)
         hands = {}
         if exclusive and self.gated:
-            if not self.queued_both(calls, salt):  # dropped: this round again, its batch halved or ungated
+            if not self.queued_both(calls, salt, counted):  # dropped: this round again, its batch halved or ungated
                 return self.one_round(calls, candidate_first, counted, exclusive)
             self.gated_sides(candidate_first, counted, calls, picked, seed, hands)
         else:

@@ -43,12 +43,15 @@ def test_gapped_windows_are_timed_again_then_the_task_is_given_up():
     assert phase.schedule.phases["timing_gap_largest_ms"] == 2.44
 
 
-def test_a_window_whose_probe_stopped_by_itself_is_timed_again():
+def test_a_window_whose_probe_stopped_by_itself_is_timed_again_without_the_probe():
     """Something in the window synchronised the whole device, which waited for the probe to its bound: the window's
-    clock holds that wait, so it does not count."""
+    clock holds that wait, so it does not count, and the probe cannot run beside this reference."""
     phase = watched()
+    phase.gap_probe = object()  # what gapped_window drops
     with pytest.raises(Interfered):
         phase.gapped_window(Gaps(total_ns=0, largest_ns=400, count=0, bounded=1))
+    assert phase.gap_probe is None and phase.schedule.phases["timing_gap_probe_off"] == 1
+    assert phase.gapped_rounds == 0
 
 
 def test_the_cpu_mode_watch_has_no_probe():
