@@ -8,6 +8,8 @@ import sys
 import time
 from typing import Callable, NamedTuple, Optional
 
+from evaluator.slot.outcome import TimingContended
+
 # Contexts of different processes share a GPU by time slices (no MPS): a process that keeps a one-thread spin kernel
 # queued while the judge times the reference doubled a 6.9 ms batch of matrix products on an H200 (14.3 ms), and
 # its CPU stays under the runner's CPU watch (session 25, call A, tests/bench/probe_time_slices.py). The probe saw
@@ -40,10 +42,6 @@ class Gaps(NamedTuple):
 
     def gapped(self) -> bool:
         return self.total_ns > GAPPED_NS
-
-
-class TimingContended(Exception):
-    """The reference's windows were shared with another context in too many rounds: no figure can be taken."""
 
 
 class GapProbe:

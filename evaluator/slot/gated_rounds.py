@@ -117,8 +117,6 @@ class GatedRounds:
                         probe.end()  # after the batch: the probe stops once it has run
         if queueing.forced:  # the runner's batch let go and waited for too: nothing stays queued behind its gate
             torch.cuda.synchronize()
-            if probe is not None:
-                probe.discard()
             self.gate_page.open_all()
             self.driver.answer("queued")
             self.order({"type": "drain"}, "ran", calls)
@@ -135,12 +133,13 @@ class GatedRounds:
         self.driver.answer("queued")
         self.order({"type": "drain"}, "ran", calls)
         torch.cuda.synchronize()
-        if probe is not None:
-            probe.discard()
         return self.gate_blocked("candidate", calls)
 
     def gate_blocked(self, side: str, calls: int) -> bool:
-        """A side blocked while queueing `calls` calls: the next batches halved, or no more gates for this task."""
+        """A side blocked while queueing `calls` calls: the next batches halved, or no more gates for this task; the
+        dropped round's gap-probe totals with it."""
+        if self.gap_probe is not None:
+            self.gap_probe.discard()
         self.gate_overflows += 1
         self.schedule.phases["timing_gate_blocked"] = self.gate_overflows
         # A few calls cannot fill CUDA's queue: a side that blocked on them synchronises inside a call.

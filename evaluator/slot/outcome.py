@@ -47,6 +47,11 @@ class RunnerGone(Exception):
     """The runner's pipe closed (it died, or closed it): a crash of the candidate once the task had started."""
 
 
+class TimingContended(Exception):
+    """Another CUDA context shared the reference's timed windows in too many rounds (slot/gap_probe.py): no figure can
+    be taken. The judge's own observation, so an infrastructure failure, retried once by the pool."""
+
+
 class SlotFailure(Exception):
     """The judge's own machinery failed (the zygote died, a runner never started): not the candidate's fault."""
 

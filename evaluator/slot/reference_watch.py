@@ -50,12 +50,8 @@ class WatchedReference:
             return
         probe = self.window_probe = self.gap_probe
         try:
-            if self.watch is None:
+            with self.cpu_window() if self.watch is not None else contextlib.nullcontext() as spent:
                 yield
-                spent = None
-            else:
-                with self.cpu_window() as spent:
-                    yield
         except BaseException:
             if probe is not None:
                 probe.end()  # a probe whose work was never ended would run on to its own bound

@@ -8,9 +8,8 @@ from typing import Any, Callable, Optional
 from evaluator.contract.types import Verdict
 from evaluator.slot.device_memory import starved_by_others
 from evaluator.slot import reference_first
-from evaluator.slot.gap_probe import TimingContended
 from evaluator.slot.judge_profile import runners_profiled
-from evaluator.slot.outcome import RunnerGone, SlotFailure, TaskEnded, verdict_result
+from evaluator.slot.outcome import RunnerGone, SlotFailure, TaskEnded, TimingContended, verdict_result
 from evaluator.slot.sol_floor import check as check_speed_of_light
 from evaluator.slot.task_driver import Deadline, write_trace
 from evaluator.slot.task_judge import SHARED_STEPS, Schedule

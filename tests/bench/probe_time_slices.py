@@ -6,7 +6,8 @@ probe kernel reading the GPU's global timer see the time slices? Usage: python t
 # so the judge's reference may be slowed by the spin. If so, a one-block probe beside the timed batch that reads
 # %globaltimer in a loop should see a gap whenever another context holds the device: a check of the timed window
 # itself. Each scenario prints one JSON line: the batch's milliseconds (CUDA events) and the probe's largest gap and
-# count of gaps over GAP_US, alone and beside a spinning process.
+# count of gaps over gap_probe.GAP_NS, alone and beside a spinning process. Since session 25 it runs the judge's own
+# probe (evaluator/slot/gap_probe.py); call A ran a copy of its kernel that also recorded its span.
 import argparse
 import json
 import multiprocessing as mp
@@ -16,10 +17,6 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-
-GAP_US = 20.0  # one read of the timer to the next: well under a microsecond unless the context was switched out
-PROBE_MAX_NS = 2_000_000_000
-
 
 def spinner(ready, stop, cycles: int) -> None:
     """Another process: spin kernels of `cycles` on a side stream, relaunched whenever the last one ends, sleeping
@@ -36,48 +33,23 @@ def spinner(ready, stop, cycles: int) -> None:
         time.sleep(cycles / 2.5e9)
 
 
-def probe_kernel():
-    import triton
-    import triton.language as tl
-    from triton.language.extra.cuda import globaltimer
-
-    @triton.jit
-    def probe(flag_ptr, out_ptr, max_ns, gap_ns):
-        start = globaltimer()
-        last = start
-        largest = start - start
-        gaps = largest
-        while (tl.load(flag_ptr, volatile=True) == 0) & (last - start < max_ns):
-            now = globaltimer()
-            largest = tl.maximum(largest, now - last)
-            gaps += (now - last > gap_ns).to(tl.int64)
-            last = now
-        tl.store(out_ptr, largest)
-        tl.store(out_ptr + 1, gaps)
-        tl.store(out_ptr + 2, last - start)
-
-    return probe
-
-
 def one_batch(torch, probe, x, calls: int, probed: bool) -> dict:
-    """A batch of `calls` matrix products on the current stream, timed with events; with `probed`, the probe runs
-    beside it on a stream of its own until the batch's last kernel sets the flag."""
-    flag = torch.zeros(1, dtype=torch.int32, device="cuda")
-    out = torch.zeros(3, dtype=torch.int64, device="cuda")
-    side = torch.cuda.Stream()
+    """A batch of `calls` matrix products on the current stream, timed with events; with `probed`, the judge's gap
+    probe (evaluator/slot/gap_probe.py) runs beside it, started before the batch and ended after it."""
     torch.cuda.synchronize()
     if probed:
-        with torch.cuda.stream(side):
-            probe[(1,)](flag, out, PROBE_MAX_NS, int(GAP_US * 1e3), num_warps=1)
+        probe.start()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(calls):
         x @ x
     end.record()
-    flag.fill_(1)
+    if probed:
+        probe.end()
     torch.cuda.synchronize()
-    largest, gaps, span = (int(v) for v in out.tolist())
-    return {"batch_ms": start.elapsed_time(end), "largest_gap_us": largest / 1e3, "gaps": gaps, "probe_ms": span / 1e6}
+    gaps = probe.read() if probed else None
+    return {"batch_ms": start.elapsed_time(end), "largest_gap_us": gaps.largest_ns / 1e3 if gaps else 0.0,
+            "gaps": gaps.count if gaps else 0}
 
 
 def scenario(torch, probe, x, calls: int, reps: int, probed: bool) -> dict:
@@ -97,7 +69,9 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    probe = probe_kernel()
+    from evaluator.slot.gap_probe import GapProbe
+
+    probe = GapProbe()
     x = torch.randn(args.size, args.size, device="cuda")
     for probed in (False, True):  # warm both paths: the probe's compile, cuBLAS
         one_batch(torch, probe, x, args.calls, probed)

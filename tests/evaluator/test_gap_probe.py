@@ -9,8 +9,8 @@ import types
 import pytest
 
 from evaluator.slot import gap_probe
-from evaluator.slot.gap_probe import Gaps, TimingContended
-from evaluator.slot.outcome import Interfered
+from evaluator.slot.gap_probe import Gaps
+from evaluator.slot.outcome import Interfered, TimingContended
 from evaluator.slot.reference_watch import WatchedReference
 from tests.bench.probe_time_slices import spinner
 
