@@ -3,5 +3,4 @@
 # same gate), which ran on no GPU: the spin attacks and honest matmul with the probe off and on, its GPU test, then
 # Triton and identical torch code at 8 slots with the probe off and on in turn (gpu_check.sh probe).
 bash tests/bench/gpu_check.sh probe
-mkdir -p $OUT/raw; cp $OUT/*.txt $OUT/raw/ 2>/dev/null; tar -czf $OUT/raw.tgz -C $OUT raw; rm -rf $OUT/raw
 echo "elapsed $SECONDS s"
