@@ -7,7 +7,9 @@ probe kernel reading the GPU's global timer see the time slices? Usage: python t
 # %globaltimer in a loop should see a gap whenever another context holds the device: a check of the timed window
 # itself. Each scenario prints one JSON line: the batch's milliseconds (CUDA events) and the probe's largest gap and
 # count of gaps over gap_probe.GAP_NS, alone and beside a spinning process. Since session 25 it runs the judge's own
-# probe (evaluator/slot/gap_probe.py); call A ran a copy of its kernel that also recorded its span.
+# probe (evaluator/slot/gap_probe.py); call A ran a copy of its kernel that also recorded its span. Session 26: honest
+# tasks at 8 slots had gapped windows (39 of 48 Triton tasks, gaps up to 2.8 ms), so --neighbours puts the batch beside
+# what a slot's window has around it instead: streams waiting at a shut device gate, idle contexts, contexts churning.
 import argparse
 import json
 import multiprocessing as mp
@@ -31,6 +33,53 @@ def spinner(ready, stop, cycles: int) -> None:
         with torch.cuda.stream(stream):
             torch.cuda._sleep(cycles)
         time.sleep(cycles / 2.5e9)
+
+
+def gate_waiter(ready, stop, _cycles: int) -> None:
+    """Another process with a batch queued behind a shut device gate (slot/device_gate.py), as every other slot's
+    judge and runner have while one slot holds the device: does a stream waiting on a page take time slices?"""
+    import ctypes
+    import mmap
+
+    import torch
+
+    from evaluator.slot.device_gate import PAGE_BYTES, DeviceGate, GateWriter
+
+    page = mmap.mmap(-1, PAGE_BYTES)
+    gate = DeviceGate(ctypes.addressof(ctypes.c_char.from_buffer(page)), read_only=False)
+    writer = GateWriter(page)
+    x = torch.randn(256, 256, device="cuda")
+    gate.wait(writer.next())
+    x @ x
+    ready.set()
+    stop.wait()
+    writer.open(0.5)
+    torch.cuda.synchronize()
+
+
+def idle_context(ready, stop, _cycles: int) -> None:
+    """Another process with a CUDA context and nothing queued (a warmed spare runner, another slot's judge)."""
+    import torch
+
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    ready.set()
+    stop.wait()
+
+
+def context_churn(ready, stop, _cycles: int) -> None:
+    """Another process whose children make a CUDA context, run one kernel and end, one after another (spares warming,
+    runners ending)."""
+    import subprocess
+
+    program = "import torch; torch.ones(1, device='cuda').add_(1); torch.cuda.synchronize()"
+    subprocess.run([sys.executable, "-c", program], check=True)
+    ready.set()
+    while not stop.is_set():
+        subprocess.run([sys.executable, "-c", program], check=False)
+
+
+NEIGHBOURS = {"spinner": spinner, "gate": gate_waiter, "idle": idle_context, "churn": context_churn}
 
 
 def one_batch(torch, probe, x, calls: int, probed: bool) -> dict:
@@ -66,6 +115,9 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--size", type=int, default=2048)
     parser.add_argument("--spin-cycles", default="400000,4000000", help="each spinner's kernel length, in cycles")
+    parser.add_argument("--neighbours", default="spinner",
+                        help="comma-separated KIND[xN] (spinner, gate, idle, churn): the other processes of each "
+                             "scenario, e.g. gatex7; a spinner scenario runs once per --spin-cycles")
     args = parser.parse_args()
     import torch
 
@@ -79,19 +131,34 @@ def main() -> None:
         print(json.dumps({"scenario": "alone", "probed": probed,
                           **scenario(torch, probe, x, args.calls, args.reps, probed)}), flush=True)
     context = mp.get_context("spawn")
-    for cycles in (int(c) for c in args.spin_cycles.split(",")):
-        ready, stop = context.Event(), context.Event()
-        process = context.Process(target=spinner, args=(ready, stop, cycles), daemon=True)
-        process.start()
-        ready.wait(60)
-        try:
-            for probed in (False, True):
-                print(json.dumps({"scenario": f"beside a spinner of {cycles} cycles", "probed": probed,
-                                  **scenario(torch, probe, x, args.calls, args.reps, probed)}), flush=True)
-        finally:
-            stop.set()
-            process.join(10)
+    for spec in args.neighbours.split(","):
+        kind, _, count = spec.partition("x")
+        for cycles in ([int(c) for c in args.spin_cycles.split(",")] if kind == "spinner" else [0]):
+            label = f"beside {count or 1} {kind}" + (f" of {cycles} cycles" if kind == "spinner" else "")
+            beside(torch, probe, x, args, context, NEIGHBOURS[kind], int(count or 1), cycles, label)
 
+
+def beside(torch, probe, x, args, context, target, count: int, cycles: int, label: str) -> None:
+    """The batch alone-measured scenarios again with `count` processes running `target` alongside."""
+    stop = context.Event()
+    processes, readies = [], []
+    for _ in range(count):
+        ready = context.Event()
+        process = context.Process(target=target, args=(ready, stop, cycles), daemon=True)
+        process.start()
+        processes.append(process)
+        readies.append(ready)
+    try:
+        if all(ready.wait(120) for ready in readies):
+            for probed in (False, True):
+                print(json.dumps({"scenario": label, "probed": probed,
+                                  **scenario(torch, probe, x, args.calls, args.reps, probed)}), flush=True)
+        else:
+            print(json.dumps({"scenario": label, "error": "a neighbour did not start"}), flush=True)
+    finally:
+        stop.set()
+        for process in processes:
+            process.join(20)
 
 if __name__ == "__main__":
     main()

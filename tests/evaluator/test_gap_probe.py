@@ -68,7 +68,6 @@ def test_the_probe_sees_another_processs_kernels_and_nothing_alone():
     x = torch.randn(2048, 2048, device="cuda")
 
     def window() -> Gaps:
-        probe.begin()
         probe.start()
         for _ in range(20):
             x @ x
