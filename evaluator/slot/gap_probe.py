@@ -14,7 +14,13 @@ from evaluator.slot.outcome import TimingContended
 # queued while the judge times the reference doubled a 6.9 ms batch of matrix products on an H200 (14.3 ms), and
 # its CPU stays under the runner's CPU watch (session 25, call A, tests/bench/probe_time_slices.py). The probe saw
 # every such batch: its largest gap between two reads of the timer was 2.44 ms beside the spinner, 0.35-0.51 us alone.
-PROBE_ENV = "KRL_WORKER_TIMING_GAP_PROBE"  # "0": no probe (the reference's windows are watched on the CPU only)
+# Opt-in ("1"; off by default since session 26): queued with the reference's batch as it is now, the probe read honest
+# windows as gapped in 39 of 48 Triton tasks at 8 slots on an H200 (13 of 16 at one slot, gates off too), and timing
+# them again cost 5-12% of the rate, took identical torch code within ±5% from 31 to 26 of 32 and gave up an honest
+# task. Streams waiting at shut gates, idle contexts and contexts being made and ended left a batch's probe without a
+# gap (tests/bench/probe_time_slices.py), so where the honest gaps come from is not known. Without the probe the spin
+# attacks gained nothing either (0.62x; a spinning child ends `side_work`): session 26, calls A-C, docs/figures.md.
+PROBE_ENV = "KRL_WORKER_TIMING_GAP_PROBE"
 GAP_NS = 20_000  # one read of the timer to the next: a gap past this is the device working for another context
 # A window whose gaps add up to more than this was not the reference's alone: timed again. 5% of a 5 ms batch, the
 # self-speedup's own tolerance (0.1 ms at first); a spinning context's slices are ~2.4 ms each. Honest tasks at 8 slots
@@ -108,8 +114,8 @@ _probes: dict[int, Optional[GapProbe]] = {}
 
 def probe_for_device() -> Optional[GapProbe]:
     """This process's probe on its current device, made on first use (judge_host warms it before the slot is ready);
-    None where PROBE_ENV turns it off or it cannot run here (no Triton, no global timer), said once on stderr."""
-    if os.environ.get(PROBE_ENV, "1").strip() == "0":
+    None unless PROBE_ENV turns it on, or where it cannot run here (no Triton, no global timer), said once on stderr."""
+    if os.environ.get(PROBE_ENV, "0").strip() != "1":
         return None
     import torch
 

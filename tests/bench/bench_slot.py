@@ -166,9 +166,9 @@ def summary_row(kind: str, n: int, slots: int, warm: list, results: list, wall_s
             "errors": sorted({r.error_message[:200] for r in results if r.verdict != Verdict.CORRECT})[:3],
             "wall_s": round(wall_s, 2), "evals_per_min": round(60 * n / wall_s, 1),
             "phase_mean_s": {k: round(statistics.mean(v), 4) for k, v in sorted(phases.items())},
-            # The judge's gap probe (slot/gap_probe.py, "0" off): the tasks with a round timed again for another
+            # The judge's gap probe (slot/gap_probe.py, opt-in "1"): the tasks with a round timed again for another
             # context on the device, and the largest gap any task saw.
-            "gap_probe": os.environ.get("KRL_WORKER_TIMING_GAP_PROBE") or "1",
+            "gap_probe": os.environ.get("KRL_WORKER_TIMING_GAP_PROBE") or "0",
             "gapped_tasks": len(phases.get("timing_gapped_rounds", [])),
             "gap_largest_ms": max(phases.get("timing_gap_largest_ms", [0.0])),
             # The device lock's shared steps (docs/slot.md: "1" all, "0" none, or a list), and the timings that went

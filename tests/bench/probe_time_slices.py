@@ -84,16 +84,18 @@ def context_churn(ready, stop, _cycles: int) -> None:
 NEIGHBOURS = {"spinner": spinner, "gate": gate_waiter, "idle": idle_context, "churn": context_churn}
 
 
-def one_batch(torch, probe, x, calls: int, probed: bool) -> dict:
-    """A batch of `calls` matrix products on the current stream, timed with events; with `probed`, the judge's gap
-    probe (evaluator/slot/gap_probe.py) runs beside it, started before the batch and ended after it."""
+def one_batch(torch, probe, op, calls: int, probed: bool, pause_s: float = 0.0) -> dict:
+    """A batch of `calls` of `op` on the current stream, timed with events, after `pause_s` of an idle device; with
+    `probed`, the judge's gap probe (evaluator/slot/gap_probe.py) runs beside it, started before the batch and ended
+    after it."""
     torch.cuda.synchronize()
+    time.sleep(pause_s)
     if probed:
         probe.start()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(calls):
-        x @ x
+        op()
     end.record()
     if probed:
         probe.end()
@@ -103,8 +105,8 @@ def one_batch(torch, probe, x, calls: int, probed: bool) -> dict:
             "gaps": gaps.count if gaps else 0}
 
 
-def scenario(torch, probe, x, calls: int, reps: int, probed: bool) -> dict:
-    rows = [one_batch(torch, probe, x, calls, probed) for _ in range(reps)]
+def scenario(torch, probe, op, calls: int, reps: int, probed: bool, pause_s: float = 0.0) -> dict:
+    rows = [one_batch(torch, probe, op, calls, probed, pause_s) for _ in range(reps)]
     return {"batch_ms_median": round(statistics.median(r["batch_ms"] for r in rows), 4),
             "largest_gap_us_median": round(statistics.median(r["largest_gap_us"] for r in rows), 2),
             "largest_gap_us_max": round(max(r["largest_gap_us"] for r in rows), 2),
@@ -120,18 +122,29 @@ def main() -> None:
     parser.add_argument("--neighbours", default="spinner",
                         help="comma-separated KIND[xN] (spinner, gate, idle, churn): the other processes of each "
                              "scenario, e.g. gatex7; a spinner scenario runs once per --spin-cycles")
+    parser.add_argument("--pauses-ms", default="",
+                        help="comma-separated idle times before each batch, alone: the device's clocks fall while it "
+                             "idles, as between a slot's windows (matrix products, then small ReLU calls)")
     args = parser.parse_args()
     import torch
 
     from evaluator.slot.gap_probe import GapProbe
 
     probe = GapProbe()
-    x = torch.randn(args.size, args.size, device="cuda")
+    x, small = torch.randn(args.size, args.size, device="cuda"), torch.randn(1 << 20, device="cuda")
+    products, relus = (lambda: x @ x), (lambda: small.relu())
     for probed in (False, True):  # warm both paths: the probe's compile, cuBLAS
-        one_batch(torch, probe, x, args.calls, probed)
+        one_batch(torch, probe, products, args.calls, probed)
+        one_batch(torch, probe, relus, args.calls, probed)
     for probed in (False, True):
         print(json.dumps({"scenario": "alone", "probed": probed,
-                          **scenario(torch, probe, x, args.calls, args.reps, probed)}), flush=True)
+                          **scenario(torch, probe, products, args.calls, args.reps, probed)}), flush=True)
+    for pause_ms in (float(p) for p in args.pauses_ms.split(",") if p):
+        for name, op, calls in (("products", products, args.calls), ("relu calls", relus, 20 * args.calls)):
+            print(json.dumps({"scenario": f"alone, {name} after {pause_ms:g} ms idle", "probed": True,
+                              **scenario(torch, probe, op, calls, args.reps, True, pause_ms / 1e3)}), flush=True)
+    if not args.neighbours:
+        return
     context = mp.get_context("spawn")
     for spec in args.neighbours.split(","):
         kind, _, count = spec.partition("x")
@@ -154,7 +167,7 @@ def beside(torch, probe, x, args, context, target, count: int, cycles: int, labe
         if all(ready.wait(120) for ready in readies):
             for probed in (False, True):
                 print(json.dumps({"scenario": label, "probed": probed,
-                                  **scenario(torch, probe, x, args.calls, args.reps, probed)}), flush=True)
+                                  **scenario(torch, probe, lambda: x @ x, args.calls, args.reps, probed)}), flush=True)
         else:
             print(json.dumps({"scenario": label, "error": "a neighbour did not start"}), flush=True)
     finally:

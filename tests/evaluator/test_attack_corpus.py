@@ -126,8 +126,9 @@ GPU_CASES = {
     # closed).
     "content_hash_copy": NO_SPEEDUP,
     # A thread's spin kernels left on the GPU while the judge times the reference (another context, so time slices)
-    # and next to nothing on the CPU, which is all the runner's watch reads: the judge's gap probe beside the reference
-    # (slot/gap_probe.py) sees the device taken, and the round is timed again, then the task given up.
+    # and next to nothing on the CPU, which is all the runner's watch reads. A thread's spins wait behind the runner's
+    # own gated batch (one hardware queue a context) and slow the candidate (0.58-0.88x on an H200); a child's CPU ends
+    # it `side_work`. The judge's gap probe (slot/gap_probe.py, opt-in since session 26) would also see the device taken.
     "gpu_spin_beside_reference": NO_GAIN,
     "gpu_short_spins_beside_reference": NO_GAIN,
     "gpu_child_spins_beside_reference": NO_GAIN,
