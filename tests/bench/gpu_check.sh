@@ -19,7 +19,8 @@
 # `gpu_check.sh slices` (~3 min: a spinning process beside a timed batch and a global-timer probe, probe_time_slices.py,
 # then the spin attack through the slot); `gpu_check.sh probe` (~6 min: the spin attacks and the honest matmul with the
 # judge's gap probe off and on, bench_spin_attacks.py, its GPU test, then Triton and identical torch code at 8 slots
-# with the probe off and on in turn).
+# with the probe off and on in turn); `gpu_check.sh gaps` (~4 min: a batch's probe beside processes running tiny kernels,
+# then one slot of Triton with the probe on).
 # Run from the repository root with $OUT set (the device tool sets it); bubblewrap's .deb files in .gpu/deb if the machine lacks
 # it. Results land in $OUT; a summary is printed at the end.
 set -u
@@ -142,6 +143,13 @@ if [[ $PARTS == *" probe "* ]]; then  # ~6 min: the gap probe (slot/gap_probe.py
         KRL_WORKER_TIMING_GAP_PROBE=$probe timeout 75 python3 tests/bench/bench_slot.py --n 32 --slots 8 \
             --kinds torch >> "$OUT/slot.txt" 2>&1
     done
+fi
+if [[ $PARTS == *" gaps "* ]]; then  # ~4 min: where honest windows' gaps come from (session 26: not gate waiters,
+    # idle or churning contexts, nor an idle device's clocks): a batch beside processes running a tiny kernel every
+    # millisecond, then one slot of Triton with the probe on (its gapped tasks and largest gaps)
+    timeout 120 python3 tests/bench/probe_time_slices.py --reps 20 --neighbours tickx1,tickx7 > "$OUT/slices.txt" 2>&1
+    KRL_WORKER_TIMING_GAP_PROBE=1 timeout 80 python3 tests/bench/bench_slot.py --n 16 --slots 1 --kinds triton \
+        > "$OUT/slot.txt" 2>&1
 fi
 if [[ $PARTS == *" kb "* && -n "${KERNELBENCH_ROOT:-}" ]]; then
     timeout 280 python3 tests/bench/bench_kernelbench_agreement.py --only 0,3,8,10-25,27,30-36 --out "$OUT/kb.json" \

@@ -9,7 +9,8 @@ probe kernel reading the GPU's global timer see the time slices? Usage: python t
 # count of gaps over gap_probe.GAP_NS, alone and beside a spinning process. Since session 25 it runs the judge's own
 # probe (evaluator/slot/gap_probe.py); call A ran a copy of its kernel that also recorded its span. Session 26: honest
 # tasks at 8 slots had gapped windows (39 of 48 Triton tasks, gaps up to 2.8 ms), so --neighbours puts the batch beside
-# what a slot's window has around it instead: streams waiting at a shut device gate, idle contexts, contexts churning.
+# what a slot's window has around it instead: streams waiting at a shut device gate, idle contexts, contexts churning
+# (none gapped a batch, call C), and a process running a tiny kernel every millisecond (not run yet).
 import argparse
 import json
 import multiprocessing as mp
@@ -81,7 +82,22 @@ def context_churn(ready, stop, _cycles: int) -> None:
         subprocess.run([sys.executable, "-c", program], check=False)
 
 
-NEIGHBOURS = {"spinner": spinner, "gate": gate_waiter, "idle": idle_context, "churn": context_churn}
+def ticker(ready, stop, _cycles: int) -> None:
+    """Another process launching one tiny kernel every millisecond and waiting for it: a neighbour's short GPU steps
+    (a spare's warm-up, a runner's draws finishing after its answer), each a switch of the device's context."""
+    import torch
+
+    x = torch.zeros(1, device="cuda")
+    x.add_(1)
+    torch.cuda.synchronize()
+    ready.set()
+    while not stop.is_set():
+        x.add_(1)
+        torch.cuda.synchronize()
+        time.sleep(1e-3)
+
+
+NEIGHBOURS = {"spinner": spinner, "gate": gate_waiter, "idle": idle_context, "churn": context_churn, "tick": ticker}
 
 
 def one_batch(torch, probe, op, calls: int, probed: bool, pause_s: float = 0.0) -> dict:
@@ -120,7 +136,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=2048)
     parser.add_argument("--spin-cycles", default="400000,4000000", help="each spinner's kernel length, in cycles")
     parser.add_argument("--neighbours", default="spinner",
-                        help="comma-separated KIND[xN] (spinner, gate, idle, churn): the other processes of each "
+                        help="comma-separated KIND[xN] (spinner, gate, idle, churn, tick): the other processes of each "
                              "scenario, e.g. gatex7; a spinner scenario runs once per --spin-cycles")
     parser.add_argument("--pauses-ms", default="",
                         help="comma-separated idle times before each batch, alone: the device's clocks fall while it "
