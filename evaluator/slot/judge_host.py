@@ -41,6 +41,10 @@ MIN_FREE_SHARE_TO_RAISE = 0.25
 # them (the default, docs/slot.md says why), "0" none (only timings exclude each other), or a comma-separated list of
 # task_judge.SHARED_STEPS names.
 DEVICE_SHARED_ENV = "KRL_WORKER_DEVICE_SHARED_STEPS"
+# A measurement knob ("1"): each task's new spares warm before it, with the device held shared, not while it runs. A
+# spare's warm-up runs GPU work in a context of its own, and honest windows had gaps of ~0.3 ms at one slot (session
+# 26, calls B-C: 8-13 of 16 Triton tasks with the gap probe on); this tells whether the spares are where they come from.
+SPARES_WARM_SHARED_ENV = "KRL_WORKER_SPARES_WARM_SHARED"
 
 
 def next_spare_target(target: int, waited_s: float, free_share: float) -> int:
@@ -242,11 +246,7 @@ class JudgeHost:
             with open(path, "ab") as handle:
                 handle.truncate(0)
         self.slot.wipe_exchange()
-        try:
-            while len(self.spares) < self.spare_target:
-                self.spares.append(self.slot.fork_runner())  # warm up (CUDA init) while this task runs
-        except InfrastructureFailure:
-            pass
+        spares_warm_s = self._replenish_spares(deadline)
         self._group_ahead()
         self.finished_runner = runner  # killed and wiped after the reply is sent (finish_task): off the verdict's path
         task = TaskJudge(request, self.device, self.slot.inputs_dir,
@@ -285,6 +285,8 @@ class JudgeHost:
             outcome["task"] = task_id
             outcome["result"]["phase_times_s"]["judge_ready"] = round(ready_s, 6)
             outcome["result"]["phase_times_s"]["task_setup"] = round(self.task_isolation.setup_s, 6)  # its cgroup
+            if spares_warm_s:
+                outcome["result"]["phase_times_s"]["spares_warm"] = round(spares_warm_s, 6)
             outcome["result"]["phase_times_s"].update(allocator)
             outcome["result"]["phase_times_s"]["total"] = round(time.monotonic() - started_at, 6)
             outcome["result"]["phase_times_s"].update(cpu_spent.phases())
@@ -292,6 +294,28 @@ class JudgeHost:
             outcome["task"] = task_id
         outcome["counters"] = self.slot.counters.take()
         return outcome
+
+    def _replenish_spares(self, deadline: float) -> float:
+        """Spares forked up to the target. They warm up (CUDA's context, a few kernels) while this task runs, beside
+        every slot's timings; with SPARES_WARM_SHARED_ENV, before it, with the device held shared so no timing runs
+        beside them. Returns the seconds the latter took (0 by default)."""
+        lock = self.device_lock if os.environ.get(SPARES_WARM_SHARED_ENV, "0").strip() == "1" else None
+        started = time.monotonic()
+        held = lock is not None and lock.acquire_shared(deadline) is not None
+        try:
+            while len(self.spares) < self.spare_target:
+                self.spares.append(self.slot.fork_runner())
+            for spare in [spare for spare in self.spares if held and not spare.ready]:
+                try:
+                    self.slot.wait_ready(spare, START_TIMEOUT_S)
+                except InfrastructureFailure:  # discarded there
+                    self.spares.remove(spare)
+        except InfrastructureFailure:
+            pass
+        finally:
+            if held:
+                lock.release_shared()
+        return time.monotonic() - started if held else 0.0
 
     def _on_spare(self, spare: RunnerHandle) -> bool:
         """A spare runner said something while a task ran: file its readiness. True once it needs no more watching."""
