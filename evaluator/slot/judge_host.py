@@ -21,6 +21,7 @@ from evaluator.slot.task_driver import TaskDriver
 from evaluator.slot.task_judge import TaskJudge, input_seed  # noqa: F401 - input_seed: public here too
 from evaluator.slot.task_judge import shared_steps_from
 from evaluator.slot.task_run import drive_task
+from evaluator.slot.upkeep_hold import SPARES_ENV, upkeep_shared, wait_exited
 
 # Candidate outputs travel to the judge as files: the runner's hand-over lifts its soft file-size cap (the output-flood
 # cap) to this hard one while it writes an output.
@@ -41,10 +42,6 @@ MIN_FREE_SHARE_TO_RAISE = 0.25
 # them (the default, docs/slot.md says why), "0" none (only timings exclude each other), or a comma-separated list of
 # task_judge.SHARED_STEPS names.
 DEVICE_SHARED_ENV = "KRL_WORKER_DEVICE_SHARED_STEPS"
-# A measurement knob ("1"): each task's new spares warm before it, with the device held shared, not while it runs. A
-# spare's warm-up runs GPU work in a context of its own, and honest windows had gaps of ~0.3 ms at one slot (session
-# 26, calls B-C: 8-13 of 16 Triton tasks with the gap probe on); this tells whether the spares are where they come from.
-SPARES_WARM_SHARED_ENV = "KRL_WORKER_SPARES_WARM_SHARED"
 
 
 def next_spare_target(target: int, waited_s: float, free_share: float) -> int:
@@ -246,7 +243,7 @@ class JudgeHost:
             with open(path, "ab") as handle:
                 handle.truncate(0)
         self.slot.wipe_exchange()
-        spares_warm_s = self._replenish_spares(deadline)
+        spares_warm_s = self._replenish_spares()
         self._group_ahead()
         self.finished_runner = runner  # killed and wiped after the reply is sent (finish_task): off the verdict's path
         task = TaskJudge(request, self.device, self.slot.inputs_dir,
@@ -273,7 +270,8 @@ class JudgeHost:
             driver.close()
             self.reported_launchers = task.triton_launchers
             del task  # its inputs and outputs, then the cached blocks back to the device: eight judges that kept
-            release_device_cache()  # theirs left honest candidates out of memory on an H100 (48-kernel batch)
+            with upkeep_shared(self.device_lock):  # theirs left honest candidates out of memory on an H100 (48 kernels)
+                release_device_cache()
             allocator = allocator_phases(allocator_before, allocator_counts())
             if self.allocation_sites is not None:
                 self.allocation_sites.note(task_id)
@@ -295,26 +293,22 @@ class JudgeHost:
         outcome["counters"] = self.slot.counters.take()
         return outcome
 
-    def _replenish_spares(self, deadline: float) -> float:
+    def _replenish_spares(self) -> float:
         """Spares forked up to the target. They warm up (CUDA's context, a few kernels) while this task runs, beside
-        every slot's timings; with SPARES_WARM_SHARED_ENV, before it, with the device held shared so no timing runs
+        every slot's timings; with upkeep_hold.SPARES_ENV, before it, with the device held shared so no timing runs
         beside them. Returns the seconds the latter took (0 by default)."""
-        lock = self.device_lock if os.environ.get(SPARES_WARM_SHARED_ENV, "0").strip() == "1" else None
         started = time.monotonic()
-        held = lock is not None and lock.acquire_shared(deadline) is not None
-        try:
-            while len(self.spares) < self.spare_target:
-                self.spares.append(self.slot.fork_runner())
-            for spare in [spare for spare in self.spares if held and not spare.ready]:
-                try:
-                    self.slot.wait_ready(spare, START_TIMEOUT_S)
-                except InfrastructureFailure:  # discarded there
-                    self.spares.remove(spare)
-        except InfrastructureFailure:
-            pass
-        finally:
-            if held:
-                lock.release_shared()
+        with upkeep_shared(self.device_lock, SPARES_ENV) as held:
+            try:
+                while len(self.spares) < self.spare_target:
+                    self.spares.append(self.slot.fork_runner())
+                for spare in [spare for spare in self.spares if held and not spare.ready]:
+                    try:
+                        self.slot.wait_ready(spare, START_TIMEOUT_S)
+                    except InfrastructureFailure:  # discarded there
+                        self.spares.remove(spare)
+            except InfrastructureFailure:
+                pass
         return time.monotonic() - started if held else 0.0
 
     def _on_spare(self, spare: RunnerHandle) -> bool:
@@ -360,7 +354,11 @@ class JudgeHost:
         """The last task's runner killed (it has answered, or is dead) and the exchange folders emptied."""
         runner, self.finished_runner = self.finished_runner, None
         if runner is not None:
-            self.slot.discard(runner)
+            with upkeep_shared(self.device_lock) as held:
+                host_pid = self.slot.locate(runner) if held else 0
+                self.slot.discard(runner)
+                if host_pid:
+                    wait_exited(host_pid)
             self.slot.wipe_exchange()
         # The task's whole cgroup killed (escaped processes too) and removed.
         from evaluator.slot import task_isolation

@@ -20,6 +20,7 @@ from evaluator.slot.gated_rounds import GATE_OFF_BY, GatedRounds
 from evaluator.slot.outcome import ProtocolBreach, TaskEnded, timed_again_if_interfered
 from evaluator.slot.reference_watch import WatchedReference
 from evaluator.slot.round_figures import MAX_SPREAD, round_limits, side_figure, spread
+from evaluator.slot.upkeep_hold import upkeep_shared
 
 CLOCK_JUDGE_WALL = "judge_wall"  # the judge's clock around a synchronised batch (GPU)
 CLOCK_TASK_CPU = "task_cpu"  # CPU time of the task's processes, from the kernel (CPU mode)
@@ -505,7 +506,9 @@ class TimingPhase(GatedRounds, WatchedReference):
         seed = self.rng.getrandbits(30)
         hands = {}
         if exclusive and self.gated:
-            if not self.queued_both(calls, salt, counted):  # dropped: this round again, its batch halved or ungated
+            with upkeep_shared(self.lock):  # a measurement knob (a counted round's hold takes nothing more)
+                queued = self.queued_both(calls, salt, counted)
+            if not queued:  # dropped: this round again, its batch halved or ungated
                 return self.one_round(calls, candidate_first, counted, exclusive)
             self.gated_sides(candidate_first, counted, calls, picked, seed, hands)
         else:
