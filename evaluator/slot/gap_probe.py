@@ -17,9 +17,10 @@ from evaluator.slot.outcome import TimingContended
 # Opt-in ("1"; off by default since session 26): queued with the reference's batch as it is now, the probe read honest
 # windows as gapped in 39 of 48 Triton tasks at 8 slots on an H200 (13 of 16 at one slot, gates off too), and timing
 # them again cost 5-12% of the rate, took identical torch code within ±5% from 31 to 26 of 32 and gave up an honest
-# task. Streams waiting at shut gates, idle contexts and contexts being made and ended left a batch's probe without a
-# gap (tests/bench/probe_time_slices.py), so where the honest gaps come from is not known. Without the probe the spin
-# attacks gained nothing either (0.62x; a spinning child ends `side_work`): session 26, calls A-C, docs/figures.md.
+# task. The gaps are the slot's own upkeep, which the device lock does not hold: at one slot the spares warming beside
+# the windows (none gapped with them warmed under a shared hold), at 8 slots more besides (slot/upkeep_hold.py). Without
+# the probe the spin attacks gained nothing either (0.62x; a spinning child ends `side_work`): session 26, calls A-G,
+# docs/figures.md.
 PROBE_ENV = "KRL_WORKER_TIMING_GAP_PROBE"
 GAP_NS = 20_000  # one read of the timer to the next: a gap past this is the device working for another context
 # A window whose gaps add up to more than this was not the reference's alone: timed again. 5% of a 5 ms batch, the
