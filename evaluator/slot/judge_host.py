@@ -21,7 +21,7 @@ from evaluator.slot.task_driver import TaskDriver
 from evaluator.slot.task_judge import TaskJudge, input_seed  # noqa: F401 - input_seed: public here too
 from evaluator.slot.task_judge import shared_steps_from
 from evaluator.slot.task_run import drive_task
-from evaluator.slot.upkeep_hold import SPARES_ENV, upkeep_shared, wait_exited
+from evaluator.slot.upkeep_hold import SPARES_ENV, SparesShare, spares_beside, upkeep_shared, wait_exited
 
 # Candidate outputs travel to the judge as files: the runner's hand-over lifts its soft file-size cap (the output-flood
 # cap) to this hard one while it writes an output.
@@ -140,6 +140,7 @@ class JudgeHost:
         self.allocation_sites: Optional[AllocationSites] = None
         self.launchers: Optional[LauncherBuilder] = None  # Triton's launchers for the trusted level, on a GPU
         self.reported_launchers: list = []  # the last task's, built once its reply is out
+        self.spares_share = SparesShare(None)  # the device held shared while spares warm beside a task (a knob)
 
     def start(self) -> str:
         import torch
@@ -162,6 +163,7 @@ class JudgeHost:
             from evaluator.isolation.device_lock import DeviceLock, device_uuid
 
             self.device_lock = DeviceLock(device_uuid(0))
+            self.spares_share = SparesShare(self.device_lock)
         return self.device_name
 
     def _prepare_triton_cache(self, warm: bool) -> None:
@@ -266,6 +268,7 @@ class JudgeHost:
                                  self.device_lock, shared_steps_from(os.environ.get(DEVICE_SHARED_ENV, "")),
                                  alone=bool(message.get("alone")))
         finally:
+            self.spares_share.let_go()
             cpu_spent.runner_task_ns = runner_cpu.now()
             driver.close()
             self.reported_launchers = task.triton_launchers
@@ -298,6 +301,8 @@ class JudgeHost:
         every slot's timings; with upkeep_hold.SPARES_ENV, before it, with the device held shared so no timing runs
         beside them. Returns the seconds the latter took (0 by default)."""
         started = time.monotonic()
+        if spares_beside() and (len(self.spares) < self.spare_target or not all(s.ready for s in self.spares)):
+            self.spares_share.take()  # let go once they are ready (_on_spare) or the timing waited (_spares_ready)
         with upkeep_shared(self.device_lock, SPARES_ENV) as held:
             try:
                 while len(self.spares) < self.spare_target:
@@ -311,6 +316,20 @@ class JudgeHost:
                 pass
         return time.monotonic() - started if held else 0.0
 
+    def _spares_ready(self, deadline: float, phases: dict) -> None:
+        """Before a timing, where spares warm beside the task under a shared hold (upkeep_hold.SPARES_BESIDE): what is
+        left of their warm-up waited for, the hold kept, then let go (the timing's windows are exclusive)."""
+        if not self.spares_share.held:
+            return
+        started = time.monotonic()
+        for spare in [spare for spare in self.spares if not spare.ready]:
+            try:
+                self.slot.wait_ready(spare, max(0.0, min(START_TIMEOUT_S, deadline - time.monotonic())))
+            except InfrastructureFailure:  # discarded there
+                self.spares.remove(spare)
+        self.spares_share.let_go()
+        phases["spares_warm"] = round(time.monotonic() - started, 6)
+
     def _on_spare(self, spare: RunnerHandle) -> bool:
         """A spare runner said something while a task ran: file its readiness. True once it needs no more watching."""
         try:
@@ -321,6 +340,8 @@ class JudgeHost:
             return True
         if spare.ready:
             self._group_ahead()
+        if all(spare.ready for spare in self.spares):  # nothing warming beside the task: the device's share let go
+            self.spares_share.let_go()
         return spare.reader.eof or spare.ready
 
     def _group_ahead(self) -> None:
@@ -346,6 +367,7 @@ class JudgeHost:
 
         def make(task: TaskJudge, driver: TaskDriver, schedule: Any) -> TimingPhase:
             if self.device.startswith("cuda"):  # charged by the judge's clock; the runner's CPU only watched
+                self._spares_ready(driver.deadline, schedule.phases)
                 return TimingPhase(task, driver, schedule, lock=self.device_lock, watch=runner_cpu)
             return TimingPhase(task, driver, schedule, charge=runner_cpu)
         return make

@@ -16,6 +16,11 @@ from typing import Any, Iterator
 # on an H200 it took the honest Triton tasks with a gapped window from 5 of 16 to none, at 44.7 a minute against 71.3;
 # at 8 slots 35 of 48 still had one (call F).
 SPARES_ENV = "KRL_WORKER_SPARES_WARM_SHARED"
+# "beside": the spares warm while their task's own steps before its timing run (its load, trials, checks), the device
+# held shared from their fork until they are ready or the timing starts, which waits for what is left (SparesShare):
+# the version that might keep the rate, since a task waits only for the part of the warm-up its steps do not cover.
+# Built after call G; not run on a GPU.
+SPARES_BESIDE = "beside"
 # "1": the rest held shared too: the last task's runner killed and its context gone, the judge's cached blocks freed,
 # each sizing round's batches queued (the counted rounds' are inside their exclusive hold). With both at 8 slots, 32
 # of 48 honest Triton tasks still had a gapped window (the largest gap 1.3 ms against 2.6), at 67.1 a minute (call G).
@@ -26,6 +31,27 @@ GONE_WAIT_S = 1.0  # the longest the judge waits for a killed runner's exit, whi
 
 def wanted(env: str) -> bool:
     return os.environ.get(env, "0").strip() == "1"
+
+
+def spares_beside() -> bool:
+    return os.environ.get(SPARES_ENV, "0").strip() == SPARES_BESIDE
+
+
+class SparesShare:
+    """The device held shared for spares warming beside their slot's task (SPARES_BESIDE): taken as they are forked,
+    let go once they are ready or once the task's timing has waited for them, whichever comes first."""
+
+    def __init__(self, lock: Any):
+        self.lock, self.held = lock, False
+
+    def take(self) -> None:
+        if self.lock is not None and not self.held:
+            self.held = self.lock.acquire_shared(time.monotonic() + UPKEEP_WAIT_S) is not None
+
+    def let_go(self) -> None:
+        if self.held:
+            self.held = False
+            self.lock.release_shared()
 
 
 @contextlib.contextmanager

@@ -19,8 +19,8 @@
 # `gpu_check.sh slices` (~3 min: a spinning process beside a timed batch and a global-timer probe, probe_time_slices.py,
 # then the spin attack through the slot); `gpu_check.sh probe` (~6 min: the spin attacks and the honest matmul with the
 # judge's gap probe off and on, bench_spin_attacks.py, its GPU test, then Triton and identical torch code at 8 slots
-# with the probe off and on in turn); `gpu_check.sh gaps` (~4 min: a batch's probe beside processes running tiny kernels,
-# then one slot of Triton with the probe on).
+# with the probe off and on in turn); `gpu_check.sh gaps` (~7 min: the spares warmed beside their task under a shared hold
+# against the default, Triton at 1 and 8 slots and identical torch code, the gap probe on to count gapped tasks).
 # Run from the repository root with $OUT set (the device tool sets it); bubblewrap's .deb files in .gpu/deb if the machine lacks
 # it. Results land in $OUT; a summary is printed at the end.
 set -u
@@ -144,12 +144,19 @@ if [[ $PARTS == *" probe "* ]]; then  # ~6 min: the gap probe (slot/gap_probe.py
             --kinds torch >> "$OUT/slot.txt" 2>&1
     done
 fi
-if [[ $PARTS == *" gaps "* ]]; then  # ~4 min: where honest windows' gaps come from (session 26: not gate waiters,
-    # idle or churning contexts, nor an idle device's clocks): a batch beside processes running a tiny kernel every
-    # millisecond, then one slot of Triton with the probe on (its gapped tasks and largest gaps)
-    timeout 120 python3 tests/bench/probe_time_slices.py --reps 20 --neighbours tickx1,tickx7 > "$OUT/slices.txt" 2>&1
-    KRL_WORKER_TIMING_GAP_PROBE=1 timeout 80 python3 tests/bench/bench_slot.py --n 16 --slots 1 --kinds triton \
-        > "$OUT/slot.txt" 2>&1
+if [[ $PARTS == *" gaps "* ]]; then  # ~7 min: the spares warmed beside their task under a shared hold
+    # (KRL_WORKER_SPARES_WARM_SHARED=beside, slot/upkeep_hold.py, not yet run) against the default, with the gap probe
+    # on so each run says how many tasks had a gapped window (session 26: the spares are the honest gaps at one slot)
+    export KRL_WORKER_TIMING_GAP_PROBE=1
+    for spares in 0 beside; do
+        KRL_WORKER_SPARES_WARM_SHARED=$spares timeout 70 python3 tests/bench/bench_slot.py --n 16 --slots 1 \
+            --kinds triton >> "$OUT/slot.txt" 2>&1
+        KRL_WORKER_SPARES_WARM_SHARED=$spares timeout 95 python3 tests/bench/bench_slot.py --n 48 --slots 8 \
+            --kinds triton >> "$OUT/slot.txt" 2>&1
+    done
+    KRL_WORKER_SPARES_WARM_SHARED=beside timeout 75 python3 tests/bench/bench_slot.py --n 32 --slots 8 --kinds torch \
+        >> "$OUT/slot.txt" 2>&1
+    unset KRL_WORKER_TIMING_GAP_PROBE
 fi
 if [[ $PARTS == *" kb "* && -n "${KERNELBENCH_ROOT:-}" ]]; then
     timeout 280 python3 tests/bench/bench_kernelbench_agreement.py --only 0,3,8,10-25,27,30-36 --out "$OUT/kb.json" \
@@ -183,7 +190,8 @@ for line in open(sys.argv[1]):
         print("   held by window", {k[5:]: v for k, v in p.items() if k.startswith("held_")},
               "round ratios", (r.get("orders") or {}).get("round_ratios"))
         print("   gap probe", r.get("gap_probe"), "gapped tasks", r.get("gapped_tasks"), "largest gap ms",
-              r.get("gap_largest_ms"), "gapped rounds", p.get("timing_gapped_rounds"))
+              r.get("gap_largest_ms"), "gapped rounds", p.get("timing_gapped_rounds"), "spares warm shared",
+              r.get("spares_warm_shared"), p.get("spares_warm"))
         print("   shared", r.get("device_shared_steps"), "drain", p.get("device_drain"), "windows",
               p.get("device_windows"), {k[12:]: v for k, v in p.items() if k.startswith("shared_hold_")})
 PY

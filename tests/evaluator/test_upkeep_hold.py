@@ -1,5 +1,6 @@
 """The slot's upkeep held shared on a real device lock behind its knobs (slot/upkeep_hold.py): nothing held by default,
-a timing of another process kept off while a knob holds it, and a killed process's exit awaited."""
+a timing of another process kept off while a knob holds it (spares warming beside a task too), and a killed
+process's exit awaited."""
 
 from __future__ import annotations
 
@@ -60,3 +61,29 @@ def test_the_wait_for_a_killed_process_ends_at_its_exit():
         child.kill()
         child.wait()
     upkeep_hold.wait_exited(child.pid, seconds=30)  # gone
+
+
+def test_spares_warming_beside_a_task_hold_the_device_shared_until_let_go(holders, monkeypatch):  # noqa: F811
+    monkeypatch.setenv(upkeep_hold.SPARES_ENV, upkeep_hold.SPARES_BESIDE)
+    assert upkeep_hold.spares_beside() and not upkeep_hold.wanted(upkeep_hold.SPARES_ENV)  # not the "before" knob
+    lock = DeviceLock("gpu-test")
+    share = upkeep_hold.SparesShare(lock)
+    try:
+        share.take()
+        share.take()  # once only: one let_go ends it
+        assert share.held
+        with upkeep_hold.upkeep_shared(lock, upkeep_hold.SPARES_ENV) as held:
+            assert not held
+        assert lock.acquire_shared(time.monotonic() + LONG_S) == 0.0  # the task's own steps nest inside it
+        lock.release_shared()
+        waited, overran = holders[0].ask("exclusive", LONG_S, 0.2)  # another slot's timing waits for it to drain
+        assert waited is not None and overran
+        holders[0].ask("release")
+        share.let_go()
+        share.let_go()
+        waited, overran = holders[0].ask("exclusive", LONG_S, LONG_S)
+        assert waited is not None and not overran
+        holders[0].ask("release")
+    finally:
+        lock.close()
+    upkeep_hold.SparesShare(None).take()  # CPU mode: nothing to hold
