@@ -19,7 +19,8 @@ from tests.evaluator.candidates.harness import matmul_reference  # noqa: E402
 from tests.evaluator.pool_support import make_evaluator  # noqa: E402
 
 ATTACKS = Path(__file__).resolve().parents[1] / "evaluator" / "attacks"
-CANDIDATES = ("honest_matmul", "gpu_short_spins_beside_reference", "gpu_child_spins_beside_reference")
+CANDIDATES = ("honest_matmul", "gpu_short_spins_beside_reference", "gpu_child_spins_beside_reference",
+              "gpu_ticking_child_beside_reference")
 PHASES = ("timing_gapped_rounds", "timing_gap_largest_ms", "timing_interfered_rounds")
 
 
