@@ -301,7 +301,7 @@ class JudgeHost:
         every slot's timings; with upkeep_hold.SPARES_ENV, before it, with the device held shared so no timing runs
         beside them. Returns the seconds the latter took (0 by default)."""
         started = time.monotonic()
-        if spares_beside() and (len(self.spares) < self.spare_target or not all(s.ready for s in self.spares)):
+        if spares_beside() and (len(self.spares) < self.spare_target or not all(spare.ready for spare in self.spares)):
             self.spares_share.take()  # let go once they are ready (_on_spare) or the timing waited (_spares_ready)
         with upkeep_shared(self.device_lock, SPARES_ENV) as held:
             try:
@@ -340,7 +340,7 @@ class JudgeHost:
             return True
         if spare.ready:
             self._group_ahead()
-        if all(spare.ready for spare in self.spares):  # nothing warming beside the task: the device's share let go
+        if all(other.ready for other in self.spares):  # nothing warming beside the task: the device's share let go
             self.spares_share.let_go()
         return spare.reader.eof or spare.ready
 
