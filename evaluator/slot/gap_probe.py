@@ -30,9 +30,9 @@ GAP_NS = 20_000  # one read of the timer to the next: a gap past this is the dev
 GAPPED_NS = 250_000
 # Past this many gapped windows in one task the judge gives up timing it: an infrastructure failure (retried once by
 # the pool), since the judge cannot tell the candidate's runner from another slot's or another user's process. Either
-# way the figure is not recorded, so a candidate that spins gains nothing. Honest tasks at 8 slots on an H200 (every
-# step shared, the default) had 1-2 gapped rounds in 7 of 32 torch and 11 of 48 Triton tasks; with no step shared,
-# 27 of 48 and 16 of 32, and at 3 two torch tasks were given up twice (session 25, calls B and C).
+# way the figure is not recorded, so a candidate that spins gains nothing. With the probe queued with the gated batch,
+# honest tasks at 8 slots on an H200 had 2.5-2.9 gapped rounds each in 26 of 32 torch and 39 of 48 Triton tasks, and
+# one torch task was given up twice (session 26, call A); with gates off, 11 of 80 (call C).
 GAPPED_ROUNDS_MAX = 6
 # A probe stops by itself after this long: where its end was never queued (a window abandoned), or where something
 # between its start and end synchronised the whole device, which waits for the probe (a reference that calls

@@ -307,13 +307,10 @@ class JudgeHost:
             try:
                 while len(self.spares) < self.spare_target:
                     self.spares.append(self.slot.fork_runner())
-                for spare in [spare for spare in self.spares if held and not spare.ready]:
-                    try:
-                        self.slot.wait_ready(spare, START_TIMEOUT_S)
-                    except InfrastructureFailure:  # discarded there
-                        self.spares.remove(spare)
             except InfrastructureFailure:
                 pass
+            if held:
+                self._await_spares(time.monotonic() + START_TIMEOUT_S)
         return time.monotonic() - started if held else 0.0
 
     def _spares_ready(self, deadline: float, phases: dict) -> None:
@@ -322,13 +319,18 @@ class JudgeHost:
         if not self.spares_share.held:
             return
         started = time.monotonic()
+        self._await_spares(deadline)
+        self.spares_share.let_go()
+        phases["spares_warm"] = round(time.monotonic() - started, 6)
+
+    def _await_spares(self, deadline: float) -> None:
+        """Every spare still warming waited for, each at most START_TIMEOUT_S and none past `deadline`; one that does
+        not get ready is discarded (Slot.wait_ready) and dropped from the spares."""
         for spare in [spare for spare in self.spares if not spare.ready]:
             try:
                 self.slot.wait_ready(spare, max(0.0, min(START_TIMEOUT_S, deadline - time.monotonic())))
-            except InfrastructureFailure:  # discarded there
+            except InfrastructureFailure:
                 self.spares.remove(spare)
-        self.spares_share.let_go()
-        phases["spares_warm"] = round(time.monotonic() - started, 6)
 
     def _on_spare(self, spare: RunnerHandle) -> bool:
         """A spare runner said something while a task ran: file its readiness. True once it needs no more watching."""

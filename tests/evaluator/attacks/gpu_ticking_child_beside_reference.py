@@ -3,8 +3,8 @@
 # main thread sleeps (waiting for an order: the judge times the reference then), and nothing while the runner works.
 # Described in: our own measurement of contexts sharing a GPU (session 26, call F: one such process beside a batch cost
 # it a ~0.33 ms switch of context each time, 19% of a 6.9 ms batch; tests/bench/probe_time_slices.py, "tick"). Unlike
-# gpu_child_spins_beside_reference it polls once a millisecond, a few percent of a CPU, to stay under the runner's CPU
-# watch. Not yet run on a GPU: with the gap probe off (the default since session 26) it may gain.
+# gpu_child_spins_beside_reference it polls once a millisecond, meant to stay under the runner's CPU watch (its CPU not
+# measured). Not yet run on a GPU: with the gap probe off (the default since session 26) it may gain.
 import os
 import sys
 
