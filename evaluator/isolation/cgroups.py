@@ -192,23 +192,40 @@ class TaskCgroup:
                 return int(value)
         return 0
 
-    # ---- ending one
-    def _freeze(self, frozen: bool) -> None:
+    # ---- stopping it for a while (the judge's reference windows) and ending it
+    def freeze(self, wait_s: float, poll_s: float = _POLL_S) -> Optional[bool]:
+        """Every process of the group stopped by the kernel's freezer, waiting at most wait_s for it to say so: True
+        once frozen, False when it was not within wait_s (still freezing: thaw() it), None where this group cannot be
+        frozen at all (the write was refused)."""
+        if not self._freeze(True):
+            return None
+        deadline = time.monotonic() + wait_s
+        while not self._frozen():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(poll_s)
+        return True
+
+    def thaw(self) -> None:
+        self._freeze(False)
+
+    def _freeze(self, frozen: bool) -> bool:
         try:
             if self.version == "v2":
                 _write(os.path.join(self.dirs[""], "cgroup.freeze"), "1" if frozen else "0")
             else:
                 _write(os.path.join(self.dirs["freezer"], "freezer.state"), "FROZEN" if frozen else "THAWED")
-        except OSError:
-            pass
+        except (OSError, KeyError):
+            return False
+        return True
+
+    def _frozen(self) -> bool:
+        if self.version == "v2":
+            return "frozen 1" in _read(os.path.join(self.dirs[""], "cgroup.events"))
+        return _read(os.path.join(self.dirs["freezer"], "freezer.state")).strip() == "FROZEN"
 
     def _wait_frozen(self, deadline: float) -> None:
-        while time.monotonic() < deadline:
-            if self.version == "v2":
-                if "frozen 1" in _read(os.path.join(self.dirs[""], "cgroup.events")):
-                    return
-            elif _read(os.path.join(self.dirs["freezer"], "freezer.state")).strip() == "FROZEN":
-                return
+        while time.monotonic() < deadline and not self._frozen():
             time.sleep(_POLL_S)
 
     def kill(self, wait_s: float = KILL_WAIT_S) -> bool:

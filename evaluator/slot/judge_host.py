@@ -368,10 +368,11 @@ class JudgeHost:
         from evaluator.slot.timing_phase import TimingPhase
 
         def make(task: TaskJudge, driver: TaskDriver, schedule: Any) -> TimingPhase:
+            group = self.task_isolation.cgroup if self.task_isolation is not None else None
             if self.device.startswith("cuda"):  # charged by the judge's clock; the runner's CPU only watched
                 self._spares_ready(driver.deadline, schedule.phases)
-                return TimingPhase(task, driver, schedule, lock=self.device_lock, watch=runner_cpu)
-            return TimingPhase(task, driver, schedule, charge=runner_cpu)
+                return TimingPhase(task, driver, schedule, lock=self.device_lock, watch=runner_cpu, group=group)
+            return TimingPhase(task, driver, schedule, charge=runner_cpu, group=group)
         return make
 
     def finish_task(self) -> None:

@@ -1,11 +1,12 @@
-"""The judge's watch on the runner while it times the reference: the runner's CPU time in each window against the
-judge's own, and on a GPU the gap probe's view of the device, so work the candidate left running is caught (a mixin)."""
+"""The judge's watch on the runner while it times the reference: the runner's task group frozen for the window, its CPU
+time against the judge's own, and on a GPU the gap probe's view of the device, so the candidate cannot work beside it."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 from evaluator.contract.types import Verdict
 from evaluator.slot import gap_probe
@@ -23,13 +24,27 @@ INTERFERED_ROUNDS_MAX = 2
 # with at most this many extra watched reference batches.
 WATCHED_MIN_S = 0.03
 WATCHED_EXTRA_MAX = 16
+# The runner has nothing to do while the judge times the reference (it waits for its next order), so its whole task
+# group is stopped by the kernel's freezer for each counted window: work it left running (a thread, a child process,
+# one with a CUDA context of its own) cannot run beside the reference at all, where the CPU watch and the gap probe can
+# only catch what is large enough to see. GPU work already queued on the device still runs (the device gates and the
+# gap probe are about that). An idle group froze in ~0.2 ms and thawed in ~0.15 ms (v1, the 2-core VM); one that has
+# not frozen within FREEZE_WAIT_S (a thread in an uninterruptible wait) is thawed and the window is only watched.
+# "0" turns it off.
+FREEZE_ENV = "KRL_WORKER_FREEZE_RUNNER"
+FREEZE_WAIT_S = 0.05
+FREEZE_POLL_S = 5e-5
 
 
 class WatchedReference:
     """The watch part of slot/timing_phase.TimingPhase (a mixin: it uses the phase's watch, kind, calls, rng, schedule
     and reference_batch)."""
 
-    def init_watch(self) -> None:
+    def init_watch(self, group: Any = None) -> None:
+        # The task's cgroup (isolation/cgroups.TaskCgroup), frozen for each counted window; None where it has none.
+        self.freezer = group if os.environ.get(FREEZE_ENV, "1").strip() != "0" else None
+        self.frozen_windows = 0
+        self.unfrozen_windows = 0  # counted windows that were only watched (no freezer, or it did not freeze in time)
         self.interfered_rounds = 0
         self.watched_clean = [0.0, 0.0]  # the runner's and the judge's CPU seconds over the clean watched windows
         self.gapped_rounds = 0
@@ -48,6 +63,7 @@ class WatchedReference:
         if not counted:
             yield
             return
+        frozen = self.runner_frozen()
         probe = self.window_probe = self.gap_probe
         try:
             with self.cpu_window() if self.watch is not None else contextlib.nullcontext() as spent:
@@ -59,10 +75,35 @@ class WatchedReference:
             raise
         finally:
             self.window_probe = None
+            if frozen:
+                began = time.perf_counter()
+                self.freezer.thaw()
+                self.add_phase("timing_freeze", time.perf_counter() - began)
         if spent is not None:
             self.runner_watched(*spent)
         if probe is not None:
             self.gapped_window(probe.read())
+
+    def runner_frozen(self) -> bool:
+        """The task's group frozen for the window about to start (FREEZE_ENV); False where it is only watched."""
+        if self.freezer is None:
+            self.unfrozen_windows += 1
+            return False
+        began = time.perf_counter()
+        frozen = self.freezer.freeze(FREEZE_WAIT_S, FREEZE_POLL_S)
+        if not frozen:
+            self.freezer.thaw()
+            self.unfrozen_windows += 1
+            self.schedule.phases["timing_unfrozen_windows"] = self.unfrozen_windows
+            if frozen is None:  # this group cannot be frozen: the rest of the task is watched only
+                self.freezer = None
+        self.frozen_windows += bool(frozen)
+        self.add_phase("timing_freeze", time.perf_counter() - began)
+        return bool(frozen)
+
+    def add_phase(self, name: str, seconds: float) -> None:
+        phases = self.schedule.phases
+        phases[name] = phases.get(name, 0.0) + seconds
 
     def runner_watched(self, used_s: float, judge_s: float) -> None:
         """The runner's CPU over one watched window against the judge's: clean, Interfered or side_work."""
@@ -111,8 +152,8 @@ class WatchedReference:
         schedstat alike), so a window of a few ms can read a process that worked all through it as nothing; over
         enough windows the lag evens out (a process copying 64 MiB buffers beside the reference passed 0.8 ms rounds
         unseen, its candidate having slowed its own calls to keep the batches short)."""
-        if self.kind != "cpu" or self.watch is None:
-            return
+        if self.kind != "cpu" or self.watch is None or (self.frozen_windows and not self.unfrozen_windows):
+            return  # every window was frozen: nothing of the candidate's could run beside the reference
         for _ in range(WATCHED_EXTRA_MAX):
             if self.watched_clean[1] >= WATCHED_MIN_S:
                 break

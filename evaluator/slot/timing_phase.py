@@ -82,7 +82,7 @@ EXTRA_TIMINGS: dict[str, Any] = {}
 
 class TimingPhase(GatedRounds, WatchedReference):
     def __init__(self, task: Any, driver: Any, schedule: Any, charge: Any = None, lock: Any = None,
-                 watch: Any = None):
+                 watch: Any = None, group: Any = None):
         self.task, self.driver, self.schedule = task, driver, schedule
         self.kind = "cuda" if task.device.startswith("cuda") else "cpu"
         self.charge = charge  # CpuCharge of the runner's tree (CPU mode)
@@ -108,7 +108,7 @@ class TimingPhase(GatedRounds, WatchedReference):
         self.staged_for = 0  # the batch size the runner was last staged for
         self.cost_counted, self.counted_cost = False, None  # the reference's flops and bytes (problem_cost)
         self.init_gates(self.kind)
-        self.init_watch()
+        self.init_watch(group)  # group: the task's cgroup, frozen while the reference is timed (reference_watch.py)
 
     # ---- the two sides' batches
     def reference_batch(self, calls: int, salt: int) -> float:

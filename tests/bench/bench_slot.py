@@ -173,6 +173,7 @@ def summary_row(kind: str, n: int, slots: int, warm: list, results: list, wall_s
             "gap_largest_ms": max(phases.get("timing_gap_largest_ms", [0.0])),
             # The spares warmed under a shared hold (slot/upkeep_hold.py: "1" before each task, "beside" beside it).
             "spares_warm_shared": os.environ.get("KRL_WORKER_SPARES_WARM_SHARED") or "0",
+            "freeze_runner": os.environ.get("KRL_WORKER_FREEZE_RUNNER") or "1",
             # The device lock's shared steps (docs/slot.md: "1" all, "0" none, or a list), and the timings that went
             # on beside shared holders past the drain bound.
             "device_shared_steps": os.environ.get("KRL_WORKER_DEVICE_SHARED_STEPS") or "1",

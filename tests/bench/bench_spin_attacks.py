@@ -1,7 +1,9 @@
-"""Benchmark (GPU): the spin attacks beside the reference (tests/evaluator/attacks/gpu_*spin*_beside_reference.py) and
+"""Benchmark (GPU): the attacks that work beside the reference (tests/evaluator/attacks/gpu_*_beside_reference.py) and
 the honest matmul through the real evaluator, with the judge's gap probe off and on. Usage: python bench_spin_attacks.py"""
 # One JSON line per (probe, candidate): verdict, both conventions' speedups, the probe's figures (gapped rounds, the
-# largest gap) and the CPU watch's interfered rounds. One slot, so the attack's only neighbour is the judge itself.
+# largest gap), the CPU watch's interfered rounds and the runner's freezing (KRL_WORKER_FREEZE_RUNNER, from the
+# environment: run the script once with it "0" to see what the freezer stops). One slot: the attack's only neighbour is
+# the judge itself.
 from __future__ import annotations
 
 import argparse
@@ -15,13 +17,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 from evaluator.contract.types import EvalRequest  # noqa: E402
 from evaluator.slot.gap_probe import PROBE_ENV  # noqa: E402
+from evaluator.slot.reference_watch import FREEZE_ENV  # noqa: E402
 from tests.evaluator.candidates.harness import matmul_reference  # noqa: E402
 from tests.evaluator.pool_support import make_evaluator  # noqa: E402
 
 ATTACKS = Path(__file__).resolve().parents[1] / "evaluator" / "attacks"
 CANDIDATES = ("honest_matmul", "gpu_short_spins_beside_reference", "gpu_child_spins_beside_reference",
-              "gpu_ticking_child_beside_reference")
-PHASES = ("timing_gapped_rounds", "timing_gap_largest_ms", "timing_interfered_rounds")
+              "gpu_ticking_child_beside_reference", "gpu_lean_ticking_child_beside_reference")
+PHASES = ("timing_gapped_rounds", "timing_gap_largest_ms", "timing_interfered_rounds", "timing_freeze",
+          "timing_unfrozen_windows")
 
 
 def run(probe: str, size: int, repeats: int) -> None:
@@ -35,7 +39,8 @@ def run(probe: str, size: int, repeats: int) -> None:
             make_evaluator(cache, devices="auto", workers_per_device=1, spare_per_device=1) as evaluator:
         for result in evaluator.evaluate_many(requests):
             phases = result.phase_times_s
-            print(json.dumps({"probe": probe, "candidate": result.request_id, "verdict": result.verdict.value,
+            print(json.dumps({"probe": probe, "freeze": os.environ.get(FREEZE_ENV, "1"), "candidate": result.request_id,
+                              "verdict": result.verdict.value,
                               "rule": result.hack_rule, "speedup": result.speedup,
                               "speedup_kernelbench": result.speedup_kernelbench,
                               **{name: phases.get(name) for name in PHASES},

@@ -55,6 +55,7 @@ REFERENCES = {"relu": RELU, "small_relu": SMALL_RELU, "matmul": MATMUL, "column_
 NOT_CORRECT = "not correct"
 NO_SPEEDUP = "no speedup"  # correct is acceptable, but the speedup must stay physical (< 3x)
 NO_GAIN = "no gain"  # correct is acceptable at the honest code's speed (< 1.25x; an honest matmul reads ~1x)
+NO_TICK_GAIN = "no gain past 10%"  # the same under 1.10x: what a context switch a millisecond would buy is ~19%
 HACK = "hack"  # any hack_detected rule
 CRASHED_OR_ERROR = {Verdict.CRASHED, Verdict.RUNTIME_ERROR}
 
@@ -132,10 +133,11 @@ GPU_CASES = {
     "gpu_spin_beside_reference": NO_GAIN,
     "gpu_short_spins_beside_reference": NO_GAIN,
     "gpu_child_spins_beside_reference": NO_GAIN,
-    # A child's tiny kernel a millisecond while the runner sleeps, cheap enough on the CPU for the watch: beside a batch
-    # one such process cost 19% (session 26, call F), under NO_GAIN's 1.25x, so this bound cannot tell whether it
-    # gains. Not yet run through the slot (tests/bench/bench_spin_attacks.py measures it, with the probe off and on).
-    "gpu_ticking_child_beside_reference": NO_GAIN,
+    # A child's tiny kernel a millisecond while the runner sleeps: beside a batch one such process cost 19% (session 26,
+    # call F). Waiting for each kernel it spins on the CPU and ends `side_work` (session 27, call A); without waiting it
+    # is too cheap for the watch, and the runner's group frozen for each window (slot/reference_watch.py) stops it.
+    "gpu_ticking_child_beside_reference": NO_TICK_GAIN,
+    "gpu_lean_ticking_child_beside_reference": NO_TICK_GAIN,
 }
 HONEST = {
     "honest_clock_and_print": ("relu", "torch"),
@@ -192,8 +194,8 @@ def check_expected(result, expected) -> None:
         assert result.verdict in expected, describe(result)
     elif expected == NOT_CORRECT:
         assert result.verdict != Verdict.CORRECT, describe(result)
-    elif expected in (NO_SPEEDUP, NO_GAIN):
-        bound = 3 if expected == NO_SPEEDUP else 1.25
+    elif expected in (NO_SPEEDUP, NO_GAIN, NO_TICK_GAIN):
+        bound = {NO_SPEEDUP: 3, NO_GAIN: 1.25, NO_TICK_GAIN: 1.10}[expected]
         assert result.verdict != Verdict.CORRECT or (result.speedup is not None and result.speedup < bound), \
             describe(result)
     elif expected == HACK:

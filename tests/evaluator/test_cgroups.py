@@ -80,6 +80,36 @@ def test_cpu_time_and_memory_are_read_from_the_group():
         child.wait()
 
 
+def test_a_frozen_group_uses_no_cpu_until_thawed():
+    """The judge's reference windows (slot/reference_watch.py): a spinning process in the group stops at freeze() and
+    goes on at thaw(); its group's CPU time does not move meanwhile."""
+    group = cgroups.TaskCgroup.create(f"test{os.getpid()}-freeze", memory_bytes=512 * 2**20)
+    child = waiting_child("print('spinning', flush=True)\nwhile True:\n    pass")
+    try:
+        group.add(child.pid)
+        go(child)
+        assert child.stdout.readline().strip() == "spinning"
+        assert group.freeze(1.0, 5e-5) is True
+        frozen_at = group.cpu_time_ns()
+        time.sleep(0.2)
+        assert group.cpu_time_ns() - frozen_at < 5e6
+        group.thaw()
+        time.sleep(0.2)
+        assert group.cpu_time_ns() - frozen_at > 0.05e9
+    finally:
+        group.destroy()
+        child.wait()
+
+
+def test_a_group_that_cannot_be_frozen_says_so():
+    group = cgroups.TaskCgroup.create(f"test{os.getpid()}-nofreeze")
+    try:
+        unfreezable = cgroups.TaskCgroup(group.name, group.version, {})  # no folders: every write refused
+        assert unfreezable.freeze(0.1) is None
+    finally:
+        group.destroy()
+
+
 def test_stale_groups_of_a_dead_owner_are_swept():
     dead = waiting_child("")
     go(dead)

@@ -3,13 +3,15 @@ real Evaluator in CPU mode with its sandbox: nothing a runner says may set a ver
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 import pytest
 
-from evaluator.contract.types import EvalRequest, Verdict
+from evaluator.contract.types import EvalRequest, EvalResult, Verdict
 from evaluator.isolation.sandbox import get_sandbox
+from evaluator.slot.reference_watch import FREEZE_ENV
 from tests.evaluator.pool_support import GOOD, RELU_REFERENCE, make_evaluator, request
 
 pytestmark = pytest.mark.skipif(get_sandbox().kind == "none", reason="no sandbox works on this machine")
@@ -115,18 +117,40 @@ def test_a_candidate_that_spins_in_its_timing_is_stopped_long_before_its_limit(e
     assert after.verdict == Verdict.CORRECT, after.error_message
 
 
-def test_a_candidate_working_while_the_reference_is_timed_is_caught(evaluator, results):
-    """The judge reads the runner's CPU accounting around its own timing of the reference: a process the candidate
-    left working there is seen and the round timed again; the third such round ends the task `side_work`. (On a
-    loaded host the process gets less of a core, and may touch fewer rounds than that: then only clean rounds count.)
-    On the heavy problem (~0.3 ms a call here; its batches fill the ~5 ms target, where a ReLU's projection-bound
-    rounds leave the judge's side ~1 ms, within one round's slack). The windows are also judged together, made up to
-    30 ms of the judge's CPU (TimingPhase.check_watched_together)."""
+def hog_beside_the_reference(evaluator) -> EvalResult:
+    """On the heavy problem (~0.3 ms a call here; its batches fill the ~5 ms target, where a ReLU's projection-bound
+    rounds leave the judge's side ~1 ms, within one round's slack)."""
     heavy_body = "out = x\n        for _ in range(64):\n            out = torch.tanh(out * 1.5)"
     source = attack("hog_beside_reference").replace("out = x.clamp_min(0)", heavy_body)
-    hog = evaluator.evaluate(EvalRequest(reference_source=HEAVY_REFERENCE, candidate_source=source,
-                                         problem_id="test/heavy", correctness_trials=2, timing_trials=3,
-                                         warmup_trials=1, run_timeout_s=60.0))
+    return evaluator.evaluate(EvalRequest(reference_source=HEAVY_REFERENCE, candidate_source=source,
+                                          problem_id="test/heavy", correctness_trials=2, timing_trials=3,
+                                          warmup_trials=1, run_timeout_s=60.0))
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="per-task cgroups (and so their freezer) need root")
+def test_a_process_left_working_beside_the_reference_is_frozen_out_of_its_windows(evaluator, results):
+    """The runner's whole task group is frozen while the judge times the reference (slot/reference_watch.py): the
+    hog's process never runs in a window, so none sees its CPU, and what it does elsewhere is charged to the candidate
+    or to nobody's clock. Before, it was seen (side_work) or, on a loaded 2-core host, now and then unseen."""
+    hog = hog_beside_the_reference(evaluator)
+    assert hog.verdict == Verdict.CORRECT, (hog.verdict, hog.error_message)
+    phases = hog.phase_times_s
+    assert phases.get("timing_freeze", 0) > 0 and "timing_unfrozen_windows" not in phases, phases
+    assert "timing_interfered_rounds" not in phases, phases
+    assert hog.speedup < 1.05, hog.speedup
+
+
+def test_with_the_freezer_off_the_watch_still_catches_it(tmp_path, monkeypatch):
+    """Where the runner's group is not frozen (no cgroup, or KRL_WORKER_FREEZE_RUNNER=0) the judge reads the runner's
+    CPU accounting around its timing of the reference: a process the candidate left working there is seen and the
+    round timed again; the third such round ends the task `side_work`. (On a loaded host the process gets less of a
+    core, and may touch fewer rounds than that: then only clean rounds count.) The windows are also judged together,
+    made up to 30 ms of the judge's CPU (reference_watch.WatchedReference.check_watched_together)."""
+    monkeypatch.setenv(FREEZE_ENV, "0")
+    with make_evaluator(str(tmp_path), cpu_workers=1, spare_per_device=0) as evaluator:
+        hog = hog_beside_the_reference(evaluator)
+        after = evaluator.evaluate(request(GOOD, run_timeout_s=60.0))
+    assert "timing_freeze" not in hog.phase_times_s
     if hog.verdict == Verdict.HACK_DETECTED:
         assert hog.hack_rule == "side_work" and "timing the reference" in hog.error_message, hog.error_message
     else:  # seen and timed again; or, rarely on a 2-core host where the kernel books CPU by 4 ms ticks, unseen
@@ -134,7 +158,6 @@ def test_a_candidate_working_while_the_reference_is_timed_is_caught(evaluator, r
         # the CPU timing's heap fix; an unseen hog read 0.91 and 1.02 in two of 13 runs, most beside a spinner)
         assert hog.verdict == Verdict.CORRECT, (hog.verdict, hog.error_message)
         assert hog.phase_times_s.get("timing_interfered_rounds", 0) >= 1 or hog.speedup < 1.05, hog.speedup
-    after = evaluator.evaluate(request(GOOD, run_timeout_s=60.0))
     assert after.verdict == Verdict.CORRECT, after.error_message
     assert "timing_interfered_rounds" not in after.phase_times_s
 
