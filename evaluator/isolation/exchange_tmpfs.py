@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import Sequence
+from typing import Optional, Sequence
 
 EXCHANGE_TMPFS_ENV = "KRL_WORKER_EXCHANGE_TMPFS"  # "0": the folders stay on the filesystem of the pool's root
 # Why: on an H100 host whose /tmp is ext4, a 48-kernel batch wrote several GiB a task of inputs and outputs there
@@ -45,7 +45,7 @@ def why_not_here(folder: str) -> str:
     return "not root"
 
 
-def mount_private_tmpfs(folders: Sequence[str]) -> str:
+def mount_private_tmpfs(folders: Sequence[str], sizes: Optional[dict[str, int]] = None) -> str:
     """Moves this process into a mount namespace of its own (what it starts from now on inherits it, and it ends with
     the last of them: nothing to unmount or leak) and mounts an empty tmpfs over each folder. Returns "" when the
     folders are on tmpfs (mounted here, or already), else why they stay where they are: turned off, not root, a
@@ -66,7 +66,9 @@ def mount_private_tmpfs(folders: Sequence[str]) -> str:
     if libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
         return f"making the mounts private was refused: {os.strerror(ctypes.get_errno())}"
     for folder in folders:
+        size = (sizes or {}).get(folder)
+        choices = (f"size={size}".encode(),) if size else MOUNT_OPTIONS
         if not any(libc.mount(b"krl-exchange", os.fsencode(folder), b"tmpfs", _MS_NOSUID | _MS_NODEV, options) == 0
-                   for options in MOUNT_OPTIONS):
+                   for options in choices):
             return f"mounting a tmpfs on {folder} was refused: {os.strerror(ctypes.get_errno())}"
     return ""

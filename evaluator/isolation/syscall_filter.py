@@ -29,7 +29,9 @@ DENIED = (
 _CLONE_NEW_FLAGS = (0x10000000, 0x00020000, 0x20000000, 0x40000000, 0x08000000, 0x04000000, 0x02000000)
 _ACT_ALLOW = 0x7FFF0000
 _CMP_NE = 1
+_CMP_EQ = 4
 _CMP_MASKED_EQ = 7
+PR_SET_DUMPABLE = 4
 
 
 def _act_errno(code: int) -> int:
@@ -92,6 +94,13 @@ def filter_bpf() -> Optional[bytes]:
                 if number >= 0 and lib.seccomp_rule_add_array(ctx, _act_errno(errno.EPERM), number, 1,
                                                                ctypes.byref(compare)) != 0:
                     return None
+        # prctl(PR_SET_DUMPABLE, non-zero): the runner makes itself non-dumpable before candidate code runs, so its
+        # /proc files stay root's (a dumpable process owns them: /proc/self/autogroup among them) and no process of
+        # the same user may attach to it or read its memory; turning it back on is refused.
+        prctl = lib.seccomp_syscall_resolve_name(b"prctl")
+        dumpable_on = (_ArgCmp * 2)(_ArgCmp(0, _CMP_EQ, PR_SET_DUMPABLE, 0), _ArgCmp(1, _CMP_NE, 0, 0))
+        if prctl >= 0 and lib.seccomp_rule_add_array(ctx, _act_errno(errno.EPERM), prctl, 2, dumpable_on) != 0:
+            return None
         clone3 = lib.seccomp_syscall_resolve_name(b"clone3")
         if clone3 >= 0 and lib.seccomp_rule_add_array(ctx, _act_errno(errno.ENOSYS), clone3, 0, None) != 0:
             return None

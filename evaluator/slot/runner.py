@@ -55,6 +55,20 @@ def _close_other_fds(keep: set[int]) -> None:
                 pass
 
 
+def _own_log_descriptions() -> None:
+    """Stdout and stderr reopened as this runner's own open file descriptions of the same log files. Inherited from the
+    zygote, they were one description shared with it, the spares and every later runner: a candidate that cleared its
+    O_APPEND and moved its offset past the file-size cap failed every later print with EFBIG (red team, session 27).
+    Its own description's flags and offset reach no one else; the judge truncates the files before each task."""
+    for fd in (1, 2):
+        try:
+            fresh = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_APPEND)
+        except OSError:  # not a file this runner may open (a pipe, /dev/null, another owner): kept as it is
+            continue
+        os.dup2(fresh, fd)
+        os.close(fresh)
+
+
 def _fresh_folder(path: str) -> None:
     """`path` as an empty folder of ours. The last candidate ran as the same user while this runner waited: it may have
     removed the folder, put a file or a link in its place (a wipe of its own removes it too), or filled it."""
@@ -90,6 +104,7 @@ def runner_main(task_fd: int, result_fd: int, device: str, worker: Any) -> int:
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     _close_other_fds({task_fd, result_fd})
+    _own_log_descriptions()
     die_with_parent()
     become_subreaper()  # the candidate's detached processes stay in this tree, where the judge's kill finds them
     # This runner's own namespaces, tmpfs and syscall filters, before anything else runs here

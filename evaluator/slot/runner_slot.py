@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 START_TIMEOUT_S = 120.0  # the zygote's start, and a runner's until it says ready (CUDA, CUPTI: seconds on a GPU)
 FORK_ANSWER_WAIT_S = 5.0  # the zygote's answer naming a forked runner's pid
 MAX_RUNNER_MESSAGE_BYTES = 8 * 2**20  # one message from an untrusted pipe; a longer one is refused
+LOGS_TMPFS_BYTES = 160 * 2**20  # the runners' stdout and stderr together: each file's soft cap is 64 MiB
 
 
 class InfrastructureFailure(Exception):
@@ -125,8 +126,14 @@ class Slot:
         self.inputs_dir, self.outputs_dir = os.path.join(root, "xfer-in"), os.path.join(root, "xfer-out")
         for folder in (self.private_dir, self.inputs_dir, self.outputs_dir):
             os.makedirs(folder, exist_ok=True)
-        # Before any thread or child exists: the zygote and every runner inherit the mounts (bwrap binds them).
-        why_not = exchange_tmpfs.mount_private_tmpfs([self.inputs_dir, self.outputs_dir])
+        # Before any thread or child exists: the zygote and every runner inherit the mounts (bwrap binds them). The
+        # runners' stdout and stderr files too, on a small tmpfs of their own: a candidate may lift its soft file-size
+        # cap to the hard one (8 GiB, for its outputs), and a flood of prints filled the host's disk (red team, session
+        # 27); in memory, its pages are charged to the writing task's cgroup as well.
+        logs_dir = os.path.dirname(err_path)
+        why_not = exchange_tmpfs.mount_private_tmpfs([self.inputs_dir, self.outputs_dir, logs_dir],
+                                                     sizes={logs_dir: LOGS_TMPFS_BYTES})
+        self.logs_private = not why_not and exchange_tmpfs.is_tmpfs(logs_dir)
         if why_not and why_not != "turned off":
             print(f"the slot's exchange folders stay on the pool's filesystem ({why_not})", file=sys.stderr, flush=True)
         os.chmod(self.outputs_dir, 0o777)  # the runner may be uid 65534; only the sandbox's bind reaches it
@@ -184,6 +191,9 @@ class Slot:
             # No mount view: the project must still be importable from where it is.
             spec = sandboxes.SandboxSpec(**{**spec.__dict__, "env": {**spec.env, "PYTHONPATH": _pythonpath()}})
         out_file, err_file = open(self.out_path, "ab"), open(self.err_path, "ab")
+        if self.logs_private:  # each runner reopens them (runner._own_log_descriptions) as the sandbox's user; only
+            for path in (self.out_path, self.err_path):  # this judge host's mount namespace reaches the folder
+                os.chmod(path, 0o622)
         try:
             self.zygote = self.sandbox.popen(
                 spec, [sys.executable, "-P", "-m", "evaluator.slot.runner", str(child.fileno()), self.device,

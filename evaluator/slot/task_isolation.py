@@ -63,7 +63,10 @@ def enter_runner_sandbox() -> str:
         return "off"
     settings = json.loads(config)
     _libc().prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # forked from a non-dumpable zygote: /proc/self/uid_map is root's
-    os.setpgid(0, 0)  # kill(0) and setpriority(PRIO_PGRP, 0) then reach this runner's group only, not the zygote's
+    # A session of its own, so a group of its own too: kill(0) and setpriority(PRIO_PGRP, 0) reach this runner's group
+    # only, not the zygote's; and an autogroup of its own, whose nice value (/proc/self/autogroup, a file no syscall
+    # filter sees) weighed the zygote's whole session, every later runner of the slot included (red team, session 27).
+    os.setsid()
     state = "on"
     try:
         _own_namespaces(settings)

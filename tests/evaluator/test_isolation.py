@@ -344,3 +344,17 @@ found.append("own ok")
 '''
     # EPERM (1) where refused; the zygote's renice "succeeds" and its priority is unchanged
     assert found_by(one_slot, probe(body, prelude="import os, resource")) == [1, "reniced", 1, 1, True, "own ok"]
+
+
+def test_a_runner_is_its_own_session_and_cannot_make_itself_dumpable(one_slot):
+    """Each runner leads a session of its own (so an autogroup of its own: /proc/self/autogroup's nice value reaches
+    no later runner), and turning dumpable back on (which would give it its /proc files, and same-user processes a
+    way in) is refused by the syscall filter; turning it off stays allowed."""
+    body = '''
+libc = ctypes.CDLL(None, use_errno=True)
+found.append(os.getsid(0) == os.getpid())
+found.append(libc.prctl(4, 1, 0, 0, 0) == -1 and ctypes.get_errno())
+found.append(libc.prctl(3, 0, 0, 0, 0))
+found.append(libc.prctl(4, 0, 0, 0, 0))
+'''
+    assert found_by(one_slot, probe(body, prelude="import ctypes, os")) == [True, 1, 0, 0]  # EPERM; not dumpable

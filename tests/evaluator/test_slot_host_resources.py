@@ -52,6 +52,17 @@ def test_a_lifted_file_size_cap_does_not_reach_the_host_disk(slot):
     assert probe.verdict == Verdict.CORRECT, probe.error_message
 
 
+def test_a_flood_of_prints_does_not_reach_the_host_disk(slot):
+    """Stdout and stderr are the slot's log files: on a tmpfs of the judge host's own (runner_slot.LOGS_TMPFS_BYTES),
+    not the pool's folder on the disk, where a candidate that lifted its soft file-size cap wrote 320 MiB to each."""
+    ev, host = slot
+    ev.evaluate(request(source("host_stdio_flood"), run_timeout_s=60.0))
+    on_disk = sum(p.stat().st_size for p in host.rglob("runner.*") if p.is_file())
+    assert on_disk < 2**20, on_disk
+    probe = ev.evaluate(request(source("probe_clean_slate"), run_timeout_s=60.0))
+    assert probe.verdict == Verdict.CORRECT, probe.error_message
+
+
 def test_memfds_beyond_the_memory_limit_are_stopped(slot):
     ev, _host = slot
     result = ev.evaluate(request(source("host_memfd_hoard"), run_timeout_s=60.0))

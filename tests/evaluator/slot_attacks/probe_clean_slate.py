@@ -1,7 +1,9 @@
 # Not an attack: an honest candidate that looks for what the slot attacks leave behind (planted folders, the SysV
-# segment, an idle scheduling class, an escaped process, flood files) and fails loudly if any is there.
+# segment, an idle scheduling class or a niced autogroup, an escaped process, flood files, stdout and stderr it cannot
+# print to) and fails loudly if any is there.
 import ctypes
 import os
+import sys
 
 import torch.nn as nn
 
@@ -14,6 +16,15 @@ if ctypes.CDLL(None, use_errno=True).shmget(0x4B524C31, 0, 0) >= 0:
 for pid in (0, os.getppid()):
     if os.sched_getscheduler(pid) != os.SCHED_OTHER:
         found.append(f"scheduling class {os.sched_getscheduler(pid)} on pid {pid or os.getpid()}")
+with open("/proc/self/autogroup") as handle:
+    autogroup = handle.read().strip()
+if not autogroup.endswith("nice 0"):
+    found.append(f"autogroup {autogroup!r}")
+try:
+    print("probe: a line on stdout", flush=True)
+    print("probe: a line on stderr", file=sys.stderr, flush=True)
+except OSError as exc:
+    found.append(f"stdout or stderr unwritable ({exc})")
 for entry in os.listdir("/proc"):
     try:
         with open(f"/proc/{entry}/comm") as handle:
