@@ -14,6 +14,7 @@ from typing import Optional
 CGROUP_ROOT = "/sys/fs/cgroup"
 V1_CONTROLLERS = ("memory", "pids", "freezer", "cpuacct")
 V2_CONTROLLERS = ("memory", "pids")
+V1_DEVICES = "devices"  # a v1 group's folder there is made only to refuse device opens (deny_device_opens)
 PARENT_NAME = "krl-tasks"
 DEFAULT_PIDS_MAX = 4096
 KILL_WAIT_S = 5.0           # the longest a kill waits for the group to empty: teardown must never hang
@@ -62,10 +63,14 @@ def detect_version(root: str = CGROUP_ROOT) -> str:
     return ""
 
 
-def _parent_dirs_v1(root: str) -> dict[str, str]:
-    """Below our own group in each v1 hierarchy: the enclosing limits (a job's, a systemd slice's) still apply."""
+def _parent_dirs_v1(root: str, devices: bool = False) -> dict[str, str]:
+    """Below our own group in each v1 hierarchy: the enclosing limits (a job's, a systemd slice's) still apply. With
+    `devices`, the devices hierarchy's too, where it is mounted."""
     own = _own_cgroup_paths()
-    return {c: os.path.join(root, c, own.get(c, "/").lstrip("/"), PARENT_NAME) for c in V1_CONTROLLERS}
+    names = V1_CONTROLLERS
+    if devices and os.path.exists(os.path.join(root, V1_DEVICES, "cgroup.procs")):
+        names = (*names, V1_DEVICES)
+    return {c: os.path.join(root, c, own.get(c, "/").lstrip("/"), PARENT_NAME) for c in names}
 
 
 def _parent_dir_v2(root: str) -> str:
@@ -144,6 +149,26 @@ class TaskCgroup:
                 except OSError:
                     pass
         _write(os.path.join(self.dirs["pids"], "pids.max"), str(pids_max))
+
+    def deny_device_opens(self, majors: list[int], root: str = CGROUP_ROOT) -> None:
+        """Character devices of these majors refused to every later open() and mknod() in the group (descriptors
+        already open stay usable): isolation/device_access.py. Call before add(). Raises OSError where refused."""
+        from evaluator.isolation import device_access
+
+        if not majors:
+            return
+        if self.version == "v2":
+            device_access.deny_v2(self.dirs[""], majors)
+            return
+        parent = _parent_dirs_v1(root, devices=True).get(V1_DEVICES)
+        if parent is None:
+            raise OSError(f"no v1 {V1_DEVICES} hierarchy under {root}")
+        path = os.path.join(parent, self.name)
+        if os.path.isdir(path):  # a leftover of a crashed judge with the same name
+            TaskCgroup(self.name, self.version, {V1_DEVICES: path}).destroy()
+        _make_group_dir(path)
+        self.dirs[V1_DEVICES] = path
+        device_access.deny_v1(path, majors)
 
     # ---- using one
     def add(self, pid: int) -> None:
@@ -317,7 +342,7 @@ def sweep_stale(prefix: str, alive_pid: int, root: str = CGROUP_ROOT) -> int:
     killed before its teardown). Returns how many were removed."""
     version = detect_version(root)
     if version == "v1":
-        parents = _parent_dirs_v1(root)
+        parents = _parent_dirs_v1(root, devices=True)
     elif version == "v2":
         try:
             parents = {"": _parent_dir_v2(root)}

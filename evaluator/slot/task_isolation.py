@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from evaluator.isolation import cgroups
 from evaluator.isolation.teardown import TeardownReport, teardown_task
@@ -239,15 +239,19 @@ class TaskIsolation:
         return self.teardown
 
 
-def begin_task(runner_id: str, host_pid: int, memory_limit: Optional[int], runner_namespaces: bool) -> TaskIsolation:
-    """Before the task is sent: the runner (host pid) moved into a fresh cgroup with the task's limits. Where cgroups
-    cannot be made, the task runs without one (said once on stderr) and teardown falls back to the process tree."""
+def begin_task(runner_id: str, host_pid: int, memory_limit: Optional[int], runner_namespaces: bool,
+               device_majors: Sequence[int] = ()) -> TaskIsolation:
+    """Before the task is sent: the runner (host pid) moved into a fresh cgroup with the task's limits, one that refuses
+    new opens of the GPU's device nodes (`device_majors`, isolation/device_access.py; the runner opened its own while
+    it warmed up). Where cgroups cannot be made, the task runs without one (said once on stderr) and teardown falls
+    back to the process tree; where the refusal cannot be set, without it (said once too)."""
     started = time.monotonic()
     task = TaskIsolation(f"{CGROUP_PREFIX}{os.getpid()}-{runner_id}", host_pid, runner_namespaces=runner_namespaces)
     if os.environ.get(TASK_ISOLATION_ENV, "1") != "0" and host_pid > 0:
         kernel_limit = int(memory_limit * KERNEL_LIMIT_HEADROOM) if memory_limit else None
         try:
             task.cgroup = cgroups.TaskCgroup.create(task.name, memory_bytes=kernel_limit)
+            _deny_device_opens(task.cgroup, device_majors)
             task.cgroup.add(host_pid)
         except (cgroups.CgroupUnavailable, OSError) as exc:
             if task.cgroup is not None:
@@ -259,6 +263,16 @@ def begin_task(runner_id: str, host_pid: int, memory_limit: Optional[int], runne
                       "runner's tree are not found at teardown", file=sys.stderr, flush=True)
     task.setup_s = time.monotonic() - started
     return task
+
+
+def _deny_device_opens(group: cgroups.TaskCgroup, majors: Sequence[int]) -> None:
+    try:
+        group.deny_device_opens(list(majors))
+    except OSError as exc:
+        if "devices" not in _warned:
+            _warned.add("devices")
+            print(f"krl judge: a candidate's processes may open the GPU themselves ({exc}); its runner's group "
+                  "cannot refuse it here", file=sys.stderr, flush=True)
 
 
 def end_task(task: Optional[TaskIsolation], wipe: tuple[str, ...] = ()) -> Optional[TeardownReport]:

@@ -1,8 +1,8 @@
 """Benchmark (GPU): the attacks that work beside the reference (tests/evaluator/attacks/gpu_*_beside_reference.py) and
 the honest matmul through the real evaluator, with the judge's gap probe off and on. Usage: python bench_spin_attacks.py"""
 # One JSON line per (probe, candidate): verdict, both conventions' speedups, the probe's figures (gapped rounds, the
-# largest gap), the CPU watch's interfered rounds and the runner's freezing (KRL_WORKER_FREEZE_RUNNER, from the
-# environment: run the script once with it "0" to see what the freezer stops). One slot: the attack's only neighbour is
+# largest gap), the CPU watch's interfered rounds and the runner's freezing (KRL_WORKER_FREEZE_RUNNER and
+# KRL_WORKER_GPU_OPENS_DENIED, from the environment: run the script with either "0" to see what each stops). One slot: the attack's only neighbour is
 # the judge itself.
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from evaluator.contract.types import EvalRequest  # noqa: E402
+from evaluator.isolation.device_access import DENY_ENV  # noqa: E402
 from evaluator.slot.gap_probe import PROBE_ENV  # noqa: E402
 from evaluator.slot.reference_watch import FREEZE_ENV  # noqa: E402
 from tests.evaluator.candidates.harness import matmul_reference  # noqa: E402
@@ -23,7 +24,8 @@ from tests.evaluator.pool_support import make_evaluator  # noqa: E402
 
 ATTACKS = Path(__file__).resolve().parents[1] / "evaluator" / "attacks"
 CANDIDATES = ("honest_matmul", "gpu_short_spins_beside_reference", "gpu_child_spins_beside_reference",
-              "gpu_ticking_child_beside_reference", "gpu_lean_ticking_child_beside_reference")
+              "gpu_ticking_child_beside_reference", "gpu_lean_ticking_child_beside_reference",
+              "gpu_child_spins_through_reference_windows")
 PHASES = ("timing_gapped_rounds", "timing_gap_largest_ms", "timing_interfered_rounds", "timing_freeze",
           "timing_unfrozen_windows")
 
@@ -39,7 +41,8 @@ def run(probe: str, size: int, repeats: int) -> None:
             make_evaluator(cache, devices="auto", workers_per_device=1, spare_per_device=1) as evaluator:
         for result in evaluator.evaluate_many(requests):
             phases = result.phase_times_s
-            print(json.dumps({"probe": probe, "freeze": os.environ.get(FREEZE_ENV, "1"), "candidate": result.request_id,
+            print(json.dumps({"probe": probe, "freeze": os.environ.get(FREEZE_ENV, "1"),
+                              "opens_denied": os.environ.get(DENY_ENV, "1"), "candidate": result.request_id,
                               "verdict": result.verdict.value,
                               "rule": result.hack_rule, "speedup": result.speedup,
                               "speedup_kernelbench": result.speedup_kernelbench,

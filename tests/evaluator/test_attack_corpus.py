@@ -138,6 +138,9 @@ GPU_CASES = {
     # is too cheap for the watch, and the runner's group frozen for each window (slot/reference_watch.py) stops it.
     "gpu_ticking_child_beside_reference": NO_TICK_GAIN,
     "gpu_lean_ticking_child_beside_reference": NO_TICK_GAIN,
+    # A child's spin queued whenever the runner has answered and stopped when it wakes: it runs through the reference's
+    # windows, where the child is frozen and cannot stop it. The task's group refuses the child a context of its own.
+    "gpu_child_spins_through_reference_windows": NO_TICK_GAIN,
 }
 HONEST = {
     "honest_clock_and_print": ("relu", "torch"),

@@ -1,0 +1,113 @@
+"""A task's cgroup refused new opens of the GPU's device nodes: the runner's CUDA context, made before the task, keeps
+working, while no process of the candidate's can make a context of its own (cgroup v2: a BPF device program; v1: devices.deny)."""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import platform
+import stat
+import struct
+from typing import Iterable
+
+# Why: a process of the candidate's with a CUDA context of its own shares the GPU with the judge's by time slices, and
+# kernels it queues just before the judge times the reference run on into that window (a spinning process doubled a
+# timed batch on an H200), where neither the runner's freezing (it stops launches, not queued work) nor the CPU watch
+# can reach them. The device cgroup checks a device node at open() and mknod() only, so descriptors the runner opened
+# while it warmed up (in the zygote's group, before the task's) stay usable, and CUDA in a child fails to initialise.
+# "0" leaves the task's group open to the device nodes, as before session 27.
+DENY_ENV = "KRL_WORKER_GPU_OPENS_DENIED"
+NODE_PATTERNS = ("/dev/nvidia*", "/dev/nvidia-caps/*")
+
+_BPF_SYSCALL = {"x86_64": 321, "aarch64": 280}
+_BPF_PROG_LOAD, _BPF_PROG_ATTACH = 5, 8
+_BPF_PROG_TYPE_CGROUP_DEVICE, _BPF_CGROUP_DEVICE, _BPF_F_ALLOW_MULTI = 15, 6, 2
+_DEV_CHAR = 2  # BPF_DEVCG_DEV_CHAR, the low 16 bits of bpf_cgroup_dev_ctx.access_type
+
+
+def gpu_majors(patterns: Iterable[str] = NODE_PATTERNS) -> list[int]:
+    """The major numbers of this machine's NVIDIA character devices (nvidiactl and nvidiaN share 195; nvidia-uvm and
+    the caps have majors of their own, given out at load)."""
+    majors = set()
+    for pattern in patterns:
+        for path in glob.glob(pattern):
+            try:
+                found = os.stat(path)
+            except OSError:
+                continue
+            if stat.S_ISCHR(found.st_mode):
+                majors.add(os.major(found.st_rdev))
+    return sorted(majors)
+
+
+def denied() -> bool:
+    return os.environ.get(DENY_ENV, "1").strip() != "0"
+
+
+def deny_v1(devices_dir: str, majors: Iterable[int]) -> None:
+    """v1: the group's devices.deny, one rule per major (every minor, read, write and mknod)."""
+    for major in majors:
+        with open(os.path.join(devices_dir, "devices.deny"), "w", encoding="ascii") as handle:
+            handle.write(f"c {major}:* rwm")
+
+
+def deny_v2(group_dir: str, majors: list[int]) -> None:
+    """v2: a device program attached to the group (beside any its ancestors have: each must allow an open). Raises
+    OSError where the kernel refuses it."""
+    program = _program(majors)
+    prog_fd = _bpf(_BPF_PROG_LOAD, struct.pack("=IIQQIIQ", _BPF_PROG_TYPE_CGROUP_DEVICE, len(program) // 8,
+                                                 _address(program), _address(b"GPL\0"), 0, 0, 0))
+    try:
+        group_fd = os.open(group_dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            _bpf(_BPF_PROG_ATTACH, struct.pack("=IIII", group_fd, prog_fd, _BPF_CGROUP_DEVICE, _BPF_F_ALLOW_MULTI))
+        finally:
+            os.close(group_fd)
+    finally:
+        os.close(prog_fd)  # the group holds the program while attached, and drops it with the group
+
+
+def _program(majors: list[int]) -> bytes:
+    """r0 = 0 (refuse) for a character device whose major is listed, else 1 (allow): bpf_cgroup_dev_ctx is
+    {u32 access_type, u32 major, u32 minor}."""
+    def insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
+        return struct.pack("=BBhi", code, dst | (src << 4), off, imm)
+
+    checks = [insn(0x15, dst=3, off=len(majors) - index + 1, imm=major) for index, major in enumerate(majors)]
+    # jeq r3, major, +n: to the refusal after the allow pair (checks left after this one, then r0 = 1 and exit)
+    return b"".join([
+        insn(0x61, dst=2, src=1, off=0),                 # r2 = ctx->access_type
+        insn(0x57, dst=2, imm=0xFFFF),                   # r2 &= 0xffff: the device's type
+        insn(0x55, dst=2, off=len(checks) + 1, imm=_DEV_CHAR),  # not a character device: allowed
+        insn(0x61, dst=3, src=1, off=4),                 # r3 = ctx->major
+        *checks,
+        insn(0xB7, dst=0, imm=1), insn(0x95),            # allowed
+        insn(0xB7, dst=0, imm=0), insn(0x95),            # refused
+    ])
+
+
+_keep: list = []  # buffers whose addresses are in flight to the kernel
+
+
+def _address(data: bytes) -> int:
+    buffer = ctypes.create_string_buffer(data, len(data))
+    _keep.append(buffer)
+    return ctypes.addressof(buffer)
+
+
+def _bpf(command: int, attr: bytes) -> int:
+    number = _BPF_SYSCALL.get(platform.machine())
+    if number is None:
+        raise OSError(f"bpf() on {platform.machine()} is not known here")
+    buffer = ctypes.create_string_buffer(attr.ljust(128, b"\0"), 128)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    try:
+        result = libc.syscall(ctypes.c_long(number), ctypes.c_long(command), buffer, ctypes.c_ulong(128))
+    finally:
+        _keep.clear()
+    if result < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"bpf({command}): {os.strerror(code)}")
+    return int(result)

@@ -1,0 +1,82 @@
+"""evaluator/isolation/device_access.py on this machine's kernel: a group refuses new opens of the listed character
+devices' majors while descriptors opened before the move keep working (v1's devices.deny here, and a v2 device program
+where a cgroup2 hierarchy is mounted: /sys/fs/cgroup itself on v2 machines, /sys/fs/cgroup/unified on hybrid ones)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from evaluator.isolation import cgroups, device_access
+from tests.evaluator.isolation_support import go, waiting_child
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="cgroups need root")
+
+# Major 1 stands in for the GPU's nodes: /dev/zero is open before the move, /dev/null is opened after it.
+OPENED_BEFORE = """
+import os
+before = os.open("/dev/zero", os.O_RDONLY)
+print("open", flush=True)
+input()
+print(len(os.read(before, 4)), flush=True)
+try:
+    os.close(os.open("/dev/null", os.O_WRONLY))
+    print("opened", flush=True)
+except OSError as exc:
+    print(exc.errno, flush=True)
+"""
+
+
+def run_moved(add) -> list[str]:
+    """The child opens /dev/zero, is moved by `add(pid)`, then reads it and tries to open /dev/null."""
+    child = waiting_child(OPENED_BEFORE)
+    try:
+        go(child)
+        assert child.stdout.readline().strip() == "open"
+        add(child.pid)
+        child.stdin.write("\n")
+        child.stdin.flush()
+        return [child.stdout.readline().strip(), child.stdout.readline().strip()]
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_the_gpu_majors_are_read_from_the_device_nodes(tmp_path):
+    os.mknod(tmp_path / "nvidiactl", 0o600 | 0o020000, os.makedev(195, 255))
+    os.mknod(tmp_path / "nvidia-uvm", 0o600 | 0o020000, os.makedev(237, 0))
+    (tmp_path / "nvidia-notes").write_text("")
+    assert device_access.gpu_majors([str(tmp_path / "nvidia*")]) == [195, 237]
+
+
+@pytest.mark.skipif(cgroups.detect_version() != "v1" or not os.path.isdir("/sys/fs/cgroup/devices"),
+                    reason="a v1 devices hierarchy")
+def test_a_v1_group_refuses_new_opens_and_keeps_old_descriptors():
+    group = cgroups.TaskCgroup.create(f"test{os.getpid()}-devices")
+    try:
+        group.deny_device_opens([1])
+        assert run_moved(group.add) == ["4", "1"]  # read 4 bytes; EPERM
+    finally:
+        group.destroy()
+    assert not os.path.exists(group.dirs["devices"])
+
+
+V2_ROOTS = [root for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")
+            if os.path.exists(os.path.join(root, "cgroup.controllers"))]
+
+
+@pytest.mark.skipif(not V2_ROOTS, reason="no cgroup2 hierarchy mounted")
+def test_a_v2_device_program_refuses_new_opens_and_keeps_old_descriptors():
+    for majors, expected in (([1, 195], ["4", "1"]), ([195, 237], ["4", "opened"])):  # listed; another device's
+        folder = os.path.join(V2_ROOTS[0], f"krl-test{os.getpid()}-devices")
+        os.mkdir(folder)
+        try:
+            device_access.deny_v2(folder, majors)
+
+            def add(pid: int) -> None:
+                with open(os.path.join(folder, "cgroup.procs"), "w") as handle:
+                    handle.write(str(pid))
+            assert run_moved(add) == expected
+        finally:
+            os.rmdir(folder)
