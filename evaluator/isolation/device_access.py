@@ -18,7 +18,10 @@ from typing import Iterable
 # while it warmed up (in the zygote's group, before the task's) stay usable, and CUDA in a child fails to initialise.
 # "0" leaves the task's group open to the device nodes, as before session 27.
 DENY_ENV = "KRL_WORKER_GPU_OPENS_DENIED"
-NODE_PATTERNS = ("/dev/nvidia*", "/dev/nvidia-caps/*")
+# A new context starts by opening /dev/nvidiactl (an RM client), then the GPU's node: their major (195) is enough to
+# refuse one. The UVM (nvidia-uvm, nvidia-uvm-tools) and capability nodes stay open to the task: with them refused too,
+# the runner's profiler session in the task recorded no kernels (own_kernel_time_fraction None; session 27, call C).
+NODE_PATTERNS = ("/dev/nvidiactl", "/dev/nvidia[0-9]*")
 
 _BPF_SYSCALL = {"x86_64": 321, "aarch64": 280}
 _BPF_PROG_LOAD, _BPF_PROG_ATTACH = 5, 8
@@ -27,8 +30,7 @@ _DEV_CHAR = 2  # BPF_DEVCG_DEV_CHAR, the low 16 bits of bpf_cgroup_dev_ctx.acces
 
 
 def gpu_majors(patterns: Iterable[str] = NODE_PATTERNS) -> list[int]:
-    """The major numbers of this machine's NVIDIA character devices (nvidiactl and nvidiaN share 195; nvidia-uvm and
-    the caps have majors of their own, given out at load)."""
+    """The major numbers of the character devices matching `patterns` (nvidiactl and nvidiaN: 195)."""
     majors = set()
     for pattern in patterns:
         for path in glob.glob(pattern):

@@ -1,0 +1,99 @@
+"""Probe (GPU): which NVIDIA device nodes a warmed process opens later (a torch.profiler session, a Triton kernel's
+first launch), and whether that work still runs once its cgroup refuses new opens. Usage: python probe_device_opens.py"""
+# One JSON line per mode: none (no refusal), 195 (the default: nvidiactl and the GPUs' nodes), all (every NVIDIA node).
+# Each mode runs in a process of its own: warmed as a spare runner is (CUDA, one profiler session), moved into a fresh
+# task cgroup with the refusal, then profiled again and made to launch a first Triton kernel.
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+MODES = {"none": (), "195": ("/dev/nvidiactl", "/dev/nvidia[0-9]*"), "all": ("/dev/nvidia*", "/dev/nvidia-caps/*")}
+
+
+def device_fds() -> set[str]:
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("/dev/nvidia"):
+            found.add(target)
+    return found
+
+
+def profiled_kernels() -> int:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(1 << 20, device="cuda")
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        (x * 2).sum()
+        torch.cuda.synchronize()
+    return sum(1 for event in prof.events() if event.device_type.name == "CUDA")
+
+
+def triton_launch() -> str:
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def double(x_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n) * 2, mask=offsets < n)
+
+    x = torch.ones(1000, device="cuda")
+    double[(4,)](x, 1000, BLOCK=256)
+    torch.cuda.synchronize()
+    return "ok" if float(x.sum()) == 2000.0 else "wrong"
+
+
+def one_mode(mode: str) -> None:
+    import torch
+
+    from evaluator.isolation import cgroups, device_access
+
+    torch.cuda.init()
+    warm = profiled_kernels()
+    before = device_fds()
+    own = open("/proc/self/cgroup").read()
+    group = None
+    if MODES[mode]:
+        group = cgroups.TaskCgroup.create(f"probe-opens{os.getpid()}")
+        group.deny_device_opens(device_access.gpu_majors(MODES[mode]))
+        group.add(os.getpid())
+    row = {"mode": mode, "majors": device_access.gpu_majors(MODES[mode]) if MODES[mode] else [], "warm_kernels": warm}
+    for name, work in (("profiled_kernels", profiled_kernels), ("triton", triton_launch)):
+        try:
+            row[name] = work()
+        except Exception as exc:  # noqa: BLE001 - the probe reports what failed
+            row[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    row["opened_later"] = sorted(device_fds() - before)
+    row["child_cuda"] = subprocess.run([sys.executable, "-c", "import torch; torch.zeros(1, device='cuda'); print('ok')"],
+                                       capture_output=True, text=True).stdout.strip() or "failed"
+    print(json.dumps(row), flush=True)
+    if group is not None:  # back where it came from, so the group can go
+        for line in own.splitlines():
+            hierarchy, _, path = line.split(":", 2)
+            if hierarchy == "0":
+                with open(os.path.join("/sys/fs/cgroup", path.lstrip("/"), "cgroup.procs"), "w") as handle:
+                    handle.write(str(os.getpid()))
+        group.remove()
+
+
+def main() -> None:
+    if len(sys.argv) > 1:
+        one_mode(sys.argv[1])
+        return
+    for mode in MODES:
+        subprocess.run([sys.executable, os.path.abspath(__file__), mode], timeout=120)
+
+
+if __name__ == "__main__":
+    main()
