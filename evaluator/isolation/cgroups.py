@@ -150,15 +150,16 @@ class TaskCgroup:
                     pass
         _write(os.path.join(self.dirs["pids"], "pids.max"), str(pids_max))
 
-    def deny_device_opens(self, majors: list[int], root: str = CGROUP_ROOT) -> None:
-        """Character devices of these majors refused to every later open() and mknod() in the group (descriptors
-        already open stay usable): isolation/device_access.py. Call before add(). Raises OSError where refused."""
+    def deny_device_opens(self, nodes: list[tuple[int, int]], root: str = CGROUP_ROOT) -> None:
+        """These character devices ((major, minor)) refused to every later open() and mknod() in the group
+        (descriptors already open stay usable): isolation/device_access.py. Call before add(). Raises OSError where
+        refused."""
         from evaluator.isolation import device_access
 
-        if not majors:
+        if not nodes:
             return
         if self.version == "v2":
-            device_access.deny_v2(self.dirs[""], majors)
+            device_access.deny_v2(self.dirs[""], nodes)
             return
         parent = _parent_dirs_v1(root, devices=True).get(V1_DEVICES)
         if parent is None:
@@ -168,7 +169,7 @@ class TaskCgroup:
             TaskCgroup(self.name, self.version, {V1_DEVICES: path}).destroy()
         _make_group_dir(path)
         self.dirs[V1_DEVICES] = path
-        device_access.deny_v1(path, majors)
+        device_access.deny_v1(path, nodes)
 
     # ---- using one
     def add(self, pid: int) -> None:

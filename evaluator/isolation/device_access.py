@@ -1,5 +1,5 @@
-"""A task's cgroup refused new opens of the GPU's device nodes: the runner's CUDA context, made before the task, keeps
-working, while no process of the candidate's can make a context of its own (cgroup v2: a BPF device program; v1: devices.deny)."""
+"""A task's cgroup refused new opens of the GPUs' device nodes: the runner's CUDA context, made before the task, keeps
+working, while no process of the candidate's can make one of its own (cgroup v2: a BPF device program; v1: devices.deny)."""
 
 from __future__ import annotations
 
@@ -18,20 +18,21 @@ from typing import Iterable
 # while it warmed up (in the zygote's group, before the task's) stay usable, and CUDA in a child fails to initialise.
 # "0" leaves the task's group open to the device nodes, as before session 27.
 DENY_ENV = "KRL_WORKER_GPU_OPENS_DENIED"
-# A new context starts by opening /dev/nvidiactl (an RM client), then the GPU's node: their major (195) is enough to
-# refuse one. The UVM (nvidia-uvm, nvidia-uvm-tools) and capability nodes stay open to the task: with them refused too,
-# the runner's profiler session in the task recorded no kernels (own_kernel_time_fraction None; session 27, call C).
-NODE_PATTERNS = ("/dev/nvidiactl", "/dev/nvidia[0-9]*")
-
+# A context is made on a GPU's own node (/dev/nvidiaN), which each process opens itself: refusing those nodes refuses
+# one. nvidiactl (the driver's control node), the UVM and the capability nodes stay open to the task: CUPTI attaches in
+# the task (the runner's kernel checks profile it; worker_setup.prepare_runner keeps it out of the warm-up), and with
+# every NVIDIA node refused, or all of major 195, that profile recorded nothing (own_kernel_time_fraction None:
+# session 27, calls C and D).
+NODE_PATTERNS = ("/dev/nvidia[0-9]*",)
 _BPF_SYSCALL = {"x86_64": 321, "aarch64": 280}
 _BPF_PROG_LOAD, _BPF_PROG_ATTACH = 5, 8
 _BPF_PROG_TYPE_CGROUP_DEVICE, _BPF_CGROUP_DEVICE, _BPF_F_ALLOW_MULTI = 15, 6, 2
 _DEV_CHAR = 2  # BPF_DEVCG_DEV_CHAR, the low 16 bits of bpf_cgroup_dev_ctx.access_type
 
 
-def gpu_majors(patterns: Iterable[str] = NODE_PATTERNS) -> list[int]:
-    """The major numbers of the character devices matching `patterns` (nvidiactl and nvidiaN: 195)."""
-    majors = set()
+def gpu_nodes(patterns: Iterable[str] = NODE_PATTERNS) -> list[tuple[int, int]]:
+    """(major, minor) of the character devices matching `patterns` (a GPU's node: 195 and its index)."""
+    nodes = set()
     for pattern in patterns:
         for path in glob.glob(pattern):
             try:
@@ -39,25 +40,25 @@ def gpu_majors(patterns: Iterable[str] = NODE_PATTERNS) -> list[int]:
             except OSError:
                 continue
             if stat.S_ISCHR(found.st_mode):
-                majors.add(os.major(found.st_rdev))
-    return sorted(majors)
+                nodes.add((os.major(found.st_rdev), os.minor(found.st_rdev)))
+    return sorted(nodes)
 
 
 def denied() -> bool:
     return os.environ.get(DENY_ENV, "1").strip() != "0"
 
 
-def deny_v1(devices_dir: str, majors: Iterable[int]) -> None:
-    """v1: the group's devices.deny, one rule per major (every minor, read, write and mknod)."""
-    for major in majors:
+def deny_v1(devices_dir: str, nodes: Iterable[tuple[int, int]]) -> None:
+    """v1: the group's devices.deny, one rule per node (read, write and mknod)."""
+    for major, minor in nodes:
         with open(os.path.join(devices_dir, "devices.deny"), "w", encoding="ascii") as handle:
-            handle.write(f"c {major}:* rwm")
+            handle.write(f"c {major}:{minor} rwm")
 
 
-def deny_v2(group_dir: str, majors: list[int]) -> None:
+def deny_v2(group_dir: str, nodes: list[tuple[int, int]]) -> None:
     """v2: a device program attached to the group (beside any its ancestors have: each must allow an open). Raises
     OSError where the kernel refuses it."""
-    program = _program(majors)
+    program = _program(nodes)
     prog_fd = _bpf(_BPF_PROG_LOAD, struct.pack("=IIQQIIQ", _BPF_PROG_TYPE_CGROUP_DEVICE, len(program) // 8,
                                                  _address(program), _address(b"GPL\0"), 0, 0, 0))
     try:
@@ -70,19 +71,23 @@ def deny_v2(group_dir: str, majors: list[int]) -> None:
         os.close(prog_fd)  # the group holds the program while attached, and drops it with the group
 
 
-def _program(majors: list[int]) -> bytes:
-    """r0 = 0 (refuse) for a character device whose major is listed, else 1 (allow): bpf_cgroup_dev_ctx is
-    {u32 access_type, u32 major, u32 minor}."""
+def _program(nodes: list[tuple[int, int]]) -> bytes:
+    """r0 = 0 (refuse) for a listed character device, else 1 (allow). bpf_cgroup_dev_ctx is {u32 access_type,
+    u32 major, u32 minor}; a node is compared as major << 20 | minor (Linux's own dev_t split, so one compare each)."""
     def insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
         return struct.pack("=BBhi", code, dst | (src << 4), off, imm)
 
-    checks = [insn(0x15, dst=3, off=len(majors) - index + 1, imm=major) for index, major in enumerate(majors)]
-    # jeq r3, major, +n: to the refusal after the allow pair (checks left after this one, then r0 = 1 and exit)
+    # jeq r3, node, +n: past the checks left and the allow pair, to the refusal
+    checks = [insn(0x15, dst=3, off=len(nodes) - index + 1, imm=(major << 20) | minor)
+              for index, (major, minor) in enumerate(nodes)]
     return b"".join([
         insn(0x61, dst=2, src=1, off=0),                 # r2 = ctx->access_type
         insn(0x57, dst=2, imm=0xFFFF),                   # r2 &= 0xffff: the device's type
-        insn(0x55, dst=2, off=len(checks) + 1, imm=_DEV_CHAR),  # not a character device: allowed
+        insn(0x55, dst=2, off=len(checks) + 4, imm=_DEV_CHAR),  # not a character device: allowed
         insn(0x61, dst=3, src=1, off=4),                 # r3 = ctx->major
+        insn(0x67, dst=3, imm=20),                       # r3 <<= 20
+        insn(0x61, dst=4, src=1, off=8),                 # r4 = ctx->minor
+        insn(0x4F, dst=3, src=4),                        # r3 |= r4
         *checks,
         insn(0xB7, dst=0, imm=1), insn(0x95),            # allowed
         insn(0xB7, dst=0, imm=0), insn(0x95),            # refused

@@ -18,7 +18,7 @@ class GroupsAhead:
         self.pending: Optional[tuple[str, int, threading.Thread, dict[str, Any]]] = None
 
     def prepare(self, runner_id: str, host_pid: int, memory_limit: Optional[int], runner_namespaces: bool,
-                device_majors: Sequence[int] = ()) -> None:
+                device_nodes: Sequence[tuple[int, int]] = ()) -> None:
         from evaluator.slot.task_isolation import begin_task
 
         if host_pid <= 0 or (self.pending is not None and self.pending[0] == runner_id):
@@ -27,7 +27,7 @@ class GroupsAhead:
         made: dict[str, Any] = {}
 
         def make() -> None:
-            made["task"] = begin_task(runner_id, host_pid, memory_limit, runner_namespaces, device_majors)
+            made["task"] = begin_task(runner_id, host_pid, memory_limit, runner_namespaces, device_nodes)
 
         thread = threading.Thread(target=make, name=f"krl-group-{runner_id}", daemon=True)
         thread.start()

@@ -101,6 +101,22 @@ class WatchedReference:
         self.add_phase("timing_freeze", time.perf_counter() - began)
         return bool(frozen)
 
+    def charge_read_frozen(self) -> int:
+        """CPU mode: the task's CPU time (the phase's charge) read with its group frozen where it can be. The kernel
+        books a running thread's time at its ticks (4 ms on the 2-core VM) or when it stops running; read live, up to
+        a tick of a thread still running at the answer went uncharged, and a helper thread timed to finish its share
+        just past the read hid it (red team, session 27). Frozen, every thread has stopped and been booked."""
+        if self.freezer is None:
+            return self.charge.now()
+        frozen = self.freezer.freeze(FREEZE_WAIT_S, FREEZE_POLL_S)
+        try:
+            return self.charge.now()
+        finally:
+            if frozen is None:  # this group cannot be frozen: read live from now on
+                self.freezer = None
+            else:
+                self.freezer.thaw()
+
     def add_phase(self, name: str, seconds: float) -> None:
         phases = self.schedule.phases
         phases[name] = phases.get(name, 0.0) + seconds

@@ -240,9 +240,9 @@ class TaskIsolation:
 
 
 def begin_task(runner_id: str, host_pid: int, memory_limit: Optional[int], runner_namespaces: bool,
-               device_majors: Sequence[int] = ()) -> TaskIsolation:
+               device_nodes: Sequence[tuple[int, int]] = ()) -> TaskIsolation:
     """Before the task is sent: the runner (host pid) moved into a fresh cgroup with the task's limits, one that refuses
-    new opens of the GPU's device nodes (`device_majors`, isolation/device_access.py; the runner opened its own while
+    new opens of the GPU's device nodes (`device_nodes`, isolation/device_access.py; the runner opened its own while
     it warmed up). Where cgroups cannot be made, the task runs without one (said once on stderr) and teardown falls
     back to the process tree; where the refusal cannot be set, without it (said once too)."""
     started = time.monotonic()
@@ -251,7 +251,7 @@ def begin_task(runner_id: str, host_pid: int, memory_limit: Optional[int], runne
         kernel_limit = int(memory_limit * KERNEL_LIMIT_HEADROOM) if memory_limit else None
         try:
             task.cgroup = cgroups.TaskCgroup.create(task.name, memory_bytes=kernel_limit)
-            _deny_device_opens(task.cgroup, device_majors)
+            _deny_device_opens(task.cgroup, device_nodes)
             task.cgroup.add(host_pid)
         except (cgroups.CgroupUnavailable, OSError) as exc:
             if task.cgroup is not None:
@@ -265,9 +265,9 @@ def begin_task(runner_id: str, host_pid: int, memory_limit: Optional[int], runne
     return task
 
 
-def _deny_device_opens(group: cgroups.TaskCgroup, majors: Sequence[int]) -> None:
+def _deny_device_opens(group: cgroups.TaskCgroup, nodes: Sequence[tuple[int, int]]) -> None:
     try:
-        group.deny_device_opens(list(majors))
+        group.deny_device_opens(list(nodes))
     except OSError as exc:
         if "devices" not in _warned:
             _warned.add("devices")

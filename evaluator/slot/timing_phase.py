@@ -241,7 +241,7 @@ class TimingPhase(GatedRounds, WatchedReference):
         before = self.charge.now() if self.charge is not None else 0
         answer = self.order(message, expected, calls)
         if self.charge is not None:
-            return (self.charge.now() - before) / 1e9, answer
+            return (self.charge_read_frozen() - before) / 1e9, answer
         return self.driver.answered_at - self.driver.sent_at, answer
 
     def less_round_trip(self, seconds: float, share: float = 1.0) -> float:

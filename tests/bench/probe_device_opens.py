@@ -1,8 +1,9 @@
 """Probe (GPU): which NVIDIA device nodes a warmed process opens later (a torch.profiler session, a Triton kernel's
 first launch), and whether that work still runs once its cgroup refuses new opens. Usage: python probe_device_opens.py"""
-# One JSON line per mode: none (no refusal), 195 (the default: nvidiactl and the GPUs' nodes), all (every NVIDIA node).
-# Each mode runs in a process of its own: warmed as a spare runner is (CUDA, one profiler session), moved into a fresh
-# task cgroup with the refusal, then profiled again and made to launch a first Triton kernel.
+# One JSON line per mode: none (no refusal), gpu (the default: the GPUs' own nodes), 195 (nvidiactl too), all (every
+# NVIDIA node). Each mode runs in a process of its own: warmed as a spare runner is (CUDA and a kernel, no profiler:
+# worker_setup.prepare_runner leaves CUPTI to the task), moved into a fresh task cgroup with the refusal, then profiled
+# for the first time, made to launch a first Triton kernel, and asked to start a child with CUDA.
 from __future__ import annotations
 
 import json
@@ -12,7 +13,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-MODES = {"none": (), "195": ("/dev/nvidiactl", "/dev/nvidia[0-9]*"), "all": ("/dev/nvidia*", "/dev/nvidia-caps/*")}
+MODES = {"none": (), "gpu": ("/dev/nvidia[0-9]*",), "195": ("/dev/nvidiactl", "/dev/nvidia[0-9]*"),
+         "all": ("/dev/nvidia*", "/dev/nvidia-caps/*")}
 
 
 def device_fds() -> set[str]:
@@ -60,15 +62,15 @@ def one_mode(mode: str) -> None:
     from evaluator.isolation import cgroups, device_access
 
     torch.cuda.init()
-    warm = profiled_kernels()
+    (torch.ones(8, device="cuda") * 2).sum().item()
     before = device_fds()
     own = open("/proc/self/cgroup").read()
     group = None
     if MODES[mode]:
         group = cgroups.TaskCgroup.create(f"probe-opens{os.getpid()}")
-        group.deny_device_opens(device_access.gpu_majors(MODES[mode]))
+        group.deny_device_opens(device_access.gpu_nodes(MODES[mode]))
         group.add(os.getpid())
-    row = {"mode": mode, "majors": device_access.gpu_majors(MODES[mode]) if MODES[mode] else [], "warm_kernels": warm}
+    row = {"mode": mode, "nodes": device_access.gpu_nodes(MODES[mode]) if MODES[mode] else []}
     for name, work in (("profiled_kernels", profiled_kernels), ("triton", triton_launch)):
         try:
             row[name] = work()

@@ -1,5 +1,5 @@
 """evaluator/isolation/device_access.py on this machine's kernel: a group refuses new opens of the listed character
-devices' majors while descriptors opened before the move keep working (v1's devices.deny here, and a v2 device program
+devices while descriptors opened before the move keep working (v1's devices.deny here, and a v2 device program
 where a cgroup2 hierarchy is mounted: /sys/fs/cgroup itself on v2 machines, /sys/fs/cgroup/unified on hybrid ones)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from tests.evaluator.isolation_support import go, waiting_child
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="cgroups need root")
 
-# Major 1 stands in for the GPU's nodes: /dev/zero is open before the move, /dev/null is opened after it.
+# /dev/null (1:3) stands in for a GPU's node: /dev/zero (1:5) is open before the move, /dev/null is opened after it.
 OPENED_BEFORE = """
 import os
 before = os.open("/dev/zero", os.O_RDONLY)
@@ -43,11 +43,11 @@ def run_moved(add) -> list[str]:
         child.wait()
 
 
-def test_the_gpu_majors_are_read_from_the_device_nodes(tmp_path):
-    os.mknod(tmp_path / "nvidiactl", 0o600 | 0o020000, os.makedev(195, 255))
-    os.mknod(tmp_path / "nvidia-uvm", 0o600 | 0o020000, os.makedev(237, 0))
-    (tmp_path / "nvidia-notes").write_text("")
-    assert device_access.gpu_majors([str(tmp_path / "nvidia*")]) == [195, 237]
+def test_the_gpus_nodes_are_read_from_the_device_files(tmp_path):
+    os.mknod(tmp_path / "nvidia0", 0o600 | 0o020000, os.makedev(195, 0))
+    os.mknod(tmp_path / "nvidia1", 0o600 | 0o020000, os.makedev(195, 1))
+    (tmp_path / "nvidia2-notes").write_text("")
+    assert device_access.gpu_nodes([str(tmp_path / "nvidia[0-9]*")]) == [(195, 0), (195, 1)]
 
 
 @pytest.mark.skipif(cgroups.detect_version() != "v1" or not os.path.isdir("/sys/fs/cgroup/devices"),
@@ -55,7 +55,7 @@ def test_the_gpu_majors_are_read_from_the_device_nodes(tmp_path):
 def test_a_v1_group_refuses_new_opens_and_keeps_old_descriptors():
     group = cgroups.TaskCgroup.create(f"test{os.getpid()}-devices")
     try:
-        group.deny_device_opens([1])
+        group.deny_device_opens([(1, 3)])
         assert run_moved(group.add) == ["4", "1"]  # read 4 bytes; EPERM
     finally:
         group.destroy()
@@ -68,11 +68,11 @@ V2_ROOTS = [root for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")
 
 @pytest.mark.skipif(not V2_ROOTS, reason="no cgroup2 hierarchy mounted")
 def test_a_v2_device_program_refuses_new_opens_and_keeps_old_descriptors():
-    for majors, expected in (([1, 195], ["4", "1"]), ([195, 237], ["4", "opened"])):  # listed; another device's
+    for nodes, expected in (([(1, 3), (195, 0)], ["4", "1"]), ([(1, 7), (195, 0)], ["4", "opened"])):  # listed; not
         folder = os.path.join(V2_ROOTS[0], f"krl-test{os.getpid()}-devices")
         os.mkdir(folder)
         try:
-            device_access.deny_v2(folder, majors)
+            device_access.deny_v2(folder, nodes)
 
             def add(pid: int) -> None:
                 with open(os.path.join(folder, "cgroup.procs"), "w") as handle:
