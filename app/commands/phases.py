@@ -9,7 +9,7 @@ from typing import Mapping
 # to a user both are "the evaluator getting ready", whatever the evaluator calls them this release.
 STAGES = {
     "queue": "evaluator start-up", "judge_ready": "evaluator start-up", "overhead": "evaluator start-up",
-    "task_setup": "evaluator start-up",
+    "task_setup": "evaluator start-up", "spares_warm": "evaluator start-up",
     "device_wait": "waiting for the GPU",
     "compile": "build", "build_install": "build",
     "load": "loading", "correctness": "checking", "kernel_checks": "checking", "recheck": "checking",
@@ -20,7 +20,9 @@ ORDER = ("evaluator start-up", "waiting for the GPU", "build", "loading", "check
 NOT_TIMES = {"timing_retries", "timing_extra_rounds", "timing_spread", "round_trip", "order_cpu", "seconds", "timing_rounds",
              "timing_hooks", "timing_held", "timing_setup", "timing_kept", "timing_interfered_rounds",
              "device_shared_overrun", "timing_counted_calls", "timing_gated", "timing_gate_off", "timing_gate_blocked",
-             "runner_cpu_weight"}  # recorded by sessions 21-22's judges
+             "runner_cpu_weight",  # recorded by sessions 21-22's judges
+             "timing_freeze", "timing_unfrozen_windows", "timing_gapped_rounds", "timing_gap_largest_ms",
+             "timing_gap_probe_off"}
 # KernelBench's convention's figures; CPU seconds (judge, runner); timing_held by window; correctness's split; the
 # judge's allocator counts and memory (slot/device_memory.allocator_phases)
 NOT_TIMES_PREFIX = ("kernelbench_", "cpu_", "held_", "trials_", "judge_cuda_", "judge_reserved_")
