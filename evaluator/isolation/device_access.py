@@ -16,14 +16,15 @@ from typing import Iterable
 # timed batch on an H200), where neither the runner's freezing (it stops launches, not queued work) nor the CPU watch
 # can reach them. The device cgroup checks a device node at open() and mknod() only, so descriptors the runner opened
 # while it warmed up (in the zygote's group, before the task's) stay usable, and CUDA in a child fails to initialise.
-# "0" leaves the task's group open to the device nodes, as before session 27.
+# Opt-in ("1"): CUPTI attaches in the task (the runner's kernel checks profile the candidate; worker_setup.prepare_runner
+# keeps it out of the warm-up, where it cost 4-6 s of CPU and slowed a torch candidate's timing), and its first session
+# opens the GPU's node again: with any of the nodes refused, even /dev/nvidiaN alone, it recorded no kernels, so the
+# task's own_kernel_time_fraction was None and the lazy-kernel rule and the launched-kernel check had nothing to read
+# (session 27, calls C-E, tests/bench/probe_device_opens.py). A warmed process that had profiled once before the
+# refusal profiled again without trouble (call D). No attack written so far gained without it (call C).
 DENY_ENV = "KRL_WORKER_GPU_OPENS_DENIED"
-# A context is made on a GPU's own node (/dev/nvidiaN), which each process opens itself: refusing those nodes refuses
-# one. nvidiactl (the driver's control node), the UVM and the capability nodes stay open to the task: CUPTI attaches in
-# the task (the runner's kernel checks profile it; worker_setup.prepare_runner keeps it out of the warm-up), and with
-# every NVIDIA node refused, or all of major 195, that profile recorded nothing (own_kernel_time_fraction None:
-# session 27, calls C and D).
-NODE_PATTERNS = ("/dev/nvidia[0-9]*",)
+NODE_PATTERNS = ("/dev/nvidia[0-9]*",)  # a context is made on a GPU's own node, which each process opens itself
+
 _BPF_SYSCALL = {"x86_64": 321, "aarch64": 280}
 _BPF_PROG_LOAD, _BPF_PROG_ATTACH = 5, 8
 _BPF_PROG_TYPE_CGROUP_DEVICE, _BPF_CGROUP_DEVICE, _BPF_F_ALLOW_MULTI = 15, 6, 2
@@ -45,7 +46,7 @@ def gpu_nodes(patterns: Iterable[str] = NODE_PATTERNS) -> list[tuple[int, int]]:
 
 
 def denied() -> bool:
-    return os.environ.get(DENY_ENV, "1").strip() != "0"
+    return os.environ.get(DENY_ENV, "0").strip() == "1"
 
 
 def deny_v1(devices_dir: str, nodes: Iterable[tuple[int, int]]) -> None:
