@@ -90,15 +90,25 @@ class WatchedReference:
             self.unfrozen_windows += 1
             return False
         began = time.perf_counter()
+        frozen = self.group_frozen()
+        if frozen:
+            self.frozen_windows += 1
+        else:
+            self.unfrozen_windows += 1
+            self.schedule.phases["timing_unfrozen_windows"] = self.unfrozen_windows
+        self.add_phase("timing_freeze", time.perf_counter() - began)
+        return frozen
+
+    def group_frozen(self) -> bool:
+        """The task's group frozen and waited for. False where it did not freeze in time (thawed again) or cannot be
+        frozen at all (then never tried again)."""
+        if self.freezer is None:
+            return False
         frozen = self.freezer.freeze(FREEZE_WAIT_S, FREEZE_POLL_S)
         if not frozen:
             self.freezer.thaw()
-            self.unfrozen_windows += 1
-            self.schedule.phases["timing_unfrozen_windows"] = self.unfrozen_windows
-            if frozen is None:  # this group cannot be frozen: the rest of the task is watched only
+            if frozen is None:
                 self.freezer = None
-        self.frozen_windows += bool(frozen)
-        self.add_phase("timing_freeze", time.perf_counter() - began)
         return bool(frozen)
 
     def charge_read_frozen(self) -> int:
@@ -106,15 +116,11 @@ class WatchedReference:
         books a running thread's time at its ticks (4 ms on the 2-core VM) or when it stops running; read live, up to
         a tick of a thread still running at the answer went uncharged, and a helper thread timed to finish its share
         just past the read hid it (red team, session 27). Frozen, every thread has stopped and been booked."""
-        if self.freezer is None:
-            return self.charge.now()
-        frozen = self.freezer.freeze(FREEZE_WAIT_S, FREEZE_POLL_S)
+        frozen = self.group_frozen()
         try:
             return self.charge.now()
         finally:
-            if frozen is None:  # this group cannot be frozen: read live from now on
-                self.freezer = None
-            else:
+            if frozen:
                 self.freezer.thaw()
 
     def add_phase(self, name: str, seconds: float) -> None:
