@@ -93,6 +93,10 @@ def publish_compile(record: "CompileRecord | dict", private_dir: str, cache_dir:
     record.source_sha256, record.cache_dir = source_sha256, cache_dir
     cuda = os.path.join(cache_dir, "cuda")
     os.makedirs(cuda, exist_ok=True)
+    # Entries may be passed through (a runner opens its own by the exact name the judge gives it) but not listed: an
+    # entry's name hashes the candidate's source, so no candidate can name another's, and with the folder listable any
+    # could read every earlier candidate's built kernels and manifests (red team, session 27).
+    os.chmod(cuda, 0o711)
     remove_stale_builds(cuda)
     record.builds = [_publish_one(b, private_dir, cache_dir, source_sha256) for b in record.builds]
     refused = next((b for b in record.builds if not b.ok and not b.cacheable), None)

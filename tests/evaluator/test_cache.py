@@ -103,3 +103,38 @@ def test_cli_reports_and_prunes(filled, capsys, monkeypatch):
     assert code == 0 and pruned["removed"] > 0 and pruned["bytes_after"] <= 300 * KIB
     code, out = krl("cache", "prune", "--dir", str(cache / "missing"), "--max-gb", "1")
     assert code == 2 and "KRL_CACHE_DIR" in out.err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="reading as the sandbox's user needs root")
+def test_the_sandbox_user_can_open_an_entry_by_name_but_not_list_the_entries():
+    """Runners read the cache as uid 65534: their own entry by the exact name the judge gives them, never a listing of
+    every earlier candidate's builds (entry names hash each candidate's source)."""
+    from evaluator.build.artefacts import publish_compile
+    from evaluator.build.records import CompileRecord
+
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    root = Path(tempfile.mkdtemp(prefix="krl-cache-test"))  # pytest's own folders are closed to other users
+    os.chmod(root, 0o755)
+    cache = root / "cache"
+    publish_compile(CompileRecord(ok=True), str(root / "private"), str(cache), "source")
+    entry = cache / "cuda" / ("ab" * 16)
+    entry.mkdir(mode=0o755)
+    (entry / "manifest.json").write_text("{}")
+    os.chmod(cache, 0o755)
+    pid = os.fork()
+    if pid == 0:  # the child drops to the sandbox's user and reports by its exit status
+        os.setgid(65534)
+        os.setuid(65534)
+        try:
+            os.listdir(cache / "cuda")
+            os._exit(1)
+        except PermissionError:
+            pass
+        os._exit(0 if (entry / "manifest.json").read_text() == "{}" else 2)
+    try:
+        assert os.waitpid(pid, 0)[1] == 0
+    finally:
+        shutil.rmtree(root)
