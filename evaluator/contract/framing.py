@@ -45,6 +45,16 @@ def write_message(fd: int, message: dict[str, Any]) -> None:
         data = data[written:]
 
 
+def loads_untrusted(body: "bytes | str") -> Any:
+    """json.loads for bytes a process that ran candidate code wrote: any malformed message is a ValueError, including
+    one nested past Python's recursion limit (a RecursionError escaped the judge's handling of malformed messages, and
+    a candidate's 24 KiB of brackets read as the evaluator's own failure, retried; red team, session 27)."""
+    try:
+        return json.loads(body)
+    except RecursionError:
+        raise ValueError("a message nested too deeply") from None
+
+
 def read_message(fd: int) -> Optional[dict[str, Any]]:
     """Blocking read of one message; None at end of file."""
     header = read_exactly(fd, HEADER.size)

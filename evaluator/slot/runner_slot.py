@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
+from evaluator.contract.framing import loads_untrusted
 from evaluator.isolation import exchange_tmpfs
 from evaluator.isolation.proctree import kill_tree, process_table, tree_resident_bytes
 from evaluator.isolation.teardown import empty_folder
@@ -60,7 +61,7 @@ class MessageReader:
                 break
             body = bytes(self.buffer[_HEADER.size:_HEADER.size + length])
             del self.buffer[:_HEADER.size + length]
-            message = json.loads(body)
+            message = loads_untrusted(body)
             if not isinstance(message, dict):
                 raise ValueError("a message that is not an object")
             messages.append(message)
@@ -271,7 +272,7 @@ class Slot:
                 self.control = None
                 return None
             try:
-                message = json.loads(data)
+                message = loads_untrusted(data)
             except ValueError:
                 continue
             if not isinstance(message, dict):

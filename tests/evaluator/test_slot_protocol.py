@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(get_sandbox().kind == "none", reason="no sandbox
 
 ATTACKS = Path(__file__).resolve().parent / "slot_attacks"
 TIMING_ATTACKS = ("timing_module_patch", "timing_frames", "input_class_swap", "allocator_mallopt")
-PROTOCOL_ATTACKS = ("forged_result", "unsolicited_inputs", "fake_infrastructure_error")
+PROTOCOL_ATTACKS = ("forged_result", "unsolicited_inputs", "fake_infrastructure_error", "nested_answer")
 # A forged timing claimed 4.8x to 25x on this problem; an honest clamp_min measures about 1x (0.4-1.3x on a loaded
 # 2-core machine, where the runner's order handling weighs on a 256-element ReLU).
 FORGED_SPEEDUP = 3.0
