@@ -252,7 +252,7 @@ class JudgeHost:
         self._group_ahead()
         self.finished_runner = runner  # killed and wiped after the reply is sent (finish_task): off the verdict's path
         task = TaskJudge(request, self.device, self.slot.inputs_dir,
-                         self.task_isolation.runner_view(self.slot.outputs_dir), self.reference_cache)
+                         self.task_isolation.runner_folder(self.slot.outputs_dir), self.reference_cache)
         driver = TaskDriver(self.slot, runner, deadline, self.resident_limit or None,
                             spares=[spare for spare in self.spares if not spare.ready], on_spare=self._on_spare,
                             group_memory=self.task_isolation.memory_bytes,
@@ -281,7 +281,7 @@ class JudgeHost:
             allocator = allocator_phases(allocator_before, allocator_counts())
             if self.allocation_sites is not None:
                 self.allocation_sites.note(task_id)
-            keep_runner_profile(self.task_isolation.runner_view(self.slot.outputs_dir), task_id)
+            keep_runner_profile(self.task_isolation.runner_folder(self.slot.outputs_dir), task_id)
         # What the candidate left running dies before the reply (the runner's pid filter stops it signalling them).
         self.slot.counters.add("leftover_processes_killed", self.task_isolation.kill_leftovers())
         self.slot.counters.add("judge_cache_hits", self.reference_cache.hits - hits)

@@ -192,6 +192,23 @@ class TaskIsolation:
     runner_namespaces: bool = False
     setup_s: float = 0.0
     teardown: Optional[TeardownReport] = field(default=None)
+    handles: dict[str, int] = field(default_factory=dict)  # runner_folder's, closed by end()
+
+    def runner_folder(self, path: str) -> str:
+        """runner_view(path) for a folder the trusted side reads and removes files in, resolved once, into a handle
+        of its own (/proc/self/fd/<n>), at the first call: before the task is sent, so before any candidate code runs.
+        The folders above it lie on the runner's own tmpfs, where a candidate renamed one and put an absolute link in
+        its place: a path walked again at each read followed the link into the judge's root, and the judge read and
+        deleted a host file of the candidate's choosing (red team, session 27). The handle names the folder it opened."""
+        view = self.runner_view(path)
+        if view == path:
+            return path  # the judge's own view of the slot's folder: nothing of the runner's on the way
+        if path not in self.handles:
+            try:
+                self.handles[path] = os.open(view, os.O_PATH | os.O_DIRECTORY)
+            except OSError:  # the runner is gone already: nothing there to read
+                return view
+        return f"/proc/self/fd/{self.handles[path]}"
 
     def runner_view(self, path: str) -> str:
         """Where the trusted side finds `path` as the runner sees it (its tmpfs lives in the runner's mount
@@ -234,6 +251,9 @@ class TaskIsolation:
         return len(killed)
 
     def end(self, wipe: tuple[str, ...] = ()) -> TeardownReport:
+        for fd in self.handles.values():
+            os.close(fd)
+        self.handles.clear()
         if self.teardown is None:
             self.teardown = teardown_task(self.cgroup, self.host_pid, wipe)
         return self.teardown

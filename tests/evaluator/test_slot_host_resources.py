@@ -63,6 +63,22 @@ def test_a_flood_of_prints_does_not_reach_the_host_disk(slot):
     assert probe.verdict == Verdict.CORRECT, probe.error_message
 
 
+def test_the_judge_reads_the_runners_outputs_folder_and_nothing_a_link_above_it_names(slot, tmp_path):
+    """A candidate that swaps a folder above its outputs for a link to a host folder: the judge still reads (and
+    empties) the runner's own outputs folder, never the host file the link leads to."""
+    ev, _host = slot
+    target = tmp_path / "redirect"
+    planted = target / "xfer-out" / "trial-0.krlt"
+    planted.parent.mkdir(parents=True)
+    planted.write_bytes(b"\0" * 12345)
+    result = ev.evaluate(request(source("exchange_redirect").replace('"/tmp/krl-redirect"', repr(str(target))),
+                                 run_timeout_s=60.0))
+    assert planted.exists() and planted.stat().st_size == 12345
+    assert "12345" not in (result.error_message or ""), result.error_message
+    probe = ev.evaluate(request(source("probe_clean_slate"), run_timeout_s=60.0))
+    assert probe.verdict == Verdict.CORRECT, probe.error_message
+
+
 def test_memfds_beyond_the_memory_limit_are_stopped(slot):
     ev, _host = slot
     result = ev.evaluate(request(source("host_memfd_hoard"), run_timeout_s=60.0))
