@@ -315,12 +315,16 @@ def compare(reference_output: Any, candidate_output: Any, atol: float, rtol: flo
         wide = torch.float64 if not ref.is_floating_point() else torch.float32
         ref_w, new_w = ref.detach().to(wide), new.detach().to(wide)
         ref_bad, new_bad = ~torch.isfinite(ref_w), ~torch.isfinite(new_w)
-        if bool(new_bad.any()):
+        # Either side's NaN/Inf: the same positions and the same infinities, or wrong. Checked on the candidate's
+        # side only, a reference's NaN let any finite value through there (red team, session 27: log of negatives).
+        if bool(new_bad.any()) or bool(ref_bad.any()):
             same_pattern = torch.equal(ref_bad, new_bad) and torch.equal(
                 torch.nan_to_num(ref_w[ref_bad], nan=0.0), torch.nan_to_num(new_w[new_bad], nan=0.0))
             if not same_pattern and failure is None:
                 # The diffs below cover the positions where both are finite (JSON has no infinity).
-                failure = f"Output{where} contains {int(new_bad.sum())} NaN/Inf value(s) where the reference is finite."
+                failure = (f"Output{where} has {int((ref_bad != new_bad).sum())} NaN/Inf value(s) where the reference "
+                           "is finite, or finite values where it is not." if not torch.equal(ref_bad, new_bad) else
+                           f"Output{where} has infinities of another sign than the reference's.")
         both_ok = ~(ref_bad | new_bad)
         diff = torch.where(both_ok, (new_w - ref_w).abs(), torch.zeros_like(ref_w))
         bound = atol + rtol * torch.where(both_ok, ref_w.abs(), torch.zeros_like(ref_w))
