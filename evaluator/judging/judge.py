@@ -68,7 +68,11 @@ def input_seed(seed: int, name: str) -> int:
     raise ValueError(f"unknown input set {name!r}")
 
 
-NUDGE = 2.0 ** -5  # relative size of the nudge: above bf16's resolution, so every element changes at every precision
+# The nudge's relative size: above bf16's resolution, so every element changes at every precision, and wide, so no
+# timed call's values lie close to another's. At 2^-5 (until session 27) every timed set of a base lay within ~6% of
+# each other, element by element, and a candidate kept the first as an anchor, certified from that radius which few
+# columns of an argmax(x @ W) could still win, and computed only those: exact outputs, 2.6-3.7x (red team).
+NUDGE = 0.25
 
 
 def nudged_values(values: list, seed: int) -> list:

@@ -373,7 +373,8 @@ class RunState(InProcessTiming):
                 worst = (max(worst[0], comparison.max_abs_diff), max(worst[1], comparison.mean_abs_diff))
             elif first_failure is None:
                 first_failure = comparison
-            self.earlier_outputs.append(judge.snapshot(new_out))
+            if comparison.ok:  # a replay repeats a correct answer; an honest bug may repeat its wrong one
+                self.earlier_outputs.append(judge.snapshot(new_out))
             del ref_out, new_out
         result.correctness_trials_passed = passed
         self._verify_untampered()

@@ -412,11 +412,14 @@ class Schedule:
         if comparison.verdict == Verdict.SHAPE_MISMATCH:
             self.result.correctness_trials_passed = passed
             raise TaskEnded(Verdict.SHAPE_MISMATCH, comparison.message)
-        self.remember(output)
+        if comparison.ok:
+            self.remember(output)
         return comparison
 
     def remember(self, output: Any) -> None:
-        """An output the candidate gave for some inputs, kept as its fingerprint (see replayed)."""
+        """An output the candidate gave, correct, for some inputs, kept as its fingerprint (see replayed). Only correct
+        ones: an honest bug that answers every input alike (an empty grid's zeros, a constant) repeated its own wrong
+        answer and read `cached_output`, a hack, where it is only wrong (red team, session 27)."""
         from evaluator.judging.fingerprint import fingerprint
 
         mark = fingerprint(output) if output is not None else None

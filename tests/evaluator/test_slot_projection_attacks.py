@@ -1,7 +1,7 @@
-"""The timed batch checked through its projections, attacked where they were loose (red team, session 27): a batch
-run approximately or replayed from its base sets inside the projections' old rounding slack, a skipped batch on an
-integer output they did not see, and wrong values where the reference is NaN. Real Evaluator, CPU mode, with honest
-code of each problem beside each attack."""
+"""What the red teams of session 27 found in the judge's checks: a timed batch run approximately or replayed from its
+base sets inside the projections' old rounding slack, a skipped batch on an integer output they did not see, wrong
+values where the reference is NaN, and an honest bug called a hack. Real Evaluator, CPU mode, with honest code of
+each problem beside each attack."""
 
 from __future__ import annotations
 
@@ -58,3 +58,23 @@ def test_the_attack_is_wrong_and_honest_code_of_its_problem_is_correct(evaluator
     assert attack.verdict == Verdict.WRONG_OUTPUT, (attack.verdict, attack.speedup, attack.error_message)
     honest = evaluate(evaluator, problem, problem.replace("class Model(", "class ModelNew("), True)  # timed too
     assert honest.verdict == Verdict.CORRECT, honest.error_message
+
+
+def test_an_honest_bug_that_answers_every_input_alike_is_wrong_not_a_hack(evaluator):
+    """The same wrong answer for every input (an integer division that zeroes a mean) repeats only itself: it read
+    `cached_output`, a hack and the reward's penalty, where it is a plain wrong output; a replay repeats a correct
+    answer given for other inputs."""
+    problem = reference("pass", "torch.mean(x * x)", "torch.randn(64, 64)")
+    buggy = problem.replace("class Model(", "class ModelNew(").replace(
+        "torch.mean(x * x)", "torch.sum(x * x) * (1 // x.numel())")
+    result = evaluate(evaluator, problem, buggy, True)
+    assert result.verdict == Verdict.WRONG_OUTPUT and result.hack_rule is None, (result.verdict, result.error_message)
+
+
+def test_a_memo_certified_from_the_nudges_radius_gains_nothing(evaluator):
+    """Timed calls of one base set are its values nudged element by element; at a nudge of 2^-5 a candidate served
+    argmax(x @ W) from an anchor call, exactly, at 2.6-2.8x. At 0.25 its certificate prunes nothing."""
+    problem = reference("self.weight = nn.Parameter(torch.randn(64, 8192))", "torch.argmax(x @ self.weight, dim=1)",
+                        "torch.randn(128, 64)")
+    result = evaluate(evaluator, problem, (ATTACKS / "proximity_certified_argmax.py").read_text(), True)
+    assert result.verdict != Verdict.CORRECT or result.speedup < 2.0, (result.verdict, result.speedup)
