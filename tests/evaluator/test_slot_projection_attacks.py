@@ -11,7 +11,7 @@ import pytest
 
 from evaluator.contract.types import EvalRequest, Verdict
 from evaluator.isolation.sandbox import get_sandbox
-from tests.evaluator.pool_support import make_evaluator
+from tests.evaluator.pool_support import module_evaluator
 
 pytestmark = pytest.mark.skipif(get_sandbox().kind == "none", reason="no sandbox works on this machine")
 
@@ -37,12 +37,7 @@ CASES = {  # attack -> (problem, whether it is timed)
 }
 
 
-@pytest.fixture(scope="module")
-def evaluator(tmp_path_factory):
-    ev = make_evaluator(str(tmp_path_factory.mktemp("cache")), cpu_workers=1, spare_per_device=0,
-                        memory_limit_bytes=2 * 2**30)
-    yield ev
-    ev.close()
+evaluator = module_evaluator(cpu_workers=1, spare_per_device=0, memory_limit_bytes=2 * 2**30)
 
 
 def evaluate(evaluator, problem: str, source: str, timed: bool):
