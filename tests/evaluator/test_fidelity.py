@@ -21,7 +21,8 @@ from tests.evaluator.pool_support import request as pool_request
 
 # A masked cumsum whose partial sums are large: an honest float32 kernel that sums in another order is off by a few
 # ulps, which near zero crossings puts a handful of its 64,000 elements just outside the fp32 tolerance, on some value
-# sets and not on others. Seed 4: the correctness trials pass, and timed values near-miss.
+# sets and not on others. Seed 10: the correctness trials pass, and timed values near-miss (8 of 8 runs with the
+# nudge of 0.25; seed 4, chosen at 2^-5, near-missed in 1 of 8 since, and in none of a CI run's 5).
 CUMSUM = '''
 import torch
 import torch.nn as nn
@@ -34,7 +35,7 @@ def get_inputs():
 def get_init_inputs():
     return []
 '''
-NEAR_MISS_SEED = 4
+NEAR_MISS_SEED = 10
 REPEATS = 5
 SWITCH_REPEATS = 1
 # Exact for the correctness trials, then one element off by ten times the relative tolerance: a real change when timed,
