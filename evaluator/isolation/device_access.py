@@ -59,9 +59,10 @@ def deny_v1(devices_dir: str, nodes: Iterable[tuple[int, int]]) -> None:
 def deny_v2(group_dir: str, nodes: list[tuple[int, int]]) -> None:
     """v2: a device program attached to the group (beside any its ancestors have: each must allow an open). Raises
     OSError where the kernel refuses it."""
-    program = _program(nodes)
-    prog_fd = _bpf(_BPF_PROG_LOAD, struct.pack("=IIQQIIQ", _BPF_PROG_TYPE_CGROUP_DEVICE, len(program) // 8,
-                                                 _address(program), _address(b"GPL\0"), 0, 0, 0))
+    program = ctypes.create_string_buffer(_program(nodes))  # both alive until the load returns
+    license_name = ctypes.create_string_buffer(b"GPL")
+    prog_fd = _bpf(_BPF_PROG_LOAD, struct.pack("=IIQQIIQ", _BPF_PROG_TYPE_CGROUP_DEVICE, (len(program) - 1) // 8,
+                                                 ctypes.addressof(program), ctypes.addressof(license_name), 0, 0, 0))
     try:
         group_fd = os.open(group_dir, os.O_RDONLY | os.O_DIRECTORY)
         try:
@@ -95,15 +96,6 @@ def _program(nodes: list[tuple[int, int]]) -> bytes:
     ])
 
 
-_keep: list = []  # buffers whose addresses are in flight to the kernel
-
-
-def _address(data: bytes) -> int:
-    buffer = ctypes.create_string_buffer(data, len(data))
-    _keep.append(buffer)
-    return ctypes.addressof(buffer)
-
-
 def _bpf(command: int, attr: bytes) -> int:
     number = _BPF_SYSCALL.get(platform.machine())
     if number is None:
@@ -111,10 +103,7 @@ def _bpf(command: int, attr: bytes) -> int:
     buffer = ctypes.create_string_buffer(attr.ljust(128, b"\0"), 128)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
-    try:
-        result = libc.syscall(ctypes.c_long(number), ctypes.c_long(command), buffer, ctypes.c_ulong(128))
-    finally:
-        _keep.clear()
+    result = libc.syscall(ctypes.c_long(number), ctypes.c_long(command), buffer, ctypes.c_ulong(128))
     if result < 0:
         code = ctypes.get_errno()
         raise OSError(code, f"bpf({command}): {os.strerror(code)}")

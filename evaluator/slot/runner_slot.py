@@ -192,8 +192,8 @@ class Slot:
             # No mount view: the project must still be importable from where it is.
             spec = sandboxes.SandboxSpec(**{**spec.__dict__, "env": {**spec.env, "PYTHONPATH": _pythonpath()}})
         out_file, err_file = open(self.out_path, "ab"), open(self.err_path, "ab")
-        if self.logs_private:  # each runner reopens them (runner._own_log_descriptions) as the sandbox's user; only
-            for path in (self.out_path, self.err_path):  # this judge host's mount namespace reaches the folder
+        if self.logs_private:  # each runner reopens them (runner._own_log_descriptions) as the sandbox's user, through
+            for path in (self.out_path, self.err_path):  # its own descriptors: the pool's folder above is ours (0700)
                 os.chmod(path, 0o622)
         try:
             self.zygote = self.sandbox.popen(

@@ -19,7 +19,8 @@ SPARES_ENV = "KRL_WORKER_SPARES_WARM_SHARED"
 # "beside": the spares warm while their task's own steps before its timing run (its load, trials, checks), the device
 # held shared from their fork until they are ready or the timing starts, which waits for what is left (SparesShare):
 # the version that might keep the rate, since a task waits only for the part of the warm-up its steps do not cover.
-# Built after call G; not run on a GPU.
+# On an H200 (session 27, call A) it left no Triton task at one slot with a gapped window (9 of 16 by default) at 54.1
+# a minute against 66.1, and 33 of 48 at 8 slots (38 by default): not a default either.
 SPARES_BESIDE = "beside"
 # "1": the rest held shared too: the last task's runner killed and its context gone, the judge's cached blocks freed,
 # each sizing round's batches queued (the counted rounds' are inside their exclusive hold). With both at 8 slots, 32

@@ -145,7 +145,7 @@ if [[ $PARTS == *" probe "* ]]; then  # ~6 min: the gap probe (slot/gap_probe.py
     done
 fi
 if [[ $PARTS == *" gaps "* ]]; then  # ~7 min: the spares warmed beside their task under a shared hold
-    # (KRL_WORKER_SPARES_WARM_SHARED=beside, slot/upkeep_hold.py, not yet run) against the default, with the gap probe
+    # (KRL_WORKER_SPARES_WARM_SHARED=beside, slot/upkeep_hold.py; session 27, call A) against the default, with the gap probe
     # on so each run says how many tasks had a gapped window (session 26: the spares are the honest gaps at one slot)
     export KRL_WORKER_TIMING_GAP_PROBE=1
     for spares in 0 beside; do
