@@ -150,17 +150,19 @@ class TaskCgroup:
                     pass
         _write(os.path.join(self.dirs["pids"], "pids.max"), str(pids_max))
 
-    def deny_device_opens(self, nodes: list[tuple[int, int]], root: str = CGROUP_ROOT) -> None:
+    def deny_device_opens(self, nodes: list[tuple[int, int]], root: str = CGROUP_ROOT, except_pid: int = 0) -> None:
         """These character devices ((major, minor)) refused to every later open() and mknod() in the group
-        (descriptors already open stay usable): isolation/device_access.py. Call before add(). Raises OSError where
-        refused."""
+        (descriptors already open stay usable), except by the thread group `except_pid` (a pid of the initial
+        namespace, v2 only): isolation/device_access.py. Call before add(). Raises OSError where refused."""
         from evaluator.isolation import device_access
 
         if not nodes:
             return
         if self.version == "v2":
-            device_access.deny_v2(self.dirs[""], nodes)
+            device_access.deny_v2(self.dirs[""], nodes, except_pid)
             return
+        if except_pid:
+            raise OSError("cgroup v1's devices.deny refuses a device to every process of a group, the runner too")
         parent = _parent_dirs_v1(root, devices=True).get(V1_DEVICES)
         if parent is None:
             raise OSError(f"no v1 {V1_DEVICES} hierarchy under {root}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 
 class GroupsAhead:
@@ -18,7 +18,7 @@ class GroupsAhead:
         self.pending: Optional[tuple[str, int, threading.Thread, dict[str, Any]]] = None
 
     def prepare(self, runner_id: str, host_pid: int, memory_limit: Optional[int], runner_namespaces: bool,
-                device_nodes: Sequence[tuple[int, int]] = ()) -> None:
+                device_refusal: Optional[Any] = None) -> None:
         from evaluator.slot.task_isolation import begin_task
 
         if host_pid <= 0 or (self.pending is not None and self.pending[0] == runner_id):
@@ -27,7 +27,7 @@ class GroupsAhead:
         made: dict[str, Any] = {}
 
         def make() -> None:
-            made["task"] = begin_task(runner_id, host_pid, memory_limit, runner_namespaces, device_nodes)
+            made["task"] = begin_task(runner_id, host_pid, memory_limit, runner_namespaces, device_refusal)
 
         thread = threading.Thread(target=make, name=f"krl-group-{runner_id}", daemon=True)
         thread.start()

@@ -135,8 +135,8 @@ class JudgeHost:
         self.finished_runner: Optional[RunnerHandle] = None
         self.task_isolation: Any = None  # the running task's cgroup and runner view (evaluator/slot/task_isolation.py)
         self.groups_ahead = GroupsAhead()  # the next task's cgroup, made while this one runs
-        # GPU: the GPUs' device nodes each task's group refuses to open (isolation/device_access.py)
-        self.device_nodes = device_access.gpu_nodes() if device.startswith("cuda") and device_access.denied() else []
+        # GPU: the GPUs' device nodes each task's group refuses the candidate's processes (isolation/device_access.py)
+        self.device_refusal = device_access.refusal_for(device)
         self.reference_cache = ReferenceCache()
         self.device_name = ""
         self.device_lock: Any = None  # this GPU's lock (evaluator/isolation/device_lock.py), once started
@@ -239,7 +239,7 @@ class JudgeHost:
         runner_pid = self.slot.locate(runner)
         cpu_spent = CpuSpent(runner_pid)
         self.task_isolation = self.groups_ahead.take(runner.runner_id, runner_pid) or task_isolation.begin_task(
-            runner.runner_id, runner_pid, self.resident_limit, self.slot.runner_namespaces, self.device_nodes)
+            runner.runner_id, runner_pid, self.resident_limit, self.slot.runner_namespaces, self.device_refusal)
         if self.slot.runner_namespaces and self.task_isolation.host_pid <= 0:
             self.slot.discard(runner)
             return {"type": "infra", "task": task_id, "why": "the runner's host pid was not found"}
@@ -354,7 +354,7 @@ class JudgeHost:
         host pid known (GroupsAhead)."""
         if self.spares and self.spares[0].ready and self.spares[0].host_pid > 0:
             self.groups_ahead.prepare(self.spares[0].runner_id, self.spares[0].host_pid, self.resident_limit,
-                                      self.slot.runner_namespaces, self.device_nodes)
+                                      self.slot.runner_namespaces, self.device_refusal)
 
     def _runner_cpu(self, runner: RunnerHandle, runner_pid: int) -> Any:
         """The task's CPU accounting (slot/cpu_charge.py): its cgroup where it has one, else the runner's tree."""

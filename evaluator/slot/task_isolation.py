@@ -11,9 +11,10 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from evaluator.isolation import cgroups
+from evaluator.isolation.device_access import Refusal
 from evaluator.isolation.teardown import TeardownReport, teardown_task
 from evaluator.isolation.sandbox import TASK_ISOLATION_ENV, runner_sandbox_why_not
 
@@ -260,10 +261,10 @@ class TaskIsolation:
 
 
 def begin_task(runner_id: str, host_pid: int, memory_limit: Optional[int], runner_namespaces: bool,
-               device_nodes: Sequence[tuple[int, int]] = ()) -> TaskIsolation:
+               device_refusal: Optional[Refusal] = None) -> TaskIsolation:
     """Before the task is sent: the runner (host pid) moved into a fresh cgroup with the task's limits, one that refuses
-    new opens of the GPU's device nodes (`device_nodes`, isolation/device_access.py; the runner opened its own while
-    it warmed up). Where cgroups cannot be made, the task runs without one (said once on stderr) and teardown falls
+    new opens of the GPU's device nodes (`device_refusal`, isolation/device_access.py) to the candidate's processes.
+    Where cgroups cannot be made, the task runs without one (said once on stderr) and teardown falls
     back to the process tree; where the refusal cannot be set, without it (said once too)."""
     started = time.monotonic()
     task = TaskIsolation(f"{CGROUP_PREFIX}{os.getpid()}-{runner_id}", host_pid, runner_namespaces=runner_namespaces)
@@ -271,7 +272,7 @@ def begin_task(runner_id: str, host_pid: int, memory_limit: Optional[int], runne
         kernel_limit = int(memory_limit * KERNEL_LIMIT_HEADROOM) if memory_limit else None
         try:
             task.cgroup = cgroups.TaskCgroup.create(task.name, memory_bytes=kernel_limit)
-            _deny_device_opens(task.cgroup, device_nodes)
+            _deny_device_opens(task.cgroup, device_refusal, host_pid)
             task.cgroup.add(host_pid)
         except (cgroups.CgroupUnavailable, OSError) as exc:
             if task.cgroup is not None:
@@ -285,9 +286,11 @@ def begin_task(runner_id: str, host_pid: int, memory_limit: Optional[int], runne
     return task
 
 
-def _deny_device_opens(group: cgroups.TaskCgroup, nodes: Sequence[tuple[int, int]]) -> None:
+def _deny_device_opens(group: cgroups.TaskCgroup, refusal: Optional[Refusal], runner_pid: int) -> None:
+    if refusal is None:
+        return
     try:
-        group.deny_device_opens(list(nodes))
+        group.deny_device_opens(list(refusal.nodes), except_pid=runner_pid if refusal.except_runner else 0)
     except OSError as exc:
         if "devices" not in _warned:
             _warned.add("devices")

@@ -1,7 +1,8 @@
 """Probe (GPU): which NVIDIA device nodes a warmed process opens later (a torch.profiler session, a Triton kernel's
 first launch), and whether that work still runs once its cgroup refuses new opens. Usage: python probe_device_opens.py"""
-# One JSON line per mode: none (no refusal), gpu (the default: the GPUs' own nodes), 195 (nvidiactl too), all (every
-# NVIDIA node). Each mode runs in a process of its own: warmed as a spare runner is (CUDA and a kernel, no profiler:
+# One JSON line per mode: none (no refusal), runner (the default: the GPUs' own nodes, refused to every process but
+# this one), gpu (the GPUs' own nodes, this process too: KRL_WORKER_GPU_OPENS_DENIED=1), 195 (nvidiactl too), all
+# (every NVIDIA node). Each mode runs in a process of its own: warmed as a spare runner is (CUDA and a kernel, no profiler:
 # worker_setup.prepare_runner leaves CUPTI to the task), moved into a fresh task cgroup with the refusal, then profiled
 # for the first time, made to launch a first Triton kernel, and asked to start a child with CUDA.
 from __future__ import annotations
@@ -13,7 +14,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-MODES = {"none": (), "gpu": ("/dev/nvidia[0-9]*",), "195": ("/dev/nvidiactl", "/dev/nvidia[0-9]*"),
+MODES = {"none": (), "runner": ("/dev/nvidia[0-9]*",), "gpu": ("/dev/nvidia[0-9]*",),
+         "195": ("/dev/nvidiactl", "/dev/nvidia[0-9]*"),
          "all": ("/dev/nvidia*", "/dev/nvidia-caps/*")}
 
 
@@ -68,7 +70,8 @@ def one_mode(mode: str) -> None:
     group = None
     if MODES[mode]:
         group = cgroups.TaskCgroup.create(f"probe-opens{os.getpid()}")
-        group.deny_device_opens(device_access.gpu_nodes(MODES[mode]))
+        group.deny_device_opens(device_access.gpu_nodes(MODES[mode]),
+                                except_pid=os.getpid() if mode == "runner" else 0)
         group.add(os.getpid())
     row = {"mode": mode, "nodes": device_access.gpu_nodes(MODES[mode]) if MODES[mode] else []}
     for name, work in (("profiled_kernels", profiled_kernels), ("triton", triton_launch)):

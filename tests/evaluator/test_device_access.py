@@ -80,3 +80,62 @@ def test_a_v2_device_program_refuses_new_opens_and_keeps_old_descriptors():
             assert run_moved(add) == expected
         finally:
             os.rmdir(folder)
+
+
+# The runner (excepted by its pid) opens /dev/null (1:3) after the move, and so does a thread of its; a child it starts
+# then cannot: the device program reads the opener's thread group.
+RUNNER_AND_CHILD = """
+import os, subprocess, sys, threading
+input()
+def try_open():
+    try:
+        os.close(os.open("/dev/null", os.O_WRONLY))
+        return "opened"
+    except OSError as exc:
+        return str(exc.errno)
+found = []
+thread = threading.Thread(target=lambda: found.append(try_open()))
+thread.start(); thread.join()
+child = subprocess.run([sys.executable, "-c", "import os; os.open('/dev/null', os.O_WRONLY)"], capture_output=True)
+print(try_open(), found[0], "child", "opened" if child.returncode == 0 else "refused", flush=True)
+"""
+
+
+@pytest.mark.skipif(not V2_ROOTS, reason="no cgroup2 hierarchy mounted")
+def test_a_v2_device_program_lets_the_runner_open_and_refuses_its_children():
+    folder = os.path.join(V2_ROOTS[0], f"krl-test{os.getpid()}-runner")
+    os.mkdir(folder)
+    child = waiting_child(RUNNER_AND_CHILD)
+    try:
+        device_access.deny_v2(folder, [(1, 3)], except_pid=child.pid)
+        with open(os.path.join(folder, "cgroup.procs"), "w") as handle:
+            handle.write(str(child.pid))
+        go(child)
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline().split() == ["opened", "opened", "child", "refused"]
+    finally:
+        child.kill()
+        child.wait()
+        os.rmdir(folder)
+
+
+@pytest.mark.skipif(cgroups.detect_version() != "v1", reason="a v1 machine")
+def test_v1_cannot_except_the_runner_and_says_so():
+    group = cgroups.TaskCgroup.create(f"test{os.getpid()}-except")
+    try:
+        with pytest.raises(OSError, match="runner too"):
+            group.deny_device_opens([(1, 3)], except_pid=os.getpid())
+    finally:
+        group.destroy()
+
+
+def test_the_refusal_is_the_candidates_processes_on_a_gpu_by_default(monkeypatch):
+    monkeypatch.delenv(device_access.DENY_ENV, raising=False)
+    assert device_access.refusal_for("cpu") is None
+    made = device_access.refusal_for("cuda:0")  # nothing where this process's pids are not the kernel's own
+    assert (made is not None and made.except_runner) if device_access.pids_are_global() else made is None
+    monkeypatch.setenv(device_access.DENY_ENV, "1")
+    assert device_access.refusal_for("cuda:0").except_runner is False
+    monkeypatch.setenv(device_access.DENY_ENV, "0")
+    assert device_access.refusal_for("cuda:0") is None

@@ -1,6 +1,6 @@
 """Issue 24 on a GPU (skipped without CUDA), through the real evaluator's slot: the lazy library-plus-token kernel
-against honest ones (both speedups and the own-kernel share the reward uses), the persisting-L2 hack and reset, and a
-near miss that must not flip."""
+against honest ones (both speedups and the own-kernel share the reward uses), the persisting-L2 hack and reset, a
+near miss that must not flip, and a candidate's child refused a CUDA context of its own."""
 
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ CASES = [  # (id, reference, candidate source, backend, sizes)
     ("persisting_l2", RELU, candidate("hack_persisting_l2.py"), "cuda", BIG),
     ("self_relu_small", RELU, candidate("relu_torch.py"), "torch", {"BATCH": 64, "DIM": 4096}),
     ("self_gemm_small", GEMM, GEMM.replace("class Model(", "class ModelNew("), "torch", {}),
+    ("child_cuda_probe", RELU, candidate("probe_child_cuda.py"), "torch", {"BATCH": 64, "DIM": 4096}),
 ] + [(f"masked_cumsum_{k}", MASKED_CUMSUM, candidate("near_miss_cumsum.py"), "torch", {}) for k in range(REPEATS)]
 
 
@@ -73,6 +74,14 @@ def test_lazy_kernel_is_correct_at_library_speed_with_a_token_share(results):
     assert lazy["verdict"] == "correct" and honest["verdict"] == "correct", (lazy["error_message"], honest["error_message"])
     assert lazy["own_kernel_time_fraction"] < 0.02
     assert honest["own_kernel_time_fraction"] > lazy["own_kernel_time_fraction"]
+
+
+def test_a_child_of_the_candidates_gets_no_cuda_context_of_its_own(results):
+    """The task's group refuses new opens of the GPU's node to every process but the runner
+    (isolation/device_access.py), while the lazy-kernel test above shows the runner's own profile still records its
+    kernels."""
+    probe = results["child_cuda_probe"]
+    assert probe["verdict"] == "correct", (probe["verdict"], probe["error_message"])
 
 
 def test_both_conventions_are_stamped_on_every_correct_timed_result(results):
