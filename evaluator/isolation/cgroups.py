@@ -14,6 +14,7 @@ from typing import Optional
 CGROUP_ROOT = "/sys/fs/cgroup"
 V1_CONTROLLERS = ("memory", "pids", "freezer", "cpuacct")
 V2_CONTROLLERS = ("memory", "pids")
+TCP_BUFFER_BYTES = 16 * 2**20  # v1: a task's socket buffers at most (memory.kmem.tcp.limit_in_bytes)
 V1_DEVICES = "devices"  # a v1 group's folder there is made only to refuse device opens (deny_device_opens)
 PARENT_NAME = "krl-tasks"
 DEFAULT_PIDS_MAX = 4096
@@ -147,6 +148,16 @@ class TaskCgroup:
                 try:
                     _write(memsw, str(memory_bytes))
                 except OSError:
+                    pass
+            # But not TCP's buffers: v1 books them only once this limit is written (v2 charges them to memory.max).
+            # ~1,500 loopback connections filled and never read held 2.2 GiB of the host's beside a 2 GiB limit, its
+            # group showing 3 MiB (red team, session 28). A task needs next to none: its own network namespace
+            # has its loopback down.
+            tcp = os.path.join(memory, "memory.kmem.tcp.limit_in_bytes")
+            if os.path.exists(tcp):
+                try:
+                    _write(tcp, str(min(memory_bytes, TCP_BUFFER_BYTES)))
+                except OSError:  # a kernel that refuses it (deprecated since 6.x): the task's other limits stand
                     pass
         _write(os.path.join(self.dirs["pids"], "pids.max"), str(pids_max))
 

@@ -64,6 +64,21 @@ def test_memfd_pages_count_against_the_limit():
         group.destroy()
 
 
+@pytest.mark.skipif(cgroups.detect_version() != "v1", reason="v2 charges socket buffers to memory.max itself")
+def test_a_v1_group_caps_its_tcp_buffers():
+    """v1 books TCP's buffers to a group only once its tcp limit is written (a loopback hoard held 2.2 GiB beside a
+    2 GiB limit, red team, session 28)."""
+    group = cgroups.TaskCgroup.create(f"test{os.getpid()}-tcp", memory_bytes=2 * 2**30)
+    try:
+        path = os.path.join(group.dirs["memory"], "memory.kmem.tcp.limit_in_bytes")
+        if not os.path.exists(path):
+            pytest.skip("this kernel has no v1 tcp limit")
+        with open(path) as handle:
+            assert int(handle.read()) == cgroups.TCP_BUFFER_BYTES
+    finally:
+        group.destroy()
+
+
 def test_cpu_time_and_memory_are_read_from_the_group():
     group = cgroups.TaskCgroup.create(f"test{os.getpid()}-cpu", memory_bytes=512 * 2**20)
     child = waiting_child("import time\nx = bytearray(64 * 2**20)\nt = time.process_time()\n"

@@ -1,5 +1,5 @@
 """Issue 23, host resources: a candidate that lifts its soft file-size cap and floods HOME must not reach the host's
-disk, and memfds beyond the memory limit must be seen and stopped. Attacks under slot_attacks/, run through the real
+disk, memfds beyond the memory limit must be seen and stopped, and socket buffers must not hold the host's memory. Attacks under slot_attacks/, run through the real
 Evaluator in CPU mode with bubblewrap; an honest probe after each must stay correct."""
 
 from __future__ import annotations
@@ -86,5 +86,39 @@ def test_memfds_beyond_the_memory_limit_are_stopped(slot):
     stopped = result.verdict in (Verdict.RUNTIME_ERROR, Verdict.CRASHED) or (
         result.verdict == Verdict.COMPILE_ERROR and "Cannot allocate memory" in result.error_message)
     assert stopped, (result.verdict, result.error_message)
+    probe = ev.evaluate(request(source("probe_clean_slate"), run_timeout_s=60.0))
+    assert probe.verdict == Verdict.CORRECT, probe.error_message
+
+
+def host_tcp_pages() -> int:
+    """Pages the kernel's TCP holds, every network namespace together (/proc/net/sockstat)."""
+    with open("/proc/net/sockstat", encoding="ascii") as handle:
+        for line in handle:
+            if line.startswith("TCP:"):
+                fields = line.split()
+                return int(fields[fields.index("mem") + 1])
+    return 0
+
+
+def test_socket_buffers_do_not_hold_the_hosts_memory(slot):
+    """Loopback connections filled and never read held 2.2 GiB of the host's beside a 2 GiB limit (cgroup v1 books TCP
+    buffers only under a tcp limit): the runner's own network namespace has its loopback down, and a v1 group's TCP
+    buffers are capped (cgroups.TCP_BUFFER_BYTES)."""
+    import threading
+
+    ev, _host = slot
+    before, most, done = host_tcp_pages(), [0], threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.05):
+            most[0] = max(most[0], host_tcp_pages())
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        ev.evaluate(request(source("host_tcp_buffer_hoard"), run_timeout_s=60.0))
+    finally:
+        done.set()
+        watcher.join()
+    assert (most[0] - before) * os.sysconf("SC_PAGE_SIZE") < 64 * 2**20, (before, most[0])
     probe = ev.evaluate(request(source("probe_clean_slate"), run_timeout_s=60.0))
     assert probe.verdict == Verdict.CORRECT, probe.error_message

@@ -1,7 +1,7 @@
 """Issue 23, leftovers: what one task leaves behind (mode-0000 folders, a SysV segment, an idle scheduling class on
-the zygote, a niced autogroup, a shared stdout's offset, a process escaped through clone(CLONE_PARENT)) must not reach
-the next. Each attack under slot_attacks/ runs through the real Evaluator in CPU mode with bubblewrap, followed on the
-same slot by an honest probe."""
+the zygote, a niced autogroup, a shared stdout's offset, a process escaped through clone(CLONE_PARENT), TCP sockets in
+TIME_WAIT) must not reach the next. Each attack under slot_attacks/ runs through the real Evaluator in CPU mode with
+bubblewrap, followed on the same slot by an honest probe."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from tests.evaluator.pool_support import make_evaluator, request
 
 ATTACKS = Path(__file__).resolve().parent / "slot_attacks"
 LEFTOVERS = ("leftover_mode0000_folder", "leftover_sysv_shm", "leftover_sched_idle", "leftover_clone_parent_escape",
-             "leftover_autogroup_nice", "leftover_stdio_offset")
+             "leftover_autogroup_nice", "leftover_stdio_offset", "leftover_timewait_sockets")
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0 or get_sandbox().kind != "bwrap",
                                 reason="per-task sandboxes need bubblewrap, and per-task cgroups root")

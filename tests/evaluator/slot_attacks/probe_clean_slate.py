@@ -1,6 +1,6 @@
 # Not an attack: an honest candidate that looks for what the slot attacks leave behind (planted folders, the SysV
 # segment, an idle scheduling class or a niced autogroup, an escaped process, flood files, stdout and stderr it cannot
-# print to) and fails loudly if any is there.
+# print to, TCP sockets of an earlier task) and fails loudly if any is there.
 import ctypes
 import os
 import sys
@@ -30,6 +30,12 @@ for entry in os.listdir("/proc"):
         with open(f"/proc/{entry}/comm") as handle:
             if handle.read().strip() == "krl-escaped":
                 found.append(f"escaped process {entry}")
+    except OSError:
+        pass
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):  # a network namespace of this runner's own lists none
+    try:
+        with open(table) as handle:
+            found += [f"socket {line.split()[1]} ({table})" for line in handle.read().splitlines()[1:]]
     except OSError:
         pass
 if found:
