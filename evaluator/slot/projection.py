@@ -89,14 +89,15 @@ def projections(outputs: list, seed: int, scale: float = 1.0) -> list[float]:
     return sums
 
 
-def allowed_differences(outputs: list, seed: int, atol: float, rtol: float, floor: float = 0.0,
+def allowed_differences(outputs: list, seed: int, atol: float, rtol: float, near_miss_diff: float = 0.0,
                         scale: float = 1.0) -> list[float]:
     """Per reference output x: how far a candidate's projection (`projections`, same `seed` and `scale`) may be from
-    x's. Each element may move its term by b_i = min(max(atol + rtol |x_i|, floor) / scale, 2) (|sin a - sin b| <=
-    min(|a - b|, 2)). The smaller of the worst case (every element off by its whole b_i, in the direction of its
-    weight: sum |w_i| b_i) and Hoeffding's bound (HOEFFDING_Z sqrt(sum b_i^2)), plus the rounding slack
-    (PROJECTION_SLACK min(sum |w_i x_i / scale|, sum |w_i|) + ARGUMENT_ROUNDING sum |w_i x_i / scale|). Computed by the
-    judge after the timed window, one pass over the batch."""
+    x's. Each element may move its term by b_i = min((atol + rtol |x_i|) / scale, 2) (|sin a - sin b| <= min(|a - b|,
+    2)). The smaller of the worst case (every element off by its whole b_i, in the direction of its weight:
+    sum |w_i| b_i) and Hoeffding's bound (HOEFFDING_Z sqrt(sum b_i^2)); the near misses the judge accepts (a share
+    of second_look.NEAR_MISS_MAX_FRACTION of the elements, each off by up to `near_miss_diff`: near_miss_allowance);
+    plus the rounding slack (PROJECTION_SLACK min(sum |w_i x_i / scale|, sum |w_i|) + ARGUMENT_ROUNDING
+    sum |w_i x_i / scale|). Computed by the judge after the timed window, one pass over the batch."""
     import torch
 
     from evaluator.judging import judge
@@ -109,27 +110,42 @@ def allowed_differences(outputs: list, seed: int, atol: float, rtol: float, floo
             arguments = arguments.mul_(inverse)
         drawn = _weights(stacked.shape[1:], stacked.device, seed).reshape(-1).abs_()
         sizes = torch.mv(arguments.abs_(), drawn).double()  # sum |w x / scale|, in place of the arguments
-        bounds = arguments.mul_(rtol).add_(atol * inverse).clamp_(min(floor * inverse, 2.0), 2.0)
+        bounds = arguments.mul_(rtol).add_(atol * inverse).clamp_(max=2.0)
         worst = torch.mv(bounds, drawn)
         spreads = bounds.square_().sum(1, dtype=torch.float64).sqrt_()
         rounded = torch.minimum(sizes, drawn.sum(dtype=torch.float64))  # bounds sum |w sin(x / scale)|
         terms = torch.stack([worst.double(), spreads, rounded, sizes], 1).cpu().tolist()
+        elements = [stacked[0].numel()] * len(outputs)
     else:
-        terms, weights = [], {}
+        terms, weights, elements = [], {}, []
         for output in outputs:
             worst = spread = rounded = size = 0.0
-            for tensor in _projected(output, judge, torch):
+            tensors = _projected(output, judge, torch)
+            elements.append(sum(tensor.numel() for tensor in tensors))
+            for tensor in tensors:
                 drawn = _drawn(weights, tensor, seed).abs()
                 magnitude = _finite(tensor.float()).mul_(inverse).abs_()  # a new tensor: the output stays as it is
-                bounds = (magnitude * rtol).add_(atol * inverse).clamp_(min(floor * inverse, 2.0), 2.0)
+                bounds = (magnitude * rtol).add_(atol * inverse).clamp_(max=2.0)
                 part = float((magnitude * drawn).sum(dtype=torch.float64))
                 size += part
                 rounded += min(part, float(drawn.sum(dtype=torch.float64)))
                 worst += float((bounds * drawn).sum(dtype=torch.float64))
                 spread += float(bounds.square_().sum(dtype=torch.float64))
             terms.append([worst, math.sqrt(spread), rounded, size])
-    return [min(worst, HOEFFDING_Z * spread) + PROJECTION_SLACK * rounded + ARGUMENT_ROUNDING * size + 1e-6
-            for worst, spread, rounded, size in terms]
+    return [min(worst, HOEFFDING_Z * spread) + near_miss_allowance(count, near_miss_diff * inverse)
+            + PROJECTION_SLACK * rounded + ARGUMENT_ROUNDING * size + 1e-6
+            for (worst, spread, rounded, size), count in zip(terms, elements)]
+
+
+def near_miss_allowance(elements: int, scaled_diff: float) -> float:
+    """What the near misses the judge accepts on a timed output (second_look: at most NEAR_MISS_MAX_FRACTION of its
+    `elements` outside the tolerance, each off by up to `scaled_diff` over the scale) may move its projection: each
+    term by min(scaled_diff, 2). Until session 28 that difference was a floor on every element's tolerance: a candidate
+    whose trials moved its largest element by its whole tolerance widened every element's to it, and a batch run in
+    bfloat16 fitted inside (red team)."""
+    from evaluator.judging.second_look import NEAR_MISS_MAX_FRACTION
+
+    return max(1, int(NEAR_MISS_MAX_FRACTION * elements)) * min(scaled_diff, 2.0) if scaled_diff > 0 else 0.0
 
 
 def _weights(shape: Any, device: Any, seed: int) -> Any:

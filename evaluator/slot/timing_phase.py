@@ -288,6 +288,7 @@ class TimingPhase(GatedRounds, WatchedReference):
     def check(self, picked: list[int]) -> None:
         """Every call through its projection, now; the picked outputs, kept in the runner, against the reference outputs
         of the same values after the exclusive hold (check_kept), or at once when a projection is wrong."""
+        from evaluator.judging.second_look import ACCEPTED_ERROR_FACTOR
         from evaluator.slot.projection import allowed_differences
 
         if picked:
@@ -299,10 +300,10 @@ class TimingPhase(GatedRounds, WatchedReference):
             if self.kept_bytes > KEPT_BYTES_MAX:
                 self.check_kept()
         atol, rtol = self.task.request.tolerances()
-        # How far each projection may be off, worked out now, untimed: the hand-overs answer the sums alone. The trials'
-        # largest accepted difference (a near miss they let through) is a floor on each element's tolerance.
-        allowed = allowed_differences(self.outputs, self.hand_seed, atol, rtol, self.task.accepted_max_abs_diff or 0.0,
-                                      self.hand_scale)
+        # How far each projection may be off, worked out now, untimed: the hand-overs answer the sums alone. Near misses
+        # up to twice the trials' largest accepted difference are accepted on a few elements (second_look).
+        near_miss_diff = ACCEPTED_ERROR_FACTOR * (self.task.accepted_max_abs_diff or 0.0)
+        allowed = allowed_differences(self.outputs, self.hand_seed, atol, rtol, near_miss_diff, self.hand_scale)
         for call, (got, want, bound) in enumerate(zip(self.candidate_projection, self.reference_sums, allowed)):
             if not abs(got - want) <= bound:  # NaN fails too
                 self.check_kept()  # a replay among the picked outputs says more (cached_output) than a wrong sum

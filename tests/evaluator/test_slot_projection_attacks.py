@@ -1,5 +1,5 @@
-"""What the red teams of session 27 found in the judge's checks: a timed batch run approximately or replayed from its
-base sets inside the projections' old rounding slack, a skipped batch on an integer output they did not see, wrong
+"""What the red teams of sessions 27-28 found in the judge's checks: a timed batch run approximately or replayed from
+its base sets inside the projections' old rounding slack or a tolerance widened by the trials, a skipped batch on an integer output they did not see, wrong
 values where the reference is NaN, and an honest bug called a hack. Real Evaluator, CPU mode, with honest code of
 each problem beside each attack."""
 
@@ -31,6 +31,7 @@ ARGMAX = reference("self.weight = nn.Parameter(torch.randn(512, 512))", "torch.a
 LOG = reference("pass", "torch.log(x)", "torch.randn(4096)")
 CASES = {  # attack -> (problem, whether it is timed)
     "approx_batch_exact_picks": (MATMUL, True),
+    "approx_batch_trial_error_floor": (MATMUL, True),
     "base_replay": (POSITIVE, True),
     "lazy_index_output": (ARGMAX, True),
     "nan_where_reference_is": (LOG, False),
