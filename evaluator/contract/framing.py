@@ -19,6 +19,9 @@ def encode_message(message: dict[str, Any]) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
+DIGEST_BYTES = 16  # an output's digest in a hand-over (slot/projection.digests)
+
+
 def pack_floats(values: Sequence[float]) -> str:
     """Numbers as one string in a message: base64 of little-endian float64s. A timed hand-over answers hundreds of
     projections, and both sides are charged the encoding: JSON's numbers took ~0.4 ms for 756 of them on a 2-core VM,
@@ -36,6 +39,24 @@ def unpack_floats(text: Any, count: int) -> Optional[list[float]]:
     except (binascii.Error, UnicodeEncodeError, ValueError):
         return None
     return list(struct.unpack(f"<{count}d", data)) if len(data) == 8 * count else None
+
+
+def pack_digests(digests: Sequence[bytes]) -> str:
+    """Fixed-size digests (DIGEST_BYTES each) as one string in a message: base64 of their concatenation."""
+    return base64.b64encode(b"".join(digests)).decode("ascii")
+
+
+def unpack_digests(text: Any, count: int) -> Optional[list[bytes]]:
+    """pack_digests' `count` digests back, or None for anything else a message carries there."""
+    if not isinstance(text, str) or len(text) != 4 * -(-DIGEST_BYTES * count // 3):
+        return None
+    try:
+        data = base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        return None
+    if len(data) != DIGEST_BYTES * count:
+        return None
+    return [data[i:i + DIGEST_BYTES] for i in range(0, len(data), DIGEST_BYTES)]
 
 
 def write_message(fd: int, message: dict[str, Any]) -> None:

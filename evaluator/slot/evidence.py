@@ -16,7 +16,7 @@ MAX_TEXT = 2000
 # field on it breaks the protocol. triton_launchers is checked where it is built (build/triton_launchers.py).
 ANSWER_FIELDS = {
     "evidence": frozenset({"own_kernel_time_fraction", "triton_launchers"}),
-    "handed": frozenset({"projections"}),
+    "handed": frozenset({"projections", "digests"}),
     "ran": frozenset({"events_ms"}),
     "reference_timed": frozenset({"events_ms"}),
     "staged": frozenset({"gate"}),

@@ -65,7 +65,7 @@ def serve_orders(read_message, write_message, session: Any, exchange: Exchange,
     """Answer the judge's orders until it says finish (or closes the pipe). A candidate fault answers 'failed' and
     ends the loop: the judge decides what it means. `on_finish` runs before the evidence goes (the benchmarks' runner
     profile)."""
-    from evaluator.contract.framing import pack_floats
+    from evaluator.contract.framing import pack_digests, pack_floats
 
     while True:
         order = read_message()
@@ -107,6 +107,8 @@ def serve_orders(read_message, write_message, session: Any, exchange: Exchange,
                 if "seed" in order:
                     answer["projections"] = pack_floats(session.projections(int(order["seed"]),
                                                                             float(order.get("scale", 1.0))))
+                if order.get("digest"):  # CPU mode: what the picked outputs handed over later must be
+                    answer["digests"] = pack_digests(session.digests())
                 for name in order.get("kept", ()):
                     exchange.hand(_plain(name), session.kept_output(_plain(name)))
             elif kind == "keep":  # picked outputs of the last batch, kept by name until the judge asks for them

@@ -96,10 +96,16 @@ class TimingPhase(GatedRounds, WatchedReference):
         self.hand_seed = 0  # and the seed it drew, for the bounds worked out after the window (check)
         self.hand_scale = 1.0  # the projections' scale (projection.output_scale of the reference's first timing output)
         # Picked calls of the batches so far, by batch: (the name the runner keeps the output under, the judge's
-        # reference output, the values), compared after the hold (check_kept).
-        self.kept: list[list[tuple[str, Any, list]]] = []
+        # reference output, the values, the digest the runner's hand-over gave that call's output, or None),
+        # compared after the hold (check_kept).
+        self.kept: list[list[tuple[str, Any, list, Optional[bytes]]]] = []
         self.kept_bytes = 0
         self.candidate_projection: list[float] = []
+        # CPU mode: each hand-over also digests every output (projection.digests), binding the picked outputs handed
+        # over later to the batch's. Not on a GPU: a digest there would copy every output to the host, on both sides'
+        # charge (docs/known-gaps.md).
+        self.binds_outputs = self.kind == "cpu"
+        self.candidate_digests: list[bytes] = []
         self.made_events: Any = None  # made_sets' two events around its last making (GPU)
         self.harness_ms: list[float] = []  # per counted GPU round: note_harness
         self.batch_only: dict[str, float] = {}
@@ -187,8 +193,8 @@ class TimingPhase(GatedRounds, WatchedReference):
         The picked outputs' files are not mirrored: neither side is charged for them (see candidate_hand)."""
         import torch
 
-        from evaluator.contract.framing import encode_message, pack_floats
-        from evaluator.slot.projection import projections
+        from evaluator.contract.framing import encode_message, pack_digests, pack_floats
+        from evaluator.slot.projection import digests, projections
 
         cuda = self.kind == "cuda"
         probe = self.window_probe  # a counted window's gap probe (reference_watched): the hand-over is charged too
@@ -196,12 +202,13 @@ class TimingPhase(GatedRounds, WatchedReference):
             probe.start()
         start = time.perf_counter() if cuda else time.thread_time_ns() / 1e9
         self.reference_sums, self.hand_seed = projections(self.outputs, seed, self.hand_scale), seed
+        mirrored = pack_digests(digests(self.outputs)) if self.binds_outputs else None  # as the runner's hand-over
         probe_s = probe.end() if probe is not None else 0.0
         if cuda:
             torch.cuda.synchronize()
         # The runner's answer carries every projection, encoded on its charge: the same encoding on the judge's (with
         # JSON's numbers, ~1 ms for 2048 calls on a 2-core VM, identical code read 0.71x at 256 elements without it).
-        encode_message({"type": "handed", "projections": pack_floats(self.reference_sums)})
+        encode_message({"type": "handed", "projections": pack_floats(self.reference_sums), "digests": mirrored})
         return (time.perf_counter() if cuda else time.thread_time_ns() / 1e9) - start - probe_s
 
     def order(self, message: dict[str, Any], expected: str, calls: int) -> dict[str, Any]:
@@ -269,13 +276,19 @@ class TimingPhase(GatedRounds, WatchedReference):
         charged: the projection has already shown every output, so no work of the batch can still be pending; in CPU
         mode the files' writes inside the sandbox cost the runner 2-3x the judge's, which read identical code as 0.4x
         at 1 MiB when both were charged)."""
-        from evaluator.contract.framing import unpack_floats
+        from evaluator.contract.framing import unpack_digests, unpack_floats
 
-        hand_s, answer = self.measured({"type": "hand", "seed": seed, "scale": self.hand_scale}, "handed")
+        order = {"type": "hand", "seed": seed, "scale": self.hand_scale, "digest": self.binds_outputs}
+        hand_s, answer = self.measured(order, "handed")
         projected = unpack_floats(answer.get("projections"), calls)
         if projected is None:
             raise ProtocolBreach("its hand-over did not project every call of the batch")
         self.candidate_projection = projected
+        if self.binds_outputs:
+            digested = unpack_digests(answer.get("digests"), calls)
+            if digested is None:
+                raise ProtocolBreach("its hand-over did not digest every call of the batch")
+            self.candidate_digests = digested
         if picked:
             self.order({"type": "keep", "calls": {self.kept_name(call): call for call in picked}}, "kept", len(picked))
         return hand_s
@@ -294,9 +307,10 @@ class TimingPhase(GatedRounds, WatchedReference):
         if picked:
             from evaluator.judging.sol import tensor_bytes
 
-            batch = [(self.kept_name(call), self.outputs[call], self.judge_sets[call]) for call in picked]
+            batch = [(self.kept_name(call), self.outputs[call], self.judge_sets[call],
+                      self.candidate_digests[call] if self.binds_outputs else None) for call in picked]
             self.kept.append(batch)
-            self.kept_bytes += sum(tensor_bytes(output) + tensor_bytes(values) for _, output, values in batch)
+            self.kept_bytes += sum(tensor_bytes(output) + tensor_bytes(values) for _, output, values, _ in batch)
             if self.kept_bytes > KEPT_BYTES_MAX:
                 self.check_kept()
         atol, rtol = self.task.request.tolerances()
@@ -314,15 +328,22 @@ class TimingPhase(GatedRounds, WatchedReference):
         """The picked outputs the runner kept during the timing, handed over in one order and compared with the
         reference outputs the judge kept: after the rounds, in one order rather than one a round (the files and
         comparisons were most of the 0.21 s a task spent in hand-over orders at one slot on an H100). The same answer
-        handed for another call of its batch too is a replay (schedule.wrong)."""
+        handed for another call of its batch too is a replay (schedule.wrong). In CPU mode each must be the output
+        its batch's hand-over digested: else the runner computed it once named, not in the batch."""
+        from evaluator.slot.projection import digests
+
         kept, self.kept, self.kept_bytes = self.kept, [], 0
-        names = [name for batch in kept for name, _, _ in batch]
+        names = [name for batch in kept for name, *_ in batch]
         if not names:
             return
         self.order({"type": "hand", "kept": names}, "handed", len(names))
         for batch in kept:
             checked = [self.task.compare(name, reference, lambda values=values: values)
-                       for name, reference, values in batch]
+                       for name, reference, values, _ in batch]
+            for (name, *_, digest), (_, output) in zip(batch, checked):
+                if digest is not None and output is not None and digests([output]) != [digest]:
+                    raise ProtocolBreach(f"the output it handed over as {name} is not the one its timed batch "
+                                         "produced and digested")
             outputs = [output for _, output in checked]
             for index, (comparison, output) in enumerate(checked):
                 if not comparison.ok:

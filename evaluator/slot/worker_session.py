@@ -212,6 +212,12 @@ class TaskSession(RunState):
 
         return projections(self.outputs, seed, scale)
 
+    def digests(self) -> list[bytes]:
+        """Every batch call's output digested (CPU mode): what the picked outputs handed over later must match."""
+        from evaluator.slot.projection import digests
+
+        return digests(self.outputs)
+
     def recheck(self, fresh: list) -> Any:
         """The last inputs refilled in place with fresh values: a memo by identity, pointer or shape answers stale."""
         _, _, new_model, watch = self.models

@@ -2,7 +2,9 @@
 first launch), and whether that work still runs once its cgroup refuses new opens. Usage: python probe_device_opens.py"""
 # One JSON line per mode: none (no refusal), runner (the default: the GPUs' own nodes, refused to every process but
 # this one), gpu (the GPUs' own nodes, this process too: KRL_WORKER_GPU_OPENS_DENIED=1), 195 (nvidiactl too), all
-# (every NVIDIA node). Each mode runs in a process of its own: warmed as a spare runner is (CUDA and a kernel, no profiler:
+# (every NVIDIA node). A mode named with "+warm" profiles once and detaches CUPTI (timing.release_cupti's way) before
+# the refusal, as a spare's warm-up could. Each row also says whether a second context in the same process can be made
+# (the driver API's cuCtxCreate: does it open the node again?). Each mode runs in a process of its own: warmed as a spare runner is (CUDA and a kernel, no profiler:
 # worker_setup.prepare_runner leaves CUPTI to the task), moved into a fresh task cgroup with the refusal, then profiled
 # for the first time, made to launch a first Triton kernel, and asked to start a child with CUDA.
 from __future__ import annotations
@@ -42,6 +44,40 @@ def profiled_kernels() -> int:
     return sum(1 for event in prof.events() if event.device_type.name == "CUDA")
 
 
+def warm_profile() -> float:
+    """One profiled session, then CUPTI detached as a runner does after its checks: seconds taken."""
+    import time
+
+    import torch
+
+    began = time.perf_counter()
+    profiled_kernels()
+    os.environ["TEARDOWN_CUPTI"] = "1"
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]):
+        pass
+    torch.cuda.synchronize()
+    return round(time.perf_counter() - began, 3)
+
+
+def second_context() -> str:
+    """A second CUDA context of this process through the driver API: "ok" or the driver's error code."""
+    import ctypes
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    device, context = ctypes.c_int(), ctypes.c_void_p()
+    code = cuda.cuDeviceGet(ctypes.byref(device), 0)
+    if code == 0:
+        create = getattr(cuda, "cuCtxCreate_v2", None)
+        code = (create(ctypes.byref(context), 0, device) if create is not None
+                else cuda.cuCtxCreate_v4(ctypes.byref(context), None, 0, device))
+    if code == 0:
+        cuda.cuCtxDestroy_v2(context)
+        return "ok"
+    return f"error {code}"
+
+
 def triton_launch() -> str:
     import torch
     import triton
@@ -65,6 +101,8 @@ def one_mode(mode: str) -> None:
 
     torch.cuda.init()
     (torch.ones(8, device="cuda") * 2).sum().item()
+    warmed_s = warm_profile() if mode.endswith("+warm") else None
+    mode = mode.split("+")[0]
     before = device_fds()
     own = open("/proc/self/cgroup").read()
     group = None
@@ -73,8 +111,10 @@ def one_mode(mode: str) -> None:
         group.deny_device_opens(device_access.gpu_nodes(MODES[mode]),
                                 except_pid=os.getpid() if mode == "runner" else 0)
         group.add(os.getpid())
-    row = {"mode": mode, "nodes": device_access.gpu_nodes(MODES[mode]) if MODES[mode] else []}
-    for name, work in (("profiled_kernels", profiled_kernels), ("triton", triton_launch)):
+    row = {"mode": mode + ("+warm" if warmed_s is not None else ""), "warm_profile_s": warmed_s,
+           "nodes": device_access.gpu_nodes(MODES[mode]) if MODES[mode] else []}
+    for name, work in (("profiled_kernels", profiled_kernels), ("triton", triton_launch),
+                       ("second_context", second_context)):
         try:
             row[name] = work()
         except Exception as exc:  # noqa: BLE001 - the probe reports what failed

@@ -140,6 +140,11 @@ class StandinSession:
 
         return projections(self.outputs, seed, scale)
 
+    def digests(self) -> list:
+        from evaluator.slot.projection import digests
+
+        return digests(self.outputs)
+
     def finish(self) -> None:
         pass
 

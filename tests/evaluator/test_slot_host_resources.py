@@ -1,6 +1,7 @@
 """Issue 23, host resources: a candidate that lifts its soft file-size cap and floods HOME must not reach the host's
-disk, memfds beyond the memory limit must be seen and stopped, and socket buffers must not hold the host's memory. Attacks under slot_attacks/, run through the real
-Evaluator in CPU mode with bubblewrap; an honest probe after each must stay correct."""
+disk, memfds beyond the memory limit must be seen and stopped, and socket buffers must not hold the host's memory.
+Attacks under slot_attacks/, run through the real Evaluator in CPU mode with bubblewrap; an honest probe after each
+must stay correct."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""What the red teams of sessions 27-28 found in the judge's checks: a timed batch run approximately or replayed from
-its base sets inside the projections' old rounding slack or a tolerance widened by the trials, a skipped batch on an integer output they did not see, wrong
-values where the reference is NaN, and an honest bug called a hack. Real Evaluator, CPU mode, with honest code of
+"""What the red teams of sessions 27-28 found in the judge's checks: a timed batch run approximately, skipped or
+replayed from its base sets, inside the projections' old rounding slack, a tolerance widened by the trials or a
+projection that cannot tell outputs near the tolerance apart, with the picked calls computed once named (wrong by a
+projection, or crashed by a picked output's digest); a skipped batch on an integer output the projections did not
+see; wrong values where the reference is NaN; an honest bug called a hack. Real Evaluator, CPU mode, with honest code of
 each problem beside each attack."""
 
 from __future__ import annotations
@@ -29,12 +31,15 @@ POSITIVE = reference("self.weight = nn.Parameter(torch.rand(512, 512))", "x @ se
 ARGMAX = reference("self.weight = nn.Parameter(torch.randn(512, 512))", "torch.argmax(x @ self.weight, dim=1)",
                    "torch.randn(32, 512)")
 LOG = reference("pass", "torch.log(x)", "torch.randn(4096)")
-CASES = {  # attack -> (problem, whether it is timed)
-    "approx_batch_exact_picks": (MATMUL, True),
-    "approx_batch_trial_error_floor": (MATMUL, True),
-    "base_replay": (POSITIVE, True),
-    "lazy_index_output": (ARGMAX, True),
-    "nan_where_reference_is": (LOG, False),
+SOFTMAX = reference("pass", "torch.softmax(x, dim=1)", "torch.randn(16, 4096)")  # outputs ~2.4e-4 against atol 1e-4
+WRONG, UNBOUND = (Verdict.WRONG_OUTPUT,), (Verdict.WRONG_OUTPUT, Verdict.CRASHED)  # CRASHED: a picked output's digest
+CASES = {  # attack -> (problem, whether it is timed, the verdicts that stop it)
+    "approx_batch_exact_picks": (MATMUL, True, UNBOUND),
+    "approx_batch_trial_error_floor": (MATMUL, True, UNBOUND),
+    "zero_batch_small_outputs": (SOFTMAX, True, UNBOUND),
+    "base_replay": (POSITIVE, True, UNBOUND),
+    "lazy_index_output": (ARGMAX, True, UNBOUND),
+    "nan_where_reference_is": (LOG, False, WRONG),
 }
 
 
@@ -49,9 +54,9 @@ def evaluate(evaluator, problem: str, source: str, timed: bool):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_the_attack_is_wrong_and_honest_code_of_its_problem_is_correct(evaluator, name):
-    problem, timed = CASES[name]
+    problem, timed, stopped = CASES[name]
     attack = evaluate(evaluator, problem, (ATTACKS / f"{name}.py").read_text(), timed)
-    assert attack.verdict == Verdict.WRONG_OUTPUT, (attack.verdict, attack.speedup, attack.error_message)
+    assert attack.verdict in stopped, (attack.verdict, attack.speedup, attack.error_message)
     honest = evaluate(evaluator, problem, problem.replace("class Model(", "class ModelNew("), True)  # timed too
     assert honest.verdict == Verdict.CORRECT, honest.error_message
 

@@ -175,8 +175,15 @@ def test_skipping_the_batch_and_guessing_its_projections_is_caught_on_a_large_ou
         reference_source=RELU_REFERENCE.format(n=65536), candidate_source=attack("guessed_projection"),
         problem_id="test/relu-64k", request_id="guessed-projection", correctness_trials=2, timing_trials=3,
         warmup_trials=1, run_timeout_s=60.0, atol=1e-2, rtol=1e-2))
-    assert result.verdict == Verdict.WRONG_OUTPUT, (result.verdict, result.speedup, result.error_message)
-    assert "while being timed" in result.error_message
+    assert_stopped_in_timing(result)
+
+
+def assert_stopped_in_timing(result) -> None:
+    """Wrong by a projection, or (CPU mode, since session 28) crashed by its hand-over's digests: a runner that skipped
+    its batch has no outputs to digest, and the picked ones it computed once named are not the batch's."""
+    assert result.verdict in (Verdict.WRONG_OUTPUT, Verdict.CRASHED), (result.verdict, result.speedup,
+                                                                      result.error_message)
+    assert "while being timed" in result.error_message or "digest" in result.error_message, result.error_message
 
 
 LINEAR_REFERENCE = """
@@ -228,8 +235,7 @@ def test_a_guessed_projection_is_caught_on_outputs_of_large_magnitude(evaluator)
         for name, source in (("guessed-projection-matmul", matmul_guess),
                              ("honest-matmul", honest_matmul))}
     guessed, honest = results["guessed-projection-matmul"], results["honest-matmul"]
-    assert guessed.verdict == Verdict.WRONG_OUTPUT, (guessed.verdict, guessed.speedup, guessed.error_message)
-    assert "while being timed" in guessed.error_message
+    assert_stopped_in_timing(guessed)
     assert honest.verdict == Verdict.CORRECT, (honest.verdict, honest.error_message)
 
 
