@@ -148,6 +148,9 @@ def near_miss_allowance(elements: int, scaled_diff: float) -> float:
     return max(1, int(NEAR_MISS_MAX_FRACTION * elements)) * min(scaled_diff, 2.0) if scaled_diff > 0 else 0.0
 
 
+STACKED_DIGEST_BYTES = 2**16  # outputs up to this size are digested from one stacked buffer (digests)
+
+
 def digests(outputs: list) -> list[bytes]:
     """Per output: SHA-256 of its tensors' dtypes, shapes and bytes (an output's other values by their type's name),
     what a CPU-mode hand-over answers beside the projections, on both sides' charge: the picked outputs the runner
@@ -163,6 +166,21 @@ def digests(outputs: list) -> list[bytes]:
     from evaluator.contract.framing import DIGEST_BYTES
     from evaluator.judging import judge
 
+    small = outputs and type(outputs[0]) is torch.Tensor and outputs[0].nbytes <= STACKED_DIGEST_BYTES
+    stacked = _stacked(outputs, torch) if small else None
+    if stacked is not None and stacked.dtype == outputs[0].dtype and not stacked.is_cuda:
+        # Small outputs of one shape, a tensor a call: a row each of one buffer, ~1.5 us a call where each output's own
+        # conversions took ~8 (a 256-element problem's hand-over digests ~400 calls; this VM). Large ones are not
+        # stacked: the copy cost more than the per-output path (9.4 against 6.2 ms for ten 1 MiB outputs).
+        header = hashlib.sha256(f"{stacked.dtype}{tuple(stacked.shape[1:])}".encode())
+        data = memoryview(stacked.reshape(-1).view(torch.uint8).numpy())
+        size = len(data) // len(outputs)
+        found = []
+        for start in range(0, len(data), size):
+            digest = header.copy()
+            digest.update(data[start:start + size])
+            found.append(digest.digest()[:DIGEST_BYTES])
+        return found
     found = []
     for output in outputs:
         digest = hashlib.sha256()
