@@ -140,8 +140,8 @@ GPU_CASES = {
     "gpu_lean_ticking_child_beside_reference": NO_TICK_GAIN,
     # A child's spin queued whenever the runner has answered and stopped when it wakes, meant to run through the
     # reference's windows, where the child is frozen and cannot stop it. It gained nothing on an H200 (0.98 and 1.00,
-    # session 27, calls C-D; why not is not known); the task's group refusing the child a context of its own
-    # (isolation/device_access.py, opt-in) stops it outright.
+    # session 27, calls C-D; why not is not known); since session 28 the task's group refuses the child a context of
+    # its own (isolation/device_access.py, every process but the runner), which stops it outright.
     "gpu_child_spins_through_reference_windows": NO_TICK_GAIN,
 }
 HONEST = {

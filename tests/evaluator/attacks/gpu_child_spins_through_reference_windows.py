@@ -3,8 +3,8 @@
 # (the next window may be the reference's) and stops it from a second stream as soon as the runner wakes for an order
 # (its own window is coming). Frozen during the reference's windows, it cannot stop the spin there.
 # Described in: session 27 (against the freezer, which stops launches in a window, not work queued before it).
-# Gained nothing on an H200 (0.98, 1.00; session 27), reason not known; stopped outright by the task's group refusing
-# new opens of the GPU's nodes (isolation/device_access.py, opt-in: it costs the in-task profile).
+# Gained nothing on an H200 (0.98, 1.00; session 27), reason not known; stopped outright since session 28 by the task's
+# group refusing new opens of the GPU's node to every process but the runner (isolation/device_access.py).
 import os
 import sys
 
