@@ -58,7 +58,9 @@ class LauncherBuilder:
     def build(self, reported: Iterable[Any]) -> int:
         """How many it built now, of BUILT_PER_TASK tries at most; a failed one is not tried again."""
         tried = built = 0
-        for types in filter(None, map(launcher_types, list(reported or ())[:REPORTED_MAX])):
+        if not isinstance(reported, (list, tuple)):  # the runner's own evidence: a number there ended the judge host
+            return 0  # after its reply (red team, session 28)
+        for types in filter(None, map(launcher_types, list(reported)[:REPORTED_MAX])):
             if tried >= BUILT_PER_TASK or len(self.done) >= BUILT_MAX:
                 break
             if types in self.done:

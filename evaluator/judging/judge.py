@@ -306,7 +306,11 @@ def compare(reference_output: Any, candidate_output: Any, atol: float, rtol: flo
         if not isinstance(new, torch.Tensor):
             if not isinstance(new, (int, float, bool)):
                 return Comparison(Verdict.WRONG_OUTPUT, f"Output{where} is a {type(new).__name__}, expected a tensor.")
-            new = torch.as_tensor(new)
+            try:
+                new = torch.as_tensor(new)
+            except (OverflowError, ValueError, RuntimeError):  # an int no tensor holds (2**70): the candidate's
+                return Comparison(Verdict.WRONG_OUTPUT, f"Output{where} is the number {str(new)[:40]}, which no "
+                                  "tensor holds.")
         if tuple(new.shape) != tuple(ref.shape):
             return Comparison(Verdict.SHAPE_MISMATCH,
                               f"Output shape mismatch{where}: expected {list(ref.shape)}, got {list(new.shape)}.")

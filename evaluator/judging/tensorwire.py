@@ -230,6 +230,9 @@ class Opaque:
         return f"<{self.type_name}>"
 
 
+INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
+
+
 def _decode_item(entry: Any, buffer: bytearray, start: int) -> Any:
     if not isinstance(entry, dict):
         raise WireError("bad item")
@@ -239,6 +242,8 @@ def _decode_item(entry: Any, buffer: bytearray, start: int) -> Any:
     if kind == "bool" and isinstance(entry.get("value"), bool):
         return entry["value"]
     if kind == "int" and type(entry.get("value")) is int:
+        if not INT64_MIN <= entry["value"] <= INT64_MAX:  # no tensor holds it: judge.compare raised on 2**70, which
+            raise WireError("an integer beyond 64 bits")  # read as the judge's own failure (red team, session 28)
         return entry["value"]
     if kind == "float" and isinstance(entry.get("value"), str) and len(entry["value"]) < 40:
         try:

@@ -414,4 +414,9 @@ class JudgeHost:
             except Exception as exc:  # noqa: BLE001 - a bug of the judge itself: infrastructure, retried once
                 reply = judge_failure_reply(message.get("task"), exc)
             write_message(self.result_fd, reply)
-            self.finish_task()
+            try:
+                self.finish_task()
+            except Exception as exc:  # noqa: BLE001 - after the reply: said, and the judge host serves on (a
+                # runner's evidence reached here once and ended the judge host between tasks, red team, session 28)
+                print(f"krl judge: tidying up after a task failed ({type(exc).__name__}: {exc})", file=sys.stderr,
+                      flush=True)

@@ -152,13 +152,14 @@ STACKED_DIGEST_BYTES = 2**16  # outputs up to this size are digested from one st
 
 
 def digests(outputs: list) -> list[bytes]:
-    """Per output: SHA-256 of its tensors' dtypes, shapes and bytes (an output's other values by their type's name),
-    what a CPU-mode hand-over answers beside the projections, on both sides' charge: the picked outputs the runner
-    hands over later (after the judge has named them, uncharged) must be the bytes its charged hand-over committed to.
-    Without it a runner ran its batch approximately (or not at all, where outputs are small next to the tolerance and
-    a projection of zeros passes) and computed the picked calls exactly once named: 1.4-2.1x and 80-106x in CPU mode
-    (red team, session 28). A hash of every byte, not a keyed sum: sums of per-element terms can be met by adjusting
-    many elements a little (generalised birthday), where SHA-256 has no such structure. ~1.6 GB/s on this VM's CPU."""
+    """Per output: SHA-256 of its tensors' dtypes, shapes and bytes, and of its Python numbers' values (other values
+    by their type's name), what a CPU-mode hand-over answers beside the projections, on both sides' charge: the
+    picked outputs the runner hands over later (after the judge has named them, uncharged) must be the bytes its
+    charged hand-over committed to. Without it a runner ran its batch approximately (or not at all, where outputs
+    are small next to the tolerance and a projection of zeros passes) and computed the picked calls exactly once
+    named: 1.4-2.1x and 80-106x in CPU mode (red team, session 28). A hash of every byte, not a keyed sum: sums of
+    per-element terms can be met by adjusting many elements a little (generalised birthday), where SHA-256 has no
+    such structure. ~1.6 GB/s on this VM's CPU."""
     import hashlib
 
     import torch
@@ -189,6 +190,8 @@ def digests(outputs: list) -> list[bytes]:
                 flat = value.detach().contiguous().reshape(-1)
                 digest.update(f"{flat.dtype}{tuple(value.shape)}".encode())
                 digest.update(memoryview(flat.view(torch.uint8).cpu().numpy()))
+            elif isinstance(value, (bool, int, float)) or value is None:  # by value: by type alone, a batch of
+                digest.update(f"{type(value).__name__}:{value!r};".encode())  # .item() losses bound nothing
             else:
                 digest.update(type(value).__name__.encode())
         found.append(digest.digest()[:DIGEST_BYTES])
@@ -225,9 +228,11 @@ def _weighted_sums(values: Any, weights: Any, torch: Any) -> Any:
 
 def _projected(output: Any, judge: Any, torch: Any) -> list:
     """An output's non-empty tensors as the projection sees them: floating-point, integer and boolean ones as they are,
-    complex ones as their real and imaginary parts. Integer outputs were left out before session 27, so a batch of
-    argmax calls went unchecked: a runner that skipped it read 22x (red team)."""
-    tensors = [t for t in judge.flatten_output(output) if isinstance(t, torch.Tensor) and t.numel()]
+    complex ones as their real and imaginary parts, Python numbers as 0-dim tensors. Integer outputs were left out
+    before session 27, so a batch of argmax calls went unchecked: a runner that skipped it read 22x; Python numbers
+    (a loss read out with .item()) before session 28: 12-27x (red teams)."""
+    tensors = [torch.as_tensor(t) if isinstance(t, (bool, int, float)) else t for t in judge.flatten_output(output)]
+    tensors = [t for t in tensors if isinstance(t, torch.Tensor) and t.numel()]
     return [torch.view_as_real(t.resolve_conj()) if t.is_complex() else t for t in tensors]
 
 

@@ -224,10 +224,16 @@ class TaskJudge:
             return judge.Comparison(Verdict.WRONG_OUTPUT, f"The output handed to the judge was unusable: "
                                                           f"{str(exc)[:200]}."), None
         atol, rtol = self.request.tolerances()
-        with torch.no_grad():
-            if inputs is None:
-                return judge.compare(reference, output, atol, rtol), output
-            look = second_look.look_twice(self.model, inputs, reference, output, atol, rtol)
+        try:
+            with torch.no_grad():
+                if inputs is None:
+                    return judge.compare(reference, output, atol, rtol), output
+                look = second_look.look_twice(self.model, inputs, reference, output, atol, rtol)
+        except (ValueError, TypeError, OverflowError, IndexError) as exc:  # a value of the candidate's making that the
+            # comparison cannot take (an int beyond 64 bits read as the judge's own failure, red team, session 28);
+            # a device fault (RuntimeError) stays the judge's to report
+            return judge.Comparison(Verdict.WRONG_OUTPUT, f"The output could not be compared with the reference: "
+                                                          f"{type(exc).__name__}: {str(exc)[:200]}."), None
         if look.second_look and look.comparison.ok:
             self.near_miss = "float64"
         elif second_look.within_accepted_error(look, self.accepted_max_abs_diff):

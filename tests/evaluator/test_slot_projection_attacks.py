@@ -32,14 +32,18 @@ ARGMAX = reference("self.weight = nn.Parameter(torch.randn(512, 512))", "torch.a
                    "torch.randn(32, 512)")
 LOG = reference("pass", "torch.log(x)", "torch.randn(4096)")
 SOFTMAX = reference("pass", "torch.softmax(x, dim=1)", "torch.randn(16, 4096)")  # outputs ~2.4e-4 against atol 1e-4
+SCALAR = reference("self.weight = nn.Parameter(torch.randn(256, 256))",
+                   "torch.logsumexp(x @ self.weight, dim=1).mean().item()", "torch.randn(64, 256)")
 WRONG, UNBOUND = (Verdict.WRONG_OUTPUT,), (Verdict.WRONG_OUTPUT, Verdict.CRASHED)  # CRASHED: a picked output's digest
 CASES = {  # attack -> (problem, whether it is timed, the verdicts that stop it)
     "approx_batch_exact_picks": (MATMUL, True, UNBOUND),
     "approx_batch_trial_error_floor": (MATMUL, True, UNBOUND),
     "zero_batch_small_outputs": (SOFTMAX, True, UNBOUND),
+    "scalar_output_skip": (SCALAR, True, UNBOUND),
     "base_replay": (POSITIVE, True, UNBOUND),
     "lazy_index_output": (ARGMAX, True, UNBOUND),
     "nan_where_reference_is": (LOG, False, WRONG),
+    "int_beyond_64_bits": (reference("pass", "torch.relu(x)", "torch.randn(4096)"), False, WRONG),
 }
 
 

@@ -39,6 +39,13 @@ def test_a_judge_builds_few_a_task_each_once_and_never_what_fails(monkeypatch):
     assert builder.build([["u8"], ["u16"]]) == 0  # the judge's lifetime cap
 
 
+def test_a_runner_that_names_launchers_with_anything_but_a_list_gets_none_built(monkeypatch):
+    """The list is the runner's evidence: a number there ended the judge host after its reply (red team, session 28)."""
+    monkeypatch.setattr(triton_launchers, "build_launcher", lambda types, shared_dir: "")
+    builder = LauncherBuilder("/nonexistent")
+    assert [builder.build(value) for value in (5, 2.5, True, "i32", {"i32": 1}, None)] == [0] * 6
+
+
 def test_only_the_finish_may_name_launchers():
     """The list rides on the `evidence` answer alone; on any other answer it is a field nobody asked for."""
     from evaluator.slot.evidence import check_answer
