@@ -2,8 +2,8 @@
 the honest matmul through the real evaluator, with the judge's gap probe off and on. Usage: python bench_spin_attacks.py"""
 # One JSON line per (probe, candidate): verdict, both conventions' speedups, the probe's figures (gapped rounds, the
 # largest gap), the CPU watch's interfered rounds, the runner's freezing (KRL_WORKER_FREEZE_RUNNER, on unless "0") and
-# its group's refusal of the GPU's nodes (KRL_WORKER_GPU_OPENS_DENIED, opt-in "1"), both from the environment. One slot: the attack's only neighbour is
-# the judge itself.
+# its group's refusal of the GPU's nodes (KRL_WORKER_GPU_OPENS_DENIED: every process but the runner by default), both
+# from the environment. One slot: the attack's only neighbour is the judge itself.
 from __future__ import annotations
 
 import argparse
@@ -42,7 +42,7 @@ def run(probe: str, size: int, repeats: int) -> None:
         for result in evaluator.evaluate_many(requests):
             phases = result.phase_times_s
             print(json.dumps({"probe": probe, "freeze": os.environ.get(FREEZE_ENV, "1"),
-                              "opens_denied": os.environ.get(DENY_ENV, "0"), "candidate": result.request_id,
+                              "opens_denied": os.environ.get(DENY_ENV, "runner"), "candidate": result.request_id,
                               "verdict": result.verdict.value,
                               "rule": result.hack_rule, "speedup": result.speedup,
                               "speedup_kernelbench": result.speedup_kernelbench,
