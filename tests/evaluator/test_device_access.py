@@ -107,7 +107,10 @@ def test_a_v2_device_program_lets_the_runner_open_and_refuses_its_children():
     os.mkdir(folder)
     child = waiting_child(RUNNER_AND_CHILD)
     try:
-        device_access.deny_v2(folder, [(1, 3)], except_pid=child.pid)
+        try:
+            device_access.deny_v2(folder, [(1, 3)], except_pid=child.pid)
+        except OSError as exc:  # a device program may read the opener's pid since Linux 6.10
+            pytest.skip(f"this kernel refuses a device program that reads the opener's pid ({exc})")
         with open(os.path.join(folder, "cgroup.procs"), "w") as handle:
             handle.write(str(child.pid))
         go(child)
