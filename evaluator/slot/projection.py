@@ -71,17 +71,17 @@ def projections(outputs: list, seed: int, scale: float = 1.0) -> list[float]:
         # sum a matrix-vector product (fresh pages cost: on a CPU the hand-over of six 1 MiB outputs took 2-9 ms where
         # the batch took 4). The scale's product in float32 (in half precision it would round each argument by 2^-11),
         # in place in the stack, which is the hand-over's own.
-        values = _finite(stacked.float(), in_place=True).reshape(len(outputs), -1)
+        values = _arguments(stacked, torch, in_place=True).reshape(len(outputs), -1)
         if scale != 1.0:
             values = values.mul_(inverse)
-        weights = _weights(stacked.shape[1:], stacked.device, seed).reshape(-1)
+        weights = _weights(stacked.shape[1:], stacked.device, seed).reshape(-1).to(values.dtype)
         return _weighted_sums(values.sin_(), weights, torch).cpu().tolist()
     drawn: dict[Any, Any] = {}
     sums = []
     for output in outputs:
         total = 0.0
         for tensor in _projected(output, judge, torch):
-            arguments = _finite(tensor.float())  # a new tensor: a float32 output is its own .float()
+            arguments = _arguments(tensor, torch)
             if scale != 1.0:
                 arguments.mul_(inverse)
             total += float((arguments.sin_() * _drawn(drawn, tensor, seed)).sum(dtype=torch.float64))
@@ -105,27 +105,29 @@ def allowed_differences(outputs: list, seed: int, atol: float, rtol: float, near
     inverse = 1.0 / scale
     stacked = _stacked(outputs, torch)
     if stacked is not None:  # one pass over the batch (a per-output loop synchronised a GPU once an output)
-        arguments = _finite(stacked.float(), in_place=True).reshape(len(outputs), -1)
+        arguments = _arguments(stacked, torch, in_place=True).reshape(len(outputs), -1)
         if scale != 1.0:
             arguments = arguments.mul_(inverse)
-        drawn = _weights(stacked.shape[1:], stacked.device, seed).reshape(-1).abs_()
+        drawn = _weights(stacked.shape[1:], stacked.device, seed).reshape(-1).abs_().to(arguments.dtype)
         sizes = torch.mv(arguments.abs_(), drawn).double()  # sum |w x / scale|, in place of the arguments
-        bounds = arguments.mul_(rtol).add_(atol * inverse).clamp_(max=2.0)
+        atol_, rtol_ = _tolerances(stacked, atol, rtol)
+        bounds = arguments.mul_(rtol_).add_(atol_ * inverse).clamp_(max=2.0)
         worst = torch.mv(bounds, drawn)
         spreads = bounds.square_().sum(1, dtype=torch.float64).sqrt_()
         rounded = torch.minimum(sizes, drawn.sum(dtype=torch.float64))  # bounds sum |w sin(x / scale)|
         terms = torch.stack([worst.double(), spreads, rounded, sizes], 1).cpu().tolist()
-        elements = [stacked[0].numel()] * len(outputs)
+        elements = [stacked[0].numel() if stacked.is_floating_point() else 0] * len(outputs)
     else:
         terms, weights, elements = [], {}, []
         for output in outputs:
             worst = spread = rounded = size = 0.0
             tensors = _projected(output, judge, torch)
-            elements.append(sum(tensor.numel() for tensor in tensors))
+            elements.append(sum(tensor.numel() for tensor in tensors if tensor.is_floating_point()))
             for tensor in tensors:
-                drawn = _drawn(weights, tensor, seed).abs()
-                magnitude = _finite(tensor.float()).mul_(inverse).abs_()  # a new tensor: the output stays as it is
-                bounds = (magnitude * rtol).add_(atol * inverse).clamp_(max=2.0)
+                magnitude = _arguments(tensor, torch).mul_(inverse).abs_()  # a new tensor: the output stays as it is
+                drawn = _drawn(weights, tensor, seed).abs().to(magnitude.dtype)
+                atol_, rtol_ = _tolerances(tensor, atol, rtol)
+                bounds = (magnitude * rtol_).add_(atol_ * inverse).clamp_(max=2.0)
                 part = float((magnitude * drawn).sum(dtype=torch.float64))
                 size += part
                 rounded += min(part, float(drawn.sum(dtype=torch.float64)))
@@ -145,7 +147,9 @@ def near_miss_allowance(elements: int, scaled_diff: float) -> float:
     bfloat16 fitted inside (red team)."""
     from evaluator.judging.second_look import NEAR_MISS_MAX_FRACTION
 
-    return max(1, int(NEAR_MISS_MAX_FRACTION * elements)) * min(scaled_diff, 2.0) if scaled_diff > 0 else 0.0
+    if elements <= 0 or scaled_diff <= 0:  # integer outputs have no near misses: they are compared exactly
+        return 0.0
+    return max(1, int(NEAR_MISS_MAX_FRACTION * elements)) * min(scaled_diff, 2.0)
 
 
 STACKED_DIGEST_BYTES = 2**16  # outputs up to this size are digested from one stacked buffer (digests)
@@ -234,6 +238,20 @@ def _projected(output: Any, judge: Any, torch: Any) -> list:
     tensors = [torch.as_tensor(t) if isinstance(t, (bool, int, float)) else t for t in judge.flatten_output(output)]
     tensors = [t for t in tensors if isinstance(t, torch.Tensor) and t.numel()]
     return [torch.view_as_real(t.resolve_conj()) if t.is_complex() else t for t in tensors]
+
+
+def _arguments(tensor: Any, torch: Any, in_place: bool = False) -> Any:
+    """`tensor` as the projection's arguments: float64 outputs in float64 (in float32 everything past 3.4e38 read as an
+    infinity, which is 0 on both sides: a float64 output wrong only there passed, red team, session 28), others in
+    float32; NaN and infinities as 0 (_finite). A new tensor unless `in_place` (and already of that dtype)."""
+    wide = torch.float64 if tensor.dtype == torch.float64 else torch.float32
+    converted = tensor.to(wide)
+    return _finite(converted, in_place=in_place or converted is not tensor)
+
+
+def _tolerances(tensor: Any, atol: float, rtol: float) -> tuple[float, float]:
+    """(atol, rtol) for one of an output's tensors: integer and boolean ones are compared exactly (judge.compare)."""
+    return (atol, rtol) if tensor.is_floating_point() else (0.0, 0.0)
 
 
 def _finite(tensor: Any, in_place: bool = False) -> Any:

@@ -44,6 +44,8 @@ CASES = {  # attack -> (problem, whether it is timed, the verdicts that stop it)
     "lazy_index_output": (ARGMAX, True, UNBOUND),
     "nan_where_reference_is": (LOG, False, WRONG),
     "int_beyond_64_bits": (reference("pass", "torch.relu(x)", "torch.randn(4096)"), False, WRONG),
+    "count_drops_a_tail": (reference("pass", "(x > 0).sum(dim=1)", "torch.randn(2, 262144)"), True, WRONG),
+    "float64_past_float32_range": (reference("pass", "torch.exp(x.double() * 100.0)", "torch.randn(4096)"), True, WRONG),
 }
 
 
