@@ -49,6 +49,13 @@ def test_leftovers_do_not_reach_the_next_task(evaluator):
     assert min(setups) < 0.003, setups
 
 
+def test_the_hosts_counters_and_secret_memory_are_out_of_reach(evaluator):
+    """/proc/vmstat's cumulative counters carried a chosen value from one task to every later one on the host, and
+    memfd_secret split the host's direct map for good (red team, session 28)."""
+    result = evaluator.evaluate(request(source("leftover_host_counters"), run_timeout_s=60.0))
+    assert result.verdict == Verdict.CORRECT, result.error_message
+
+
 def test_an_honest_probe_passes_on_a_fresh_slot(evaluator):
     """The probe itself is honest: on a slot no attack touched it is correct (guards against a probe that always
     fails, which would make the test above meaningless in the other direction)."""
