@@ -10,6 +10,7 @@ import contextlib
 import math
 import os
 import random
+import statistics
 import time
 from typing import Any, Iterator, Optional
 
@@ -78,6 +79,11 @@ KEPT_BYTES_MAX = 512 << 20
 # each of its timed windows itself (phase.held). Both run in the judge and may order the runner through phase.driver
 # (phase.measured, phase.stage) like the rounds do. A hook's figures are reported, never the reward's default.
 EXTRA_TIMINGS: dict[str, Any] = {}
+# CPU mode: the harness's share of the reference's charge past which speedups are capped at 1 (harness_capped). On
+# this 2-core VM it was 0.88-0.97 for elementwise problems and softmax (256 elements to 1M) and 0.31 for a 32 x 1024
+# x 1024 matrix product. A runner that removes a fraction r of its own harness gains 1 / (1 - r share): the red team's
+# rewrite removed ~63% (2.24x at 0.88), which at 0.4 is 1.34x.
+HARNESS_SHARE_MAX = 0.4
 
 
 class TimingPhase(GatedRounds, WatchedReference):
@@ -106,6 +112,8 @@ class TimingPhase(GatedRounds, WatchedReference):
         # charge (docs/known-gaps.md).
         self.binds_outputs = self.kind == "cpu"
         self.candidate_digests: list[bytes] = []
+        self.sets_s = 0.0  # CPU: the judge's making of its last batch's sets, seconds
+        self.harness_shares: list[float] = []  # CPU, per counted round: the harness's share of the reference's charge
         self.made_events: Any = None  # made_sets' two events around its last making (GPU)
         self.harness_ms: list[float] = []  # per counted GPU round: note_harness
         self.batch_only: dict[str, float] = {}
@@ -148,9 +156,12 @@ class TimingPhase(GatedRounds, WatchedReference):
             try:
                 start = time.thread_time_ns()
                 sets = self.judge_sets = self.made_sets(salt, calls)
+                made = time.thread_time_ns()
                 for index in range(calls):
                     outputs.append(model(*sets[index % len(sets)]))
-                return (time.thread_time_ns() - start) / 1e9
+                ended = time.thread_time_ns()
+                self.sets_s = (made - start) / 1e9  # the harness's part of the batch (harness_capped)
+                return (ended - start) / 1e9
             finally:
                 torch.set_num_threads(threads)
 
@@ -415,6 +426,26 @@ class TimingPhase(GatedRounds, WatchedReference):
         candidate = side_figure(candidate_ms, self.kind)
         result.speedup = side_figure(reference_ms, self.kind) / candidate if candidate > 0 else None
         self.speed_of_light(result, candidate)
+        self.harness_capped(result)
+
+    def harness_capped(self, result: Any) -> None:
+        """CPU mode: where the harness (the sets' making, the hand-over's projections and digests) is over
+        HARNESS_SHARE_MAX of the reference's charge, both speedups are capped at 1. Each side is charged its own
+        harness, and the runner's is code in the candidate's process: patched to make its sets in bulk, run one
+        call over the whole batch and project from one buffer, with every output exact, it read 2.24x (median of 5)
+        on a 256-element ReLU where honest code read 0.95 (red team, session 28). Honest speedups there are mostly
+        harness anyway: at a share of 0.88 a kernel twice as fast reads ~1.06x. The share is the judge's own: its sets'
+        making and its hand-over over its whole charge, the median of the counted rounds (timing_harness_share)."""
+        if self.kind == "cuda" or not self.harness_shares:
+            return
+        share = statistics.median(self.harness_shares)
+        self.schedule.phases["timing_harness_share"] = round(share, 4)
+        if share <= HARNESS_SHARE_MAX:
+            return
+        self.schedule.phases["timing_speedup_capped"] = 1
+        for name in ("speedup", "speedup_kernelbench"):
+            if getattr(result, name, None) is not None:
+                setattr(result, name, min(getattr(result, name), 1.0))
 
     def held(self, exclusive: bool = True, why: str = "rounds") -> Any:
         """This GPU held exclusive for one timed window (a round's two sides, a measurement the hooks compare with);
@@ -538,6 +569,9 @@ class TimingPhase(GatedRounds, WatchedReference):
         self.check(picked)
         if counted and self.kind == "cuda":
             self.note_harness(hands["reference"], calls)
+        if counted and self.kind != "cuda":
+            charged = self.batch_only["reference"] + hands["reference"]
+            self.harness_shares.append((self.sets_s + hands["reference"]) / charged if charged > 0 else 1.0)
         if self.driver.trace is not None:  # per round for the benchmark's trace: batch and hand-over of each side, ms
             # and the round's wait for the device (a window that follows another slot's at once, or not)
             self.driver.rounds.append([calls] + [round(v * 1e3, 4) for v in (

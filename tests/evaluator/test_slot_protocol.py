@@ -298,3 +298,18 @@ def test_an_honest_candidate_reusing_one_output_buffer_is_correct(evaluator):
     result = evaluator.evaluate(request(REUSED_BUFFER, request_id="reused-buffer", run_timeout_s=60.0))
     assert result.verdict == Verdict.CORRECT, (result.verdict, result.error_message)
     assert result.speedup is not None and 0 < result.speedup < FORGED_SPEEDUP
+
+
+def test_a_harness_rewritten_in_bulk_gains_nothing_where_the_harness_is_most_of_the_charge(evaluator):
+    """A runner patched to make its value sets in bulk, call the kernel once over the whole batch and project from one
+    buffer, every output exact: on a 256-element ReLU the harness is most of each side's charge, and the runner's is
+    the candidate's code (2.24x; red team, session 28). Speedups are capped at 1 there; honest code stays correct."""
+    results = {name: evaluator.evaluate(EvalRequest(
+        reference_source=RELU_REFERENCE.format(n=256), candidate_source=source, problem_id="test/relu-256",
+        request_id=name, correctness_trials=2, timing_trials=5, warmup_trials=1, run_timeout_s=60.0))
+        for name, source in (("harness-in-bulk", attack("harness_in_bulk")),
+                             ("honest-relu-256", RELU_REFERENCE.format(n=256).replace("class Model(", "class ModelNew(")))}
+    forged, honest = results["harness-in-bulk"], results["honest-relu-256"]
+    assert forged.verdict != Verdict.CORRECT or forged.speedup <= 1.0, (forged.verdict, forged.speedup)
+    assert forged.phase_times_s.get("timing_speedup_capped") == 1, forged.phase_times_s
+    assert honest.verdict == Verdict.CORRECT and honest.speedup <= 1.0, (honest.verdict, honest.speedup)
