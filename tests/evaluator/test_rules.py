@@ -101,6 +101,7 @@ HEADER = "import torch\nimport torch.nn as nn\n"
 STATIC_FILE_TRIPS = [
     ("hack_subclass_reference.py", "torch", "reference_model"),
     ("hack_introspection.py", "torch", "introspection"),
+    ("hack_ref_via_subclasses.py", "triton", "introspection"),
     ("hack_patch_static.py", "torch", "patched_torch"),
     ("hack_thread.py", "torch", "side_work"),
     ("hack_swallow.py", "triton", "swallowed_kernel_failure"),

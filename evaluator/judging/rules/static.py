@@ -69,6 +69,11 @@ _SIDE_WORK_CPP = re.compile(r"\b(std::thread|pthread_create|std::async)\b")
 _INTROSPECTION_CALLS = {"sys._getframe", "inspect.currentframe", "inspect.stack", "inspect.getouterframes",
                         "inspect.trace", "gc.get_objects", "gc.get_referrers", "gc.get_referents"}
 _INTROSPECTION_NAMES = {"sys.modules", "__main__"}
+# Attributes that lead from an object to the code and state around it: a class's subclasses (the reference Model among
+# nn.Module's), a function's closure cells and globals (the evaluator's counting wrappers keep the originals there:
+# the reference was called uncounted through them, red team, session 28), and frames.
+_INTROSPECTION_ATTRS = {"__subclasses__", "__closure__", "cell_contents", "__globals__", "f_back", "f_globals",
+                        "f_locals", "tb_frame", "gi_frame", "cr_frame", "ag_frame"}
 _GLOBAL_MODE_BASES = ("TorchFunctionMode", "TorchDispatchMode")
 _TRITON_DECORATORS = ("jit", "autotune", "heuristics")
 
@@ -482,10 +487,13 @@ def check_introspection(analysis: _Analysis) -> Optional[Finding]:
             name = analysis.qualname(node.func)
             if name in _INTROSPECTION_CALLS:
                 return finding("introspection", f"line {node.lineno} uses {name}")
+            named = [a.value for a in node.args[1:2] if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            if name in ("getattr", "builtins.getattr") and named and named[0] in _INTROSPECTION_ATTRS:
+                return finding("introspection", f"line {node.lineno} reads {named[0]}")
         elif isinstance(node, ast.Attribute):
             name = analysis.qualname(node)
-            if name in _INTROSPECTION_NAMES:
-                return finding("introspection", f"line {node.lineno} uses {name}")
+            if name in _INTROSPECTION_NAMES or node.attr in _INTROSPECTION_ATTRS:
+                return finding("introspection", f"line {node.lineno} uses {name or node.attr}")
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             if "__main__" in mods:
