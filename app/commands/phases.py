@@ -22,7 +22,7 @@ NOT_TIMES = {"timing_retries", "timing_extra_rounds", "timing_spread", "round_tr
              "device_shared_overrun", "timing_counted_calls", "timing_gated", "timing_gate_off", "timing_gate_blocked",
              "runner_cpu_weight",  # recorded by sessions 21-22's judges
              "timing_freeze", "timing_unfrozen_windows", "timing_gapped_rounds", "timing_gap_largest_ms",
-             "timing_gap_probe_off"}
+             "timing_gap_probe_off", "timing_harness_share", "timing_speedup_capped"}
 # KernelBench's convention's figures; CPU seconds (judge, runner); timing_held by window; correctness's split; the
 # judge's allocator counts and memory (slot/device_memory.allocator_phases)
 NOT_TIMES_PREFIX = ("kernelbench_", "cpu_", "held_", "trials_", "judge_cuda_", "judge_reserved_")

@@ -51,7 +51,10 @@ def test_bwrap_command_unshares_everything_and_binds_only_what_the_spec_names(tm
     assert argv[setpriv - 1] == "--" and argv[setpriv:argv.index("python")] == [
         "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
         "--no-new-privs", "--"]
-    assert pairs(argv, "--ro-bind") == [(str(tmp_path / "cache"),) * 2]  # a path that does not exist is left out
+    # The host's cumulative memory counters masked (sb.MASKED_PROC_FILES), then what the spec names (a path that does
+    # not exist is left out)
+    masks = [("/dev/null", path) for path in sb.MASKED_PROC_FILES if os.path.exists(path)]
+    assert pairs(argv, "--ro-bind") == masks + [(str(tmp_path / "cache"),) * 2]
     assert pairs(argv, "--bind") == [(str(tmp_path), str(tmp_path))]
     assert pairs(argv, "--setenv") == [("HOME", str(tmp_path)), ("KRL_IN_SANDBOX", "bwrap"), ("PATH", "/usr/bin")]
     assert pairs(argv, "--chdir") == [(str(tmp_path),)]
@@ -59,7 +62,8 @@ def test_bwrap_command_unshares_everything_and_binds_only_what_the_spec_names(tm
     # under the host's /tmp still shows through; the folders on the way there are made 0755 first.
     tmpfs_at = argv.index("/tmp") - 1
     assert argv[tmpfs_at] == "--tmpfs" and argv[tmpfs_at - 2:tmpfs_at] == ["--size", str(sb.DEFAULT_TMP_MIB * 2**20)]
-    assert argv.index("--bind") > argv.index("--ro-bind") > argv.index("--dir") > tmpfs_at
+    spec_bound = argv.index(str(tmp_path / "cache")) - 1  # the spec's first read-only bind, after the masks
+    assert argv.index("--bind") > spec_bound > argv.index("--dir") > tmpfs_at
     assert [p for p, in pairs(argv, "--dir")] == sb._ancestors([str(tmp_path / "cache"), str(tmp_path)])
     assert str(tmp_path.parent) in [p for p, in pairs(argv, "--dir")] and "/tmp" not in [p for p, in pairs(argv, "--dir")]
 
