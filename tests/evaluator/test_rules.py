@@ -143,7 +143,7 @@ STATIC_HONEST_IDS = ["triton_relu", "torch_relu", "torch_backend_exempt", "cuda_
                      "backend_flags_and_local_attrs", "sys_version_current_stream", "optional_import",
                      "model_dim_parameter", "cuda_environ_and_function_handle", "triton_jit_called",
                      "side_stream_object", "cuda_stream_in_cpp", "side_stream_candidate", "fusion_triton",
-                     "decoy_passes_static"]
+                     "decoy_passes_static", "launch_via_dict", "launch_via_self_attr", "launch_via_lambda"]
 
 
 @pytest.mark.parametrize("source, backend", [
@@ -167,6 +167,9 @@ STATIC_HONEST_IDS = ["triton_relu", "torch_relu", "torch_backend_exempt", "cuda_
     (candidate("hack_side_stream.py"), "torch"),
     (candidate("honest_fusion_triton.py"), "triton"),
     (candidate("hack_decoy_triton.py"), "triton"),  # `0 * y.sum()` fools the taint: the runtime poisoning does not
+    (candidate("honest_launch_via_dict.py"), "triton"),
+    (candidate("honest_launch_via_self_attr.py"), "triton"),
+    (candidate("honest_launch_via_lambda.py"), "triton"),
 ], ids=STATIC_HONEST_IDS)
 def test_honest_candidates_pass_static_rules(source, backend):
     assert static(source, backend) is None

@@ -115,7 +115,9 @@ class _Analysis:
                 self.triton_kernels.update(t.id for t in node.targets if isinstance(t, ast.Name))
         self.ext_names: set[str] = set()  # names bound to load_inline(...) results and their functions
         self.ext_attrs: set[str] = set()  # self.<attr> bound to such handles
-        self.launchers: set[str] = set()  # names bound to kernel[grid]
+        self.launchers: set[str] = set()  # names bound to kernel[grid], or to a lambda that launches one
+        self.kernel_attrs: set[str] = set()  # self.<attr> bound to a kernel (self.kernel = relu_kernel)
+        self.kernel_tables: set[str] = set()  # names bound to a dict, list or tuple literal holding a kernel
         self.builders: set[str] = set()  # functions returning load_inline(...)
         self._find_extension_handles()
 
@@ -183,21 +185,40 @@ class _Analysis:
                     continue
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 is_ext = self.is_build_call(value) or self._rooted_in_ext(value)
-                is_launcher = isinstance(value, ast.Subscript) and self._names_triton_kernel(value.value)
+                # Honest launches through a name were flagged custom_kernel_bypassed, a -1 (red team, session 28): a
+                # kernel kept on self, in a dict, or launched inside a lambda.
+                is_launcher = (isinstance(value, ast.Subscript) and self._names_triton_kernel(value.value)) or (
+                    isinstance(value, ast.Lambda) and any(isinstance(n, ast.Call) and self.is_launch(n)
+                                                          for n in ast.walk(value.body)))
+                is_kernel = self._names_triton_kernel(value)
+                is_table = isinstance(value, (ast.Dict, ast.List, ast.Tuple)) and any(
+                    self._names_triton_kernel(item) for item in (value.values if isinstance(value, ast.Dict)
+                                                                 else value.elts))
                 for target in targets:
                     if isinstance(target, ast.Name):
                         if is_ext:
                             self.ext_names.add(target.id)
                         if is_launcher:
                             self.launchers.add(target.id)
+                        if is_kernel:
+                            self.triton_kernels.add(target.id)
+                        if is_table:
+                            self.kernel_tables.add(target.id)
                     elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
                         if is_ext:
                             self.ext_attrs.add(target.attr)
                         if is_launcher:
                             self.launchers.add("self." + target.attr)
+                        if is_kernel:
+                            self.kernel_attrs.add(target.attr)
 
     def _names_triton_kernel(self, node: ast.AST) -> bool:
-        return isinstance(node, ast.Name) and node.id in self.triton_kernels
+        """`node` names a Triton kernel: its own name or an alias, self.<attr> bound to one, or an item of a table."""
+        if isinstance(node, ast.Name):
+            return node.id in self.triton_kernels
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+            return node.attr in self.kernel_attrs
+        return isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in self.kernel_tables
 
     def _rooted_in_ext(self, node: ast.AST) -> bool:
         while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):
