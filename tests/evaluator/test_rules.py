@@ -143,7 +143,8 @@ STATIC_HONEST_IDS = ["triton_relu", "torch_relu", "torch_backend_exempt", "cuda_
                      "backend_flags_and_local_attrs", "sys_version_current_stream", "optional_import",
                      "model_dim_parameter", "cuda_environ_and_function_handle", "triton_jit_called",
                      "side_stream_object", "cuda_stream_in_cpp", "side_stream_candidate", "fusion_triton",
-                     "decoy_passes_static", "launch_via_dict", "launch_via_self_attr", "launch_via_lambda"]
+                     "decoy_passes_static", "launch_via_dict", "launch_via_self_attr", "launch_via_lambda",
+                     "launch_via_type_self"]
 
 
 @pytest.mark.parametrize("source, backend", [
@@ -170,6 +171,7 @@ STATIC_HONEST_IDS = ["triton_relu", "torch_relu", "torch_backend_exempt", "cuda_
     (candidate("honest_launch_via_dict.py"), "triton"),
     (candidate("honest_launch_via_self_attr.py"), "triton"),
     (candidate("honest_launch_via_lambda.py"), "triton"),
+    (candidate("honest_launch_via_type_self.py"), "triton"),
 ], ids=STATIC_HONEST_IDS)
 def test_honest_candidates_pass_static_rules(source, backend):
     assert static(source, backend) is None

@@ -119,6 +119,11 @@ class _Analysis:
         self.kernel_attrs: set[str] = set()  # self.<attr> bound to a kernel (self.kernel = relu_kernel)
         self.kernel_tables: set[str] = set()  # names bound to a dict, list or tuple literal holding a kernel
         self.builders: set[str] = set()  # functions returning load_inline(...)
+        # NAME = CandidateClass(...) at module level: a call of NAME runs that class's __call__ (a launcher object)
+        self.module_instances = {t.id: node.value.func.id for node in getattr(tree, "body", [])
+                                 if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                                 and isinstance(node.value.func, ast.Name) and node.value.func.id in self.classes
+                                 for t in node.targets if isinstance(t, ast.Name)}
         self._find_extension_handles()
 
     def _add_class(self, node: ast.ClassDef, prefix: str = "") -> None:
@@ -269,9 +274,13 @@ class _Analysis:
                     found.add(func.id)
                 if func.id in self.classes:
                     found.update(self._class_entry_points(func.id))
+                if func.id in self.module_instances:
+                    found.update(self._class_entry_points(self.module_instances[func.id]))
             elif isinstance(func, ast.Attribute):
                 base = func.value
-                if isinstance(base, ast.Name) and base.id == "self" and owner:
+                if _is_own_class(base) and owner and f"{owner}.{func.attr}" in self.functions:
+                    found.add(f"{owner}.{func.attr}")  # type(self).method, self.__class__.method
+                elif isinstance(base, ast.Name) and base.id == "self" and owner:
                     if f"{owner}.{func.attr}" in self.functions:
                         found.add(f"{owner}.{func.attr}")
                     cls = instance_classes.get(func.attr)
@@ -348,6 +357,11 @@ class _Analysis:
                 targets.add(func.id)
             elif isinstance(func, ast.Name) and func.id in self.classes:
                 targets |= self._class_entry_points(func.id)
+            elif isinstance(func, ast.Name) and func.id in self.module_instances:
+                targets |= self._class_entry_points(self.module_instances[func.id])
+            elif isinstance(func, ast.Attribute) and _is_own_class(func.value) and owner:
+                if f"{owner}.{func.attr}" in self.functions:
+                    targets.add(f"{owner}.{func.attr}")
             elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
                 if func.value.id == "self" and owner:
                     if f"{owner}.{func.attr}" in self.functions:
@@ -500,6 +514,14 @@ def check_reference_model(analysis: _Analysis) -> Optional[Finding]:
             if any(a.name == "Model" for a in node.names):
                 return finding("reference_model", f"line {node.lineno} imports Model")
     return None
+
+
+def _is_own_class(node: ast.AST) -> bool:
+    """`type(self)` or `self.__class__`: a method reached through it is the owner's own."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type" and len(node.args) == 1:
+        return isinstance(node.args[0], ast.Name) and node.args[0].id == "self"
+    return isinstance(node, ast.Attribute) and node.attr == "__class__" and isinstance(node.value, ast.Name) \
+        and node.value.id == "self"
 
 
 def check_introspection(analysis: _Analysis) -> Optional[Finding]:
