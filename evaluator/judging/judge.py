@@ -286,6 +286,11 @@ class CopiedOutputs(list):
         super().append(snapshot(output))
 
 
+def element_tolerances(tensor: Any, atol: float, rtol: float) -> tuple[float, float]:
+    """(atol, rtol) for the elements of one output tensor: integers and booleans are compared exactly."""
+    return (atol, rtol) if tensor.is_floating_point() else (0.0, 0.0)
+
+
 def compare(reference_output: Any, candidate_output: Any, atol: float, rtol: float) -> Comparison:
     """Elementwise |new - ref| <= atol + rtol * |ref| over every output tensor; NaN/Inf must match the reference's."""
     ref_items = flatten_output(reference_output)
@@ -324,7 +329,7 @@ def compare(reference_output: Any, candidate_output: Any, atol: float, rtol: flo
         # 1e-2 (a count over an eighth of each row, times 8: correct at 1.34x; red team, session 28). float64 outputs
         # in float64: in float32 everything past 3.4e38 was an infinity on both sides, and so "the same".
         exact = not ref.is_floating_point()
-        item_atol, item_rtol = (0.0, 0.0) if exact else (atol, rtol)
+        item_atol, item_rtol = element_tolerances(ref, atol, rtol)
         wide = torch.float64 if exact or ref.dtype == torch.float64 else torch.float32
         ref_w, new_w = ref.detach().to(wide), new.detach().to(wide)
         ref_bad, new_bad = ~torch.isfinite(ref_w), ~torch.isfinite(new_w)

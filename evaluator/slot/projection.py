@@ -110,7 +110,7 @@ def allowed_differences(outputs: list, seed: int, atol: float, rtol: float, near
             arguments = arguments.mul_(inverse)
         drawn = _weights(stacked.shape[1:], stacked.device, seed).reshape(-1).abs_().to(arguments.dtype)
         sizes = torch.mv(arguments.abs_(), drawn).double()  # sum |w x / scale|, in place of the arguments
-        atol_, rtol_ = _tolerances(stacked, atol, rtol)
+        atol_, rtol_ = judge.element_tolerances(stacked, atol, rtol)
         bounds = arguments.mul_(rtol_).add_(atol_ * inverse).clamp_(max=2.0)
         worst = torch.mv(bounds, drawn)
         spreads = bounds.square_().sum(1, dtype=torch.float64).sqrt_()
@@ -126,7 +126,7 @@ def allowed_differences(outputs: list, seed: int, atol: float, rtol: float, near
             for tensor in tensors:
                 magnitude = _arguments(tensor, torch).mul_(inverse).abs_()  # a new tensor: the output stays as it is
                 drawn = _drawn(weights, tensor, seed).abs().to(magnitude.dtype)
-                atol_, rtol_ = _tolerances(tensor, atol, rtol)
+                atol_, rtol_ = judge.element_tolerances(tensor, atol, rtol)
                 bounds = (magnitude * rtol_).add_(atol_ * inverse).clamp_(max=2.0)
                 part = float((magnitude * drawn).sum(dtype=torch.float64))
                 size += part
@@ -253,11 +253,6 @@ def _arguments(tensor: Any, torch: Any, in_place: bool = False) -> Any:
     wide = torch.float64 if tensor.dtype == torch.float64 else torch.float32
     converted = tensor.to(wide)
     return _finite(converted, in_place=in_place or converted is not tensor)
-
-
-def _tolerances(tensor: Any, atol: float, rtol: float) -> tuple[float, float]:
-    """(atol, rtol) for one of an output's tensors: integer and boolean ones are compared exactly (judge.compare)."""
-    return (atol, rtol) if tensor.is_floating_point() else (0.0, 0.0)
 
 
 def _finite(tensor: Any, in_place: bool = False) -> Any:
