@@ -3,7 +3,7 @@ replayed from its base sets, inside the projections' old rounding slack, a toler
 projection that cannot tell outputs near the tolerance apart, with the picked calls computed once named (wrong by a
 projection, or crashed by a picked output's digest); a skipped batch on an integer output the projections did not
 see; wrong values where the reference is NaN; an honest bug called a hack. Real Evaluator, CPU mode, with honest code of
-each problem beside each attack."""
+each problem beside each attack; the timed ones on a GPU too (pytest -m gpu)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from evaluator.contract.types import EvalRequest, Verdict
 from evaluator.isolation.sandbox import get_sandbox
-from tests.evaluator.pool_support import module_evaluator
+from tests.evaluator.pool_support import make_evaluator, module_evaluator
 
 pytestmark = pytest.mark.skipif(get_sandbox().kind == "none", reason="no sandbox works on this machine")
 
@@ -65,6 +65,19 @@ def test_the_attack_is_wrong_and_honest_code_of_its_problem_is_correct(evaluator
     assert attack.verdict in stopped, (attack.verdict, attack.speedup, attack.error_message)
     honest = evaluate(evaluator, problem, problem.replace("class Model(", "class ModelNew("), True)  # timed too
     assert honest.verdict == Verdict.CORRECT, honest.error_message
+
+
+@pytest.fixture(scope="module")
+def gpu_evaluator(tmp_path_factory):
+    with make_evaluator(str(tmp_path_factory.mktemp("gpu-cache")), devices="auto", spare_per_device=0) as ev:
+        yield ev
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", [name for name, (_, timed, _) in CASES.items() if timed])
+def test_on_a_gpu_the_attack_is_wrong_and_honest_code_of_its_problem_is_correct(gpu_evaluator, name):
+    """The same attacks where the picked outputs' digests are made on the device (slot/output_digest.py)."""
+    test_the_attack_is_wrong_and_honest_code_of_its_problem_is_correct(gpu_evaluator, name)
 
 
 def test_an_honest_bug_that_answers_every_input_alike_is_wrong_not_a_hack(evaluator):
