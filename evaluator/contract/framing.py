@@ -19,7 +19,7 @@ def encode_message(message: dict[str, Any]) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-DIGEST_BYTES = 16  # an output's digest in a hand-over (slot/projection.digests)
+DIGEST_BYTES = 16  # an output's digest in a hand-over (slot/output_digest.digests)
 
 
 def pack_floats(values: Sequence[float]) -> str:

@@ -184,8 +184,9 @@ class JudgeHost:
         why = ""
         if warm:
             from evaluator.build.triton_cache import warm_shared_cache
+            from evaluator.slot.output_digest import warm_digest_kernel
 
-            why = warm_shared_cache(shared)
+            why = warm_shared_cache(shared) or warm_digest_kernel(shared)
         if why:
             print(f"Triton's shared cache was not warmed (runners compile what they need): {why}", file=sys.stderr,
                   flush=True)

@@ -107,8 +107,8 @@ def serve_orders(read_message, write_message, session: Any, exchange: Exchange,
                 if "seed" in order:
                     answer["projections"] = pack_floats(session.projections(int(order["seed"]),
                                                                             float(order.get("scale", 1.0))))
-                if order.get("digest"):  # CPU mode: what the picked outputs handed over later must be
-                    answer["digests"] = pack_digests(session.digests())
+                if order.get("digest"):  # what the picked outputs handed over later must be
+                    answer["digests"] = pack_digests(session.digests(int(order["seed"])))
                 for name in order.get("kept", ()):
                     exchange.hand(_plain(name), session.kept_output(_plain(name)))
             elif kind == "keep":  # picked outputs of the last batch, kept by name until the judge asks for them

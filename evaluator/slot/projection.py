@@ -65,16 +65,16 @@ def projections(outputs: list, seed: int, scale: float = 1.0) -> list[float]:
     from evaluator.judging import judge
 
     inverse = 1.0 / scale
-    stacked = _stacked(outputs, torch)
-    if stacked is not None:  # the usual case: one tensor per call, one shape: a few whole-batch ops, not a few per call
+    rows = stacked(outputs, torch)
+    if rows is not None:  # the usual case: one tensor per call, one shape: a few whole-batch ops, not a few per call
         # One row per call: reshape, not flatten(1), which a stack of 0-dim outputs (a loss) does not have; each row's
         # sum a matrix-vector product (fresh pages cost: on a CPU the hand-over of six 1 MiB outputs took 2-9 ms where
         # the batch took 4). The scale's product in float32 (in half precision it would round each argument by 2^-11),
         # in place in the stack, which is the hand-over's own.
-        values = _arguments(stacked, torch, in_place=True).reshape(len(outputs), -1)
+        values = _arguments(rows, torch, in_place=True).reshape(len(outputs), -1)
         if scale != 1.0:
             values = values.mul_(inverse)
-        weights = _weights(stacked.shape[1:], stacked.device, seed).reshape(-1).to(values.dtype)
+        weights = _weights(rows.shape[1:], rows.device, seed).reshape(-1).to(values.dtype)
         return _weighted_sums(values.sin_(), weights, torch).cpu().tolist()
     drawn: dict[Any, Any] = {}
     sums = []
@@ -103,20 +103,20 @@ def allowed_differences(outputs: list, seed: int, atol: float, rtol: float, near
     from evaluator.judging import judge
 
     inverse = 1.0 / scale
-    stacked = _stacked(outputs, torch)
-    if stacked is not None:  # one pass over the batch (a per-output loop synchronised a GPU once an output)
-        arguments = _arguments(stacked, torch, in_place=True).reshape(len(outputs), -1)
+    rows = stacked(outputs, torch)
+    if rows is not None:  # one pass over the batch (a per-output loop synchronised a GPU once an output)
+        arguments = _arguments(rows, torch, in_place=True).reshape(len(outputs), -1)
         if scale != 1.0:
             arguments = arguments.mul_(inverse)
-        drawn = _weights(stacked.shape[1:], stacked.device, seed).reshape(-1).abs_().to(arguments.dtype)
+        drawn = _weights(rows.shape[1:], rows.device, seed).reshape(-1).abs_().to(arguments.dtype)
         sizes = torch.mv(arguments.abs_(), drawn).double()  # sum |w x / scale|, in place of the arguments
-        atol_, rtol_ = judge.element_tolerances(stacked, atol, rtol)
+        atol_, rtol_ = judge.element_tolerances(rows, atol, rtol)
         bounds = arguments.mul_(rtol_).add_(atol_ * inverse).clamp_(max=2.0)
         worst = torch.mv(bounds, drawn)
         spreads = bounds.square_().sum(1, dtype=torch.float64).sqrt_()
         rounded = torch.minimum(sizes, drawn.sum(dtype=torch.float64))  # bounds sum |w sin(x / scale)|
         terms = torch.stack([worst.double(), spreads, rounded, sizes], 1).cpu().tolist()
-        elements = [stacked[0].numel() if stacked.is_floating_point() else 0] * len(outputs)
+        elements = [rows[0].numel() if rows.is_floating_point() else 0] * len(outputs)
     else:
         terms, weights, elements = [], {}, []
         for output in outputs:
@@ -150,62 +150,6 @@ def near_miss_allowance(elements: int, scaled_diff: float) -> float:
     if elements <= 0 or scaled_diff <= 0:  # integer outputs have no near misses: they are compared exactly
         return 0.0
     return max(1, int(NEAR_MISS_MAX_FRACTION * elements)) * min(scaled_diff, 2.0)
-
-
-STACKED_DIGEST_BYTES = 2**16  # outputs up to this size are digested from one stacked buffer (digests)
-
-
-def digests(outputs: list) -> list[bytes]:
-    """Per output: SHA-256 of its tensors' dtypes, shapes and bytes, and of its Python numbers' values (other values
-    by their type's name), what a CPU-mode hand-over answers beside the projections, on both sides' charge: the
-    picked outputs the runner hands over later (after the judge has named them, uncharged) must be the bytes its
-    charged hand-over committed to. Without it a runner ran its batch approximately (or not at all, where outputs
-    are small next to the tolerance and a projection of zeros passes) and computed the picked calls exactly once
-    named: 1.4-2.1x and 80-106x in CPU mode (red team, session 28). A hash of every byte, not a keyed sum: sums of
-    per-element terms can be met by adjusting many elements a little (generalised birthday), where SHA-256 has no
-    such structure. ~1.6 GB/s on this VM's CPU."""
-    import hashlib
-
-    import torch
-
-    from evaluator.contract.framing import DIGEST_BYTES
-    from evaluator.judging import judge
-
-    small = outputs and type(outputs[0]) is torch.Tensor and outputs[0].nbytes <= STACKED_DIGEST_BYTES
-    stacked = _stacked(outputs, torch) if small else None
-    if stacked is not None and stacked.dtype == outputs[0].dtype and not stacked.is_cuda:
-        # Small outputs of one shape, a tensor a call: a row each of one buffer, ~1.5 us a call where each output's own
-        # conversions took ~8 (a 256-element problem's hand-over digests ~400 calls; this VM). Large ones are not
-        # stacked: the copy cost more than the per-output path (9.4 against 6.2 ms for ten 1 MiB outputs).
-        header = hashlib.sha256(f"{stacked.dtype}{tuple(stacked.shape[1:])}".encode())
-        data = _raw_bytes(stacked, torch)
-        size = len(data) // len(outputs)
-        found = []
-        for start in range(0, len(data), size):
-            digest = header.copy()
-            digest.update(data[start:start + size])
-            found.append(digest.digest()[:DIGEST_BYTES])
-        return found
-    found = []
-    for output in outputs:
-        digest = hashlib.sha256()
-        for value in judge.flatten_output(output):
-            if isinstance(value, torch.Tensor):
-                digest.update(f"{value.dtype}{tuple(value.shape)}".encode())
-                digest.update(_raw_bytes(value, torch))
-            elif isinstance(value, (bool, int, float)) or value is None:  # by value: by type alone, a batch of
-                digest.update(f"{type(value).__name__}:{value!r};".encode())  # .item() losses bound nothing
-            else:
-                digest.update(type(value).__name__.encode())
-        found.append(digest.digest()[:DIGEST_BYTES])
-    return found
-
-
-def _raw_bytes(tensor: Any, torch: Any) -> memoryview:
-    """`tensor`'s values as bytes, in order: a conjugate or negative view resolved first (its lazy bit is not in its
-    bytes, and a byte view of it is refused: an honest `x.conj()` output failed its hand-over), then made contiguous."""
-    flat = tensor.detach().resolve_conj().resolve_neg().contiguous().reshape(-1)
-    return memoryview(flat.view(torch.uint8).cpu().numpy())
 
 
 def _weights(shape: Any, device: Any, seed: int) -> Any:
@@ -261,7 +205,7 @@ def _finite(tensor: Any, in_place: bool = False) -> Any:
     return tensor.nan_to_num_(0.0, 0.0, 0.0) if in_place else tensor.nan_to_num(0.0, 0.0, 0.0)
 
 
-def _stacked(outputs: list, torch: Any) -> Any:
+def stacked(outputs: list, torch: Any) -> Any:
     """Every output in one tensor, a row per call, when each is a plain real tensor of one shape on one device (dtypes
     promoted); else None. Stacked first and checked after: checking each output's shape, dtype and device in Python
     took ~0.4 ms of a 756-call hand-over's ~1.1 ms (2-core VM)."""

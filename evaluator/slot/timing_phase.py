@@ -19,6 +19,7 @@ from evaluator.slot import device_memory
 from evaluator.slot.exclusive_hold import exclusive_window
 from evaluator.slot.gated_rounds import GATE_OFF_BY, GatedRounds
 from evaluator.slot.outcome import ProtocolBreach, TaskEnded, timed_again_if_interfered
+from evaluator.slot.output_digest import device_digests_work
 from evaluator.slot.reference_watch import WatchedReference
 from evaluator.slot.round_figures import MAX_SPREAD, round_limits, side_figure, spread
 from evaluator.slot.upkeep_hold import upkeep_shared
@@ -102,15 +103,17 @@ class TimingPhase(GatedRounds, WatchedReference):
         self.hand_seed = 0  # and the seed it drew, for the bounds worked out after the window (check)
         self.hand_scale = 1.0  # the projections' scale (projection.output_scale of the reference's first timing output)
         # Picked calls of the batches so far, by batch: (the name the runner keeps the output under, the judge's
-        # reference output, the values, the digest the runner's hand-over gave that call's output, or None),
-        # compared after the hold (check_kept).
-        self.kept: list[list[tuple[str, Any, list, Optional[bytes]]]] = []
+        # reference output, the values, the digest the runner's hand-over gave that call's output and the seed that
+        # keyed it, or None), compared after the hold (check_kept).
+        self.kept: list[list[tuple[str, Any, list, Optional[tuple[bytes, int]]]]] = []
         self.kept_bytes = 0
         self.candidate_projection: list[float] = []
-        # CPU mode: each hand-over also digests every output (projection.digests), binding the picked outputs handed
-        # over later to the batch's. Not on a GPU: a digest there would copy every output to the host, on both sides'
-        # charge (docs/known-gaps.md).
-        self.binds_outputs = self.kind == "cpu"
+        # Each hand-over also digests every output (output_digest.digests), binding the picked outputs handed over
+        # later to the batch's; on a GPU where Triton can make the digests there (else the picks stay unbound, said in
+        # the phases as timing_picks_unbound).
+        self.binds_outputs = self.kind == "cpu" or device_digests_work()
+        if not self.binds_outputs:
+            schedule.phases["timing_picks_unbound"] = 1
         self.candidate_digests: list[bytes] = []
         self.sets_s = 0.0  # CPU: the judge's making of its last batch's sets, seconds
         self.harness_shares: list[float] = []  # CPU, per counted round: the harness's share of the reference's charge
@@ -205,7 +208,8 @@ class TimingPhase(GatedRounds, WatchedReference):
         import torch
 
         from evaluator.contract.framing import encode_message, pack_digests, pack_floats
-        from evaluator.slot.projection import digests, projections
+        from evaluator.slot.output_digest import digests
+        from evaluator.slot.projection import projections
 
         cuda = self.kind == "cuda"
         probe = self.window_probe  # a counted window's gap probe (reference_watched): the hand-over is charged too
@@ -213,7 +217,7 @@ class TimingPhase(GatedRounds, WatchedReference):
             probe.start()
         start = time.perf_counter() if cuda else time.thread_time_ns() / 1e9
         self.reference_sums, self.hand_seed = projections(self.outputs, seed, self.hand_scale), seed
-        mirrored = pack_digests(digests(self.outputs)) if self.binds_outputs else None  # as the runner's hand-over
+        mirrored = pack_digests(digests(self.outputs, seed)) if self.binds_outputs else None  # as the runner's hand-over
         probe_s = probe.end() if probe is not None else 0.0
         if cuda:
             torch.cuda.synchronize()
@@ -319,7 +323,7 @@ class TimingPhase(GatedRounds, WatchedReference):
             from evaluator.judging.sol import tensor_bytes
 
             batch = [(self.kept_name(call), self.outputs[call], self.judge_sets[call],
-                      self.candidate_digests[call] if self.binds_outputs else None) for call in picked]
+                      (self.candidate_digests[call], self.hand_seed) if self.binds_outputs else None) for call in picked]
             self.kept.append(batch)
             self.kept_bytes += sum(tensor_bytes(output) + tensor_bytes(values) for _, output, values, _ in batch)
             if self.kept_bytes > KEPT_BYTES_MAX:
@@ -341,7 +345,7 @@ class TimingPhase(GatedRounds, WatchedReference):
         comparisons were most of the 0.21 s a task spent in hand-over orders at one slot on an H100). The same answer
         handed for another call of its batch too is a replay (schedule.wrong). In CPU mode each must be the output
         its batch's hand-over digested: else the runner computed it once named, not in the batch."""
-        from evaluator.slot.projection import digests
+        from evaluator.slot.output_digest import digests
 
         kept, self.kept, self.kept_bytes = self.kept, [], 0
         names = [name for batch in kept for name, *_ in batch]
@@ -351,8 +355,8 @@ class TimingPhase(GatedRounds, WatchedReference):
         for batch in kept:
             checked = [self.task.compare(name, reference, lambda values=values: values)
                        for name, reference, values, _ in batch]
-            for (name, *_, digest), (_, output) in zip(batch, checked):
-                if digest is not None and output is not None and digests([output]) != [digest]:
+            for (name, *_, committed), (_, output) in zip(batch, checked):
+                if committed is not None and output is not None and digests([output], committed[1]) != [committed[0]]:
                     raise ProtocolBreach(f"the output it handed over as {name} is not the one its timed batch "
                                          "produced and digested")
             outputs = [output for _, output in checked]

@@ -212,11 +212,12 @@ class TaskSession(RunState):
 
         return projections(self.outputs, seed, scale)
 
-    def digests(self) -> list[bytes]:
-        """Every batch call's output digested (CPU mode): what the picked outputs handed over later must match."""
-        from evaluator.slot.projection import digests
+    def digests(self, seed: int) -> list[bytes]:
+        """Every batch call's output digested (keyed by `seed` on a GPU): what the picked outputs handed over later
+        must match (evaluator/slot/output_digest.py)."""
+        from evaluator.slot.output_digest import digests
 
-        return digests(self.outputs)
+        return digests(self.outputs, seed)
 
     def recheck(self, fresh: list) -> Any:
         """The last inputs refilled in place with fresh values: a memo by identity, pointer or shape answers stale."""

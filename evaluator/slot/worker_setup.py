@@ -128,11 +128,13 @@ def _warm_hand_over(device: str) -> None:
     import torch
 
     from evaluator.judging import judge
+    from evaluator.slot.output_digest import digests
     from evaluator.slot.projection import projections
 
     try:
         sets = judge.nudged_batch([[torch.ones(8, device=device)]], 1, 2)
         projections([values[0] for values in sets], 1)
+        digests([values[0] for values in sets], 1)  # on a GPU the digest kernel's first load (built by the judge)
     except Exception:  # noqa: BLE001 - a warm-up only: the task pays for these kernels' first use instead
         pass
 

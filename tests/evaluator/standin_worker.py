@@ -140,10 +140,10 @@ class StandinSession:
 
         return projections(self.outputs, seed, scale)
 
-    def digests(self) -> list:
-        from evaluator.slot.projection import digests
+    def digests(self, seed: int) -> list:
+        from evaluator.slot.output_digest import digests
 
-        return digests(self.outputs)
+        return digests(self.outputs, seed)
 
     def finish(self) -> None:
         pass

@@ -50,7 +50,7 @@ def _projections(self, seed, scale=1.0):
     return torch.mv(args.sin_(), weights).double().tolist()
 
 
-def _digests(self):
+def _digests(self, seed=None):
     out = self._rt_out
     calls = out.shape[0]
     header = hashlib.sha256(f"{out.dtype}{tuple(out.shape[1:])}".encode())
