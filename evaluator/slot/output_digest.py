@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 from typing import Any
 
 from evaluator.contract.framing import DIGEST_BYTES
@@ -65,7 +66,10 @@ def digests(outputs: list, seed: int) -> list[bytes]:
 
 @functools.lru_cache(maxsize=1)
 def device_digests_work() -> bool:
-    """Whether this process can make digests on a GPU: Triton imports (the judge asks once; its runners share it)."""
+    """Whether this process can make digests on a GPU: Triton imports (the judge asks once; its runners share it).
+    KRL_WORKER_GPU_DIGESTS=0 in the evaluator's environment turns them off, for measuring what they cost."""
+    if os.environ.get("KRL_WORKER_GPU_DIGESTS", "1") == "0":
+        return False
     try:
         import evaluator.slot.digest_kernel  # noqa: F401
     except Exception:  # noqa: BLE001 - no Triton, or one that cannot build the kernel: the picks stay unbound

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from evaluator.slot.output_digest import digests, host_tops
+from evaluator.slot.output_digest import device_tops, digests, host_tops
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,3 +79,16 @@ def test_the_triton_kernel_computes_its_mirrors_tree_bit_for_bit():
     done = subprocess.run([sys.executable, "-c", KERNEL_AGAINST_MIRROR], env=env, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0 and "agree" in done.stdout, done.stderr[-3000:]
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_kernel_computes_its_mirrors_tree_and_the_stacked_digests_match_each_outputs_own():
+    """The compiled kernel on the device against host_tops (up to 16 MiB: four levels), and a batch's stacked digests
+    against each output digested alone, as the judge digests a picked output handed over later."""
+    for shape, dtype in (((3, 5), torch.float32), ((2, 2**22), torch.float32), ((4, 70001), torch.float16),
+                         ((8, 33), torch.bool), ((2, 1000), torch.int64)):
+        rows = (torch.randn(shape) * 4).to(dtype)
+        assert device_tops(rows.cuda(), 2**29 + 5) == host_tops(rows, 2**29 + 5), (shape, dtype)
+    outputs = [torch.randn(16, 4096, device="cuda") for _ in range(6)]
+    assert digests(outputs, 3) == [digests([output], 3)[0] for output in outputs]
+    assert digests(outputs, 3) != digests(outputs, 4)
