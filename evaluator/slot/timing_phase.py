@@ -18,7 +18,7 @@ from evaluator.contract.types import Verdict
 from evaluator.slot import device_memory
 from evaluator.slot.exclusive_hold import exclusive_window
 from evaluator.slot.gated_rounds import GATE_OFF_BY, GatedRounds
-from evaluator.slot.outcome import ProtocolBreach, TaskEnded, timed_again_if_interfered
+from evaluator.slot.outcome import Interfered, ProtocolBreach, TaskEnded, timed_again_if_interfered
 from evaluator.slot.output_digest import device_digests_work
 from evaluator.slot.reference_watch import WatchedReference
 from evaluator.slot.round_figures import MAX_SPREAD, round_limits, side_figure, spread
@@ -115,6 +115,10 @@ class TimingPhase(GatedRounds, WatchedReference):
         if not self.binds_outputs:
             schedule.phases["timing_picks_unbound"] = 1
         self.candidate_digests: list[bytes] = []
+        # Picks in every batch once a batch's projections could not tell its outputs from zeros or from each call's
+        # mean (projection.blind_to_constants): a runner that skipped the unpicked batches of such a task otherwise
+        # passed their projections (red team, session 29: softmax outputs near fp32's tolerance, 34-79x).
+        self.pick_always = False
         self.sets_s = 0.0  # CPU: the judge's making of its last batch's sets, seconds
         self.harness_shares: list[float] = []  # CPU, per counted round: the harness's share of the reference's charge
         self.made_events: Any = None  # made_sets' two events around its last making (GPU)
@@ -317,7 +321,7 @@ class TimingPhase(GatedRounds, WatchedReference):
         """Every call through its projection, now; the picked outputs, kept in the runner, against the reference outputs
         of the same values after the exclusive hold (check_kept), or at once when a projection is wrong."""
         from evaluator.judging.second_look import ACCEPTED_ERROR_FACTOR
-        from evaluator.slot.projection import allowed_differences
+        from evaluator.slot.projection import allowed_differences, blind_to_constants
 
         if picked:
             from evaluator.judging.sol import tensor_bytes
@@ -333,6 +337,10 @@ class TimingPhase(GatedRounds, WatchedReference):
         # up to twice the trials' largest accepted difference are accepted on a few elements (second_look).
         near_miss_diff = ACCEPTED_ERROR_FACTOR * (self.task.accepted_max_abs_diff or 0.0)
         allowed = allowed_differences(self.outputs, self.hand_seed, atol, rtol, near_miss_diff, self.hand_scale)
+        if not self.pick_always and blind_to_constants(self.outputs, self.reference_sums, allowed, self.hand_seed,
+                                                        self.hand_scale):
+            self.pick_always = True  # from the next batch on (picks)
+            self.schedule.phases["timing_picks_every_batch"] = 1
         for call, (got, want, bound) in enumerate(zip(self.candidate_projection, self.reference_sums, allowed)):
             if not abs(got - want) <= bound:  # NaN fails too
                 self.check_kept()  # a replay among the picked outputs says more (cached_output) than a wrong sum
@@ -503,10 +511,11 @@ class TimingPhase(GatedRounds, WatchedReference):
 
     def picks(self, calls: int, first: bool) -> list[int]:
         """The calls of a batch whose whole outputs the runner hands over: PICKED_PER_BATCH of them on a `first` batch
-        (of its size, or of a phase), on every batch whose outputs the projection cannot see whole, else at PICK_SHARE.
+        (of its size, or of a phase), on every batch whose outputs the projection cannot see whole or cannot tell from
+        constants (pick_always), else at PICK_SHARE.
         Each pick is a copy the runner keeps on the device, handed over as a file after the rounds; every output is
         projected either way."""
-        if first or not self.projected_whole() or self.rng.random() < PICK_SHARE:
+        if first or self.pick_always or not self.projected_whole() or self.rng.random() < PICK_SHARE:
             return sorted(self.rng.sample(range(calls), min(PICKED_PER_BATCH, calls)))
         return []
 
@@ -562,14 +571,22 @@ class TimingPhase(GatedRounds, WatchedReference):
         picked = self.picks(calls, first)
         seed = self.rng.getrandbits(30)
         hands = {}
-        if exclusive and self.gated:
-            with upkeep_shared(self.lock):  # a measurement knob (a counted round's hold takes nothing more)
-                queued = self.queued_both(calls, salt, counted)
-            if not queued:  # dropped: this round again, its batch halved or ungated
-                return self.one_round(calls, candidate_first, counted, exclusive)
-            self.gated_sides(candidate_first, counted, calls, picked, seed, hands)
-        else:
-            self.issued_sides(candidate_first, counted, exclusive, calls, salt, picked, seed, hands)
+        try:
+            if exclusive and self.gated:
+                with upkeep_shared(self.lock):  # a measurement knob (a counted round's hold takes nothing more)
+                    queued = self.queued_both(calls, salt, counted)
+                if not queued:  # dropped: this round again, its batch halved or ungated
+                    return self.one_round(calls, candidate_first, counted, exclusive)
+                self.gated_sides(candidate_first, counted, calls, picked, seed, hands)
+            else:
+                self.issued_sides(candidate_first, counted, exclusive, calls, salt, picked, seed, hands)
+        except Interfered:
+            # A round timed again still has its outputs checked: a runner that learnt from `keep` that its skipped
+            # batch was picked, then worked beside the reference to have the round dropped, escaped the check (red
+            # team, session 29: 29% to 56% of runs correct at 34-79x).
+            if "candidate" in hands and "reference" in hands:
+                self.check(picked)
+            raise
         self.check(picked)
         if counted and self.kind == "cuda":
             self.note_harness(hands["reference"], calls)

@@ -1,0 +1,63 @@
+# Attack class: timing forged in the batches that get no picks (red team, session 29: correct at 33-79x in 6 of 21
+# runs, CPU mode). The digests bind only the batches whose picked outputs are compared, and a batch is picked when it
+# is the first of its size and otherwise at PICK_SHARE (1/4), told to the runner only after its hand-over (keep). This
+# runner is honest in every batch whose size differs from the one before (the always-picked ones) and in KernelBench's
+# eager rounds; in every later batch of one size it calls nothing, answers every projection with 0.0 (softmax over
+# 4,096 classes sits near fp32's atol, so sin(0) passes the bound) and zeros for every digest. Stopped since by picks in
+# every batch once a batch's projections cannot tell its outputs from zeros or from each call's mean
+# (projection.blind_to_constants, timing_phase.pick_always): its first skipped batch is picked, its digest wrong.
+import importlib
+
+import torch
+import torch.nn as nn
+
+_S = importlib.import_module("evaluator.slot.worker_session").TaskSession
+_run, _proj, _dig, _keep, _eager = _S.run, _S.projections, _S.digests, _S.keep, _S.run_eager
+
+
+def run(self, calls, salt):
+    previous = getattr(self, "_rt_prev", None)
+    self._rt_prev = calls
+    if previous == calls:
+        self._rt_skip = calls
+        self.sets, self.outputs = [], []
+        return None
+    self._rt_skip = 0
+    return _run(self, calls, salt)
+
+
+def run_eager(self, calls, salt):
+    self._rt_prev, self._rt_skip = calls, 0
+    return _eager(self, calls, salt)
+
+
+def projections(self, *args, **kwargs):
+    if getattr(self, "_rt_skip", 0):
+        return [0.0] * self._rt_skip
+    return _proj(self, *args, **kwargs)
+
+
+def digests(self, *args, **kwargs):
+    if getattr(self, "_rt_skip", 0):
+        return [bytes(16)] * self._rt_skip
+    return _dig(self, *args, **kwargs)
+
+
+def keep(self, calls):
+    if getattr(self, "_rt_skip", 0):  # caught: a picked call of a skipped batch
+        for name in calls:
+            self.kept[name] = torch.zeros(8, 4096)
+        return None
+    return _keep(self, calls)
+
+
+_S.run, _S.run_eager, _S.projections, _S.digests, _S.keep = run, run_eager, projections, digests, keep
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(256, 4096)
+
+    def forward(self, x):
+        return torch.softmax(self.fc(x), dim=1)
