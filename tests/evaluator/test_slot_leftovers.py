@@ -51,7 +51,8 @@ def test_leftovers_do_not_reach_the_next_task(evaluator):
 
 def test_the_hosts_counters_and_secret_memory_are_out_of_reach(evaluator):
     """/proc/vmstat's cumulative counters carried a chosen value from one task to every later one on the host, and
-    memfd_secret split the host's direct map for good (red team, session 28)."""
+    memfd_secret split the host's direct map for good (red team, session 28); the host's page cache carried 512 bytes
+    a task, evicted by fadvise or madvise and read exactly through preadv2's RWF_NOWAIT (red team, session 29)."""
     result = evaluator.evaluate(request(source("leftover_host_counters"), run_timeout_s=60.0))
     assert result.verdict == Verdict.CORRECT, result.error_message
 

@@ -1,13 +1,19 @@
 # Attack class: leftovers through the host's own kernel state (red team, session 28). A fresh /proc still showed the
 # host's cumulative memory counters: one task moved vmstat's unevictable_pgs_mlocked to a chosen value mod 4096 (mlock
 # and munlock), and every later task on the host read it back. And memfd_secret's pages leave the kernel's direct map,
-# splitting its huge pages until reboot. This candidate is the probe: it fails loudly where either still works.
+# splitting its huge pages until reboot. And the host's page cache (red team, session 29): a task evicted pages of a
+# host file it may read (fadvise DONTNEED, madvise PAGEOUT), read some back, and a later task read which were resident,
+# exactly, with preadv2's RWF_NOWAIT (512 bytes a task). This candidate is the probe: it fails loudly where any of these
+# still works.
 import ctypes
+import mmap
 import os
 import platform
+import sys
 
 import torch.nn as nn
 
+libc = ctypes.CDLL(None, use_errno=True)
 reached = []
 for path in ("/proc/vmstat", "/proc/zoneinfo"):
     try:
@@ -17,10 +23,39 @@ for path in ("/proc/vmstat", "/proc/zoneinfo"):
     except OSError:
         pass
 if platform.machine() == "x86_64":
-    fd = ctypes.CDLL(None, use_errno=True).syscall(447, 0)  # memfd_secret
+    fd = libc.syscall(447, 0)  # memfd_secret
     if fd >= 0:
         os.close(fd)
         reached.append("memfd_secret")
+probed = sys.executable  # a host file every task may read
+fd = os.open(probed, os.O_RDONLY)
+try:
+    try:
+        os.posix_fadvise(fd, 0, 4096, os.POSIX_FADV_DONTNEED)
+        reached.append("fadvise DONTNEED")
+    except OSError:
+        pass
+    try:
+        os.preadv(fd, [bytearray(16)], 0, os.RWF_NOWAIT)
+        reached.append("preadv2 RWF_NOWAIT")
+    except BlockingIOError:  # EAGAIN: answered, so the residency was readable
+        reached.append("preadv2 RWF_NOWAIT")
+    except OSError:
+        pass
+    mapping = mmap.mmap(fd, 4096, prot=mmap.PROT_READ)
+    for advice in (20, 21):  # MADV_COLD, MADV_PAGEOUT
+        try:
+            mapping.madvise(advice)
+            reached.append(f"madvise {advice}")
+        except OSError:
+            pass
+    mapping.close()
+finally:
+    os.close(fd)
+if platform.machine() == "x86_64":
+    context = ctypes.c_ulong(0)
+    if libc.syscall(206, 1, ctypes.byref(context)) == 0:  # io_setup: Linux AIO carries RWF_NOWAIT in memory
+        reached.append("io_setup")
 if reached:
     raise RuntimeError("the host's kernel state is within reach: " + ", ".join(reached))
 
