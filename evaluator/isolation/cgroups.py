@@ -306,6 +306,7 @@ class TaskCgroup:
         """rmdir every folder of the group (it must be empty), and the shared parent once no group is left in it (an
         empty child would keep whoever owns the enclosing group, a job runner, from removing theirs). True when all of
         the group's folders are gone."""
+        self.reclaim()
         gone = True
         for path in self.dirs.values():
             try:
@@ -322,6 +323,23 @@ class TaskCgroup:
                     pass  # other tasks' groups are still in it
         self.removed = gone
         return gone
+
+    def reclaim(self) -> None:
+        """What the emptied group still has charged, reclaimed before it is removed: the kernel memory its processes
+        left (negative dentries, inodes) is otherwise charged to the parent and stays. A task that looked up 4M missing
+        names under a read-only host folder left 8M dentries and 3.6 GB of slab on the host over three runs (red team,
+        session 29); on this 2-core VM 300K of them were freed in 0.19 s. v1: memory.force_empty; v2: memory.reclaim
+        of what the group still uses. Best effort: what cannot be reclaimed goes to the parent as before."""
+        try:
+            if self.version == "v2":
+                folder = self.dirs[""]
+                usage = _read(os.path.join(folder, "memory.current")).strip()
+                if usage.isdigit() and int(usage):
+                    _write(os.path.join(folder, "memory.reclaim"), usage)
+            elif "memory" in self.dirs:
+                _write(os.path.join(self.dirs["memory"], "memory.force_empty"), "0")
+        except OSError:  # EAGAIN when not all of it could be reclaimed; a group already gone
+            pass
 
     def destroy(self, wait_s: float = KILL_WAIT_S) -> bool:
         """kill, then remove; True when the group is empty and gone."""

@@ -79,6 +79,29 @@ def test_a_v1_group_caps_its_tcp_buffers():
         group.destroy()
 
 
+def test_the_kernel_memory_a_task_left_is_reclaimed_before_its_group_goes():
+    """Negative dentries of names a task looked up stay charged to its group after its processes are gone, and went
+    to the host for good when the group was removed (8M of them, 3.6 GB of slab, red team, session 29)."""
+    group = cgroups.TaskCgroup.create(f"test{os.getpid()}-dentries", memory_bytes=512 * 2**20)
+    child = waiting_child(f"import os\nfor i in range(200000):\n    try:\n        os.stat(f'/usr/lib/krl-{os.getpid()}-"
+                          "{i}')\n    except OSError:\n        pass\nprint('done', flush=True)\n"
+                          "import time; time.sleep(600)")
+    try:
+        group.add(child.pid)
+        go(child)
+        assert child.stdout.readline().strip() == "done"
+        child.kill()
+        child.wait()
+        held = group.memory_bytes()
+        assert held >= 16 * 2**20, held  # ~200 bytes a dentry
+        group.reclaim()
+        assert group.memory_bytes() < held / 4, (held, group.memory_bytes())
+    finally:
+        child.kill()
+        child.wait()
+        group.destroy()
+
+
 def test_cpu_time_and_memory_are_read_from_the_group():
     group = cgroups.TaskCgroup.create(f"test{os.getpid()}-cpu", memory_bytes=512 * 2**20)
     child = waiting_child("import time\nx = bytearray(64 * 2**20)\nt = time.process_time()\n"
