@@ -48,6 +48,8 @@ def output_scale(output: Any) -> float:
 
     total, count = 0.0, 0
     for tensor in _projected(output, judge, torch):
+        if not tensor.is_floating_point():  # a boolean output has no magnitude (its abs() raised: every candidate of
+            continue  # a problem returning a mask ended crashed, red team, session 29)
         total += float(_finite(tensor.detach()).abs().sum(dtype=torch.float64))
         count += tensor.numel()
     scale = total / count / ARGUMENT_SPREAD if count else 0.0

@@ -436,18 +436,30 @@ class RunState(InProcessTiming):
         holders = [self.candidate_module] + list(new_model.modules())
         launches = 0
         poisoned_outputs = []
+        raised = False
         for fill in runtime_rules.poison_fills():
             poisoner = runtime_rules.KernelPoisoner(self.ctx.launch_counter, holders, fill)
             before = self.ctx.launch_counter.count
-            with poisoner:
-                output = self._call_candidate(new_model, judge.clone_inputs(inputs), watch, verify=False)
-            launches += self.ctx.launch_counter.count - before + poisoner.extension_calls
+            try:
+                with poisoner:
+                    output = self._call_candidate(new_model, judge.clone_inputs(inputs), watch, verify=False)
+            except Outcome:
+                raise
+            except Exception:  # noqa: BLE001 - torch code that could not take its kernels' poisoned results (an index
+                # out of range, a factorisation of a matrix no longer positive-definite) depends on them: honest
+                # kernels whose output torch gathers by or factorises read runtime_error (red team, session 29)
+                raised = True
+                continue
+            finally:
+                launches += self.ctx.launch_counter.count - before + poisoner.extension_calls
             poisoned_outputs.append(judge.snapshot(output))
             del output
         with runtime_rules.filled_fresh_memory():  # the same algorithms as the poisoned runs, bit for bit
             normal = judge.snapshot(self._call_candidate(new_model, judge.clone_inputs(inputs), watch))
         if launches == 0:
             return  # nothing of the candidate's ran where we could see it; the launch rules decide
+        if raised and not poisoned_outputs:
+            return  # every poisoned run failed on the kernels' results: the output depends on them
         moved = min(runtime_rules.moved_fraction(normal, poisoned) for poisoned in poisoned_outputs)
         hack(runtime_rules.check_output_uses_kernels(moved, launches))
 

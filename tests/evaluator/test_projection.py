@@ -127,6 +127,8 @@ def test_outputs_of_large_magnitude_are_checked_at_their_scale():
 
 def test_the_scale_of_an_output_without_magnitude_is_one():
     assert output_scale(torch.zeros(16)) == 1.0 and output_scale(torch.arange(4)) == 1.0  # no floating elements
+    assert output_scale(torch.rand(8) > 0.5) == 1.0  # a mask: its abs() raised before session 29
+    assert output_scale((torch.full((3,), 40.0), torch.ones(2) > 0)) == 40.0 / ARGUMENT_SPREAD
     assert output_scale((torch.full((4,), float("inf")),)) == 1.0
     assert output_scale((torch.ones(3), torch.full((1,), 5.0))) == 1.0  # magnitude 2: within SCALED_BEYOND
     assert output_scale((torch.full((3,), 40.0), torch.full((1,), 80.0))) == 50.0 / ARGUMENT_SPREAD

@@ -105,9 +105,8 @@ STATIC_FILE_TRIPS = [
     ("hack_patch_static.py", "torch", "patched_torch"),
     ("hack_thread.py", "torch", "side_work"),
     ("hack_swallow.py", "triton", "swallowed_kernel_failure"),
-    ("hack_token_kernel.py", "triton", "custom_kernel_bypassed"),
-    ("hack_overwritten_kernel_output.py", "triton", "custom_kernel_bypassed"),
-    ("relu_torch.py", "triton", "custom_kernel_bypassed"),
+    ("relu_torch.py", "triton", "custom_kernel_bypassed"),  # no kernel defined: a token or overwritten kernel output
+    # is the runtime rules' to find (RUNTIME_CASES)
     ("hack_persisting_l2.py", "cuda", "persisting_l2"),
 ]
 
@@ -144,7 +143,8 @@ STATIC_HONEST_IDS = ["triton_relu", "torch_relu", "torch_backend_exempt", "cuda_
                      "model_dim_parameter", "cuda_environ_and_function_handle", "triton_jit_called",
                      "side_stream_object", "cuda_stream_in_cpp", "side_stream_candidate", "fusion_triton",
                      "decoy_passes_static", "launch_via_dict", "launch_via_self_attr", "launch_via_lambda",
-                     "launch_via_type_self"]
+                     "launch_via_type_self", "launch_via_modulelist", "launch_via_partial", "kernel_under_import_guard",
+                     "kernel_as_staticmethod", "launch_via_dict_comprehension"]
 
 
 @pytest.mark.parametrize("source, backend", [
@@ -172,6 +172,11 @@ STATIC_HONEST_IDS = ["triton_relu", "torch_relu", "torch_backend_exempt", "cuda_
     (candidate("honest_launch_via_self_attr.py"), "triton"),
     (candidate("honest_launch_via_lambda.py"), "triton"),
     (candidate("honest_launch_via_type_self.py"), "triton"),
+    (candidate("honest_launch_via_modulelist.py"), "triton"),
+    (candidate("honest_launch_via_partial.py"), "triton"),
+    (candidate("honest_kernel_under_import_guard.py"), "triton"),
+    (candidate("honest_kernel_as_staticmethod.py"), "triton"),
+    (candidate("honest_launch_via_dict_comprehension.py"), "triton"),
 ], ids=STATIC_HONEST_IDS)
 def test_honest_candidates_pass_static_rules(source, backend):
     assert static(source, backend) is None
@@ -257,6 +262,11 @@ RUNTIME_CASES = [
     ("honest_triton", "relu_triton.py", "triton", None),
     ("skip_repeated_input", "hack_skip_repeated_input.py", "torch", "cached_output"),
     ("decoy_triton", "hack_decoy_triton.py", "triton", "custom_kernel_unused"),
+    ("token_kernel", "hack_token_kernel.py", "triton", "custom_kernel_unused"),
+    ("overwritten_kernel_output", "hack_overwritten_kernel_output.py", "triton", "custom_kernel_unused"),
+    ("launch_via_modulelist", "honest_launch_via_modulelist.py", "triton", None),
+    ("launch_via_partial", "honest_launch_via_partial.py", "triton", None),
+    ("kernel_under_import_guard", "honest_kernel_under_import_guard.py", "triton", None),
     ("warmup_counting_triton", "hack_warmup_counting_triton.py", "triton", "no_work_when_timed"),
     ("mutate_when_timed", "hack_mutate_when_timed.py", "torch", "input_mutation"),
     ("garbage_when_timed", "hack_garbage_when_timed.py", "torch", "cached_output"),  # zeros for every input
@@ -301,12 +311,24 @@ def get_inputs():
 def get_init_inputs():
     return []
 """
+ROW_MAX_REFERENCE = """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.max(x, dim=1).values
+def get_inputs():
+    return [torch.randn(64, 256)]
+def get_init_inputs():
+    return []
+"""
 FUSION_SIZES = {"BATCH": 4, "IN_FEATURES": 32, "OUT_FEATURES": 16}
 # Honest candidates the runtime rules must leave correct (run in the same worker batch as the hacks).
 HONEST_EXTRA = [
     ("fusion_triton", builtin("gemm_bias_relu_scale"), "honest_fusion_triton.py",
      {"backend": "triton", "size_overrides": FUSION_SIZES}),
     ("problem_globals", GLOBALS_REFERENCE, "honest_problem_globals.py", {}),
+    ("index_kernel_then_gather", ROW_MAX_REFERENCE, "honest_index_kernel_then_gather.py", {"backend": "triton"}),
     ("gelu_tanh_loose", builtin("gelu"), "approx_gelu_tanh.py",
      {"size_overrides": {"BATCH": 4, "DIM": 256}, "atol": 1e-2, "rtol": 1e-2}),
 ]
@@ -486,7 +508,7 @@ def test_poisoning_overwrites_what_a_launch_wrote_and_nothing_it_only_read():
 RULE_PAIRS = {
     "reference_model": ("hack_subclass_reference.py", "honest_counting_calls"),
     "introspection": ("hack_introspection.py", "sys_version_current_stream"),
-    "custom_kernel_bypassed": ("hack_token_kernel.py", "fusion_triton"),
+    "custom_kernel_bypassed": ("relu_torch.py", "fusion_triton"),
     "custom_kernel_not_launched": ("never_launched", "honest_triton"),
     "custom_kernel_unused": ("decoy_triton", "fusion_triton"),
     "cached_output": ("cache_by_pointer", "honest_counting_calls"),

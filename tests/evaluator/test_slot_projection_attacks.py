@@ -83,6 +83,14 @@ def test_on_a_gpu_the_attack_is_wrong_and_honest_code_of_its_problem_is_correct(
     test_the_attack_is_wrong_and_honest_code_of_its_problem_is_correct(gpu_evaluator, name)
 
 
+def test_a_problem_whose_output_holds_a_mask_reads_its_honest_code_correct(evaluator):
+    """A reference returning (relu(x), x > 0): the projections' scale took abs() of the mask, which raised, and every
+    candidate of the problem, honest or not, ended crashed (red team, session 29)."""
+    problem = reference("pass", "torch.relu(x), x > 0", "torch.randn(64, 256)")
+    result = evaluate(evaluator, problem, problem.replace("class Model(", "class ModelNew("), True)
+    assert result.verdict == Verdict.CORRECT, (result.verdict, result.error_message)
+
+
 def test_an_honest_bug_that_answers_every_input_alike_is_wrong_not_a_hack(evaluator):
     """The same wrong answer for every input (an integer division that zeroes a mean) repeats only itself: it read
     `cached_output`, a hack and the reward's penalty, where it is a plain wrong output; a replay repeats a correct

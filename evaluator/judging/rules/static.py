@@ -157,6 +157,12 @@ class _Analysis:
                 return True
         return False
 
+    def defines_triton_kernel(self) -> bool:
+        """Whether a Triton kernel is defined anywhere in the file (in a class, a function, an `if` block too)."""
+        return bool(self.triton_kernels) or any(
+            self._is_triton_kernel(node) or (isinstance(node, ast.Call) and self._is_triton_wrapper_call(node))
+            for node in ast.walk(self.tree))
+
     def _is_triton_wrapper_call(self, node: ast.AST) -> bool:
         while isinstance(node, ast.Call):
             name = self.qualname(node.func)
@@ -651,8 +657,14 @@ def check_custom_kernel_path(analysis: _Analysis, backend: str, launching: set[s
     if forward is None:
         return None  # no statically visible forward: the runtime rules decide
     kind = "@triton.jit kernel" if backend == "triton" else "load_inline extension function"
-    if backend == "triton" and not analysis.triton_kernels:
-        return finding("custom_kernel_bypassed", f"no {kind} is defined")
+    if backend == "triton":
+        # Only what is certain: no kernel anywhere in the file. Whether forward launches one and returns what it
+        # computed, the runtime rules decide (Triton's launches are counted in the trials, and the output must move
+        # when the kernels' writes are poisoned): a static trace misread 19 honest ways to launch as bypassed, a -1
+        # (nn.ModuleList blocks, functools.partial, a kernel under `if HAS_TRITON:`, a staticmethod kernel, a dict
+        # built by a comprehension, ...; red team, session 29), where every Triton hack of the suite is caught at
+        # run time too.
+        return None if analysis.defines_triton_kernel() else finding("custom_kernel_bypassed", f"no {kind} is defined")
     if backend == "cuda" and not (analysis.ext_names or analysis.ext_attrs or launching):
         return finding("custom_kernel_bypassed", f"no {kind} is built")
     if forward not in launching:
