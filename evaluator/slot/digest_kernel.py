@@ -1,5 +1,5 @@
 """The Triton kernel of a GPU output's digest (slot/output_digest.py): one level of its tree, each lane absorbing up to
-CHUNK 64-bit words. Its own module, imported only where a digest is made on the device: Triton needs `tl` as a global."""
+`chunk` 64-bit words. Its own module, imported only where a digest is made on the device: Triton needs `tl` as a global."""
 
 import triton
 import triton.language as tl
@@ -18,9 +18,9 @@ def _mix(x, m1, m2):
 
 # Nothing specialised on its values: a key or a length divisible by 16 would otherwise compile another variant in the
 # middle of a task's timing (Triton specialises integers equal to 1 or divisible by 16, and pointers' alignment).
-@triton.jit(do_not_specialize=["src", "dst", "words", "lanes", "src_row", "dst_row", "key", "m1_signed", "m2_signed"])
-def absorb_level(src, dst, words, lanes, src_row, dst_row, key, m1_signed, m2_signed,
-                 CHUNK: tl.constexpr, BLOCK: tl.constexpr):
+@triton.jit(do_not_specialize=["src", "dst", "words", "lanes", "chunk", "src_row", "dst_row", "key", "m1_signed",
+                               "m2_signed"])
+def absorb_level(src, dst, words, lanes, chunk, src_row, dst_row, key, m1_signed, m2_signed, BLOCK: tl.constexpr):
     """Row r of `src` holds `words` int64 words; lane l of it absorbs words l, l + lanes, l + 2 lanes, ... (coalesced
     loads), and its state goes to dst[r, l]. The multipliers arrive as int64 arguments (their uint64 values pass 2^63,
     which Triton's literals do not take) and are reinterpreted here."""
@@ -33,7 +33,7 @@ def absorb_level(src, dst, words, lanes, src_row, dst_row, key, m1_signed, m2_si
     size = words.to(tl.uint64)
     # Each lane starts from the key, its index and the row's length, so that no lane's words stand in for another's.
     state = _mix(k ^ (lane.to(tl.uint64) * m1 + size), m1, m2)
-    for step in range(CHUNK):
+    for step in range(chunk):
         index = step * lanes + lane
         present = live & (index < words)
         word = tl.load(src + row * src_row + index, mask=present, other=0).to(tl.uint64, bitcast=True)
