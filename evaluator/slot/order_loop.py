@@ -80,7 +80,7 @@ def serve_orders(read_message, write_message, session: Any, exchange: Exchange,
                 exchange.hand(name, output)
                 answer = {"type": "output", "name": name}
             elif kind == "checks":
-                session.kernel_checks(exchange.inputs(order["name"]))
+                session.kernel_checks(exchange.inputs(order["name"]), exchange.inputs(order["other"]))
                 answer = {"type": "checked"}
             elif kind == "stage":
                 bases = [exchange.inputs(name) for name in order["sets"]]

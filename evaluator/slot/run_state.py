@@ -434,10 +434,15 @@ class RunState(InProcessTiming):
         cannot hide a write."""
         inputs = self._inputs_named("poison", reference)
         holders = [self.candidate_module] + list(new_model.modules())
+        swapped = runtime_rules.SwappedWrites()  # what each launch writes on other inputs, for the third poisoning
+        with runtime_rules.KernelPoisoner(self.ctx.launch_counter, holders, swapped):
+            self._call_candidate(new_model, judge.clone_inputs(self._inputs_named("swap", reference)), watch,
+                                 verify=False)
+        swapped.replaying = True
         launches = 0
         poisoned_outputs = []
         raised = False
-        for fill in runtime_rules.poison_fills():
+        for fill in (*runtime_rules.poison_fills(), swapped):
             poisoner = runtime_rules.KernelPoisoner(self.ctx.launch_counter, holders, fill)
             before = self.ctx.launch_counter.count
             try:
@@ -457,10 +462,16 @@ class RunState(InProcessTiming):
         with runtime_rules.filled_fresh_memory():  # the same algorithms as the poisoned runs, bit for bit
             normal = judge.snapshot(self._call_candidate(new_model, judge.clone_inputs(inputs), watch))
         if launches == 0:
-            return  # nothing of the candidate's ran where we could see it; the launch rules decide
+            # Nothing of the candidate's ran where we could see it. Where its kernels ran in every trial, that is a
+            # forward that tells this check from the trials (a token kernel in the trials, none here, red team,
+            # session 29); else the launch rules decide.
+            if self.trial_launches and min(self.trial_launches) > 0:
+                hack(runtime_rules.check_output_uses_kernels(0.0, min(self.trial_launches)))
+            return
         if raised and not poisoned_outputs:
             return  # every poisoned run failed on the kernels' results: the output depends on them
-        moved = min(runtime_rules.moved_fraction(normal, poisoned) for poisoned in poisoned_outputs)
+        atol, rtol = self.request.tolerances()
+        moved = min(runtime_rules.moved_fraction(normal, poisoned, atol, rtol) for poisoned in poisoned_outputs)
         hack(runtime_rules.check_output_uses_kernels(moved, launches))
 
     def _recheck_fresh_inputs(self, reference, ref_model, new_model, watch) -> None:

@@ -29,7 +29,7 @@ OVERLAP_MAX_BYTES = 1 << 30
 # warm_rounds: the timing's cold and warm rounds, full batches outside its exclusive windows (slot/timing_phase.py).
 SHARED_STEPS = frozenset({"trials", "checks", "timing_inputs", "timing_checks", "recheck",
                           "warm_rounds"})
-_SET_NAME = re.compile(r"^(trial-\d{1,4}|timing-\d{1,2}|recheck|poison)$")
+_SET_NAME = re.compile(r"^(trial-\d{1,4}|timing-\d{1,2}|recheck|poison|swap)$")
 _SECRET_SEED_OFFSET = secrets.randbelow(2**40) + 2**32  # per judge process; never sent to a runner
 
 
@@ -339,8 +339,10 @@ class Schedule:
         if request.backend in ("triton", "cuda"):
             with self.on_device("checks"):  # the runner profiles and poisons its kernels
                 task.make("poison")
-                driver.order({"type": "checks", "name": "poison"}, "checked")
+                task.make("swap")
+                driver.order({"type": "checks", "name": "poison", "other": "swap"}, "checked")
                 task.forget("poison")
+                task.forget("swap")
             t = self.lap("kernel_checks", t)
         if request.measure_timing:
             self.timing_factory(task, driver, self).run(result)

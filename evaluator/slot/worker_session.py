@@ -63,12 +63,14 @@ class TaskSession(RunState):
         self.trial_output = output
         return output
 
-    def kernel_checks(self, poison_inputs: list) -> None:
-        """The candidate's own kernels must run and their work must reach the output (poisoning); advisory evidence."""
+    def kernel_checks(self, poison_inputs: list, swap_inputs: list) -> None:
+        """The candidate's own kernels must run and their work must reach the output (poisoning, on `poison_inputs`;
+        swapped writes from `swap_inputs`); advisory evidence."""
         if self.request.backend not in ("triton", "cuda"):
             return
         reference, _, new_model, watch = self.models
         self.pushed["poison"] = judge.to_device(poison_inputs, self.ctx.device)
+        self.pushed["swap"] = judge.to_device(swap_inputs, self.ctx.device)
         own_names = static_rules.own_kernel_names(self.request.candidate_source)
         with self.torch.no_grad():
             self._check_custom_kernel_used(new_model, self.last_inputs, own_names, watch)

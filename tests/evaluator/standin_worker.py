@@ -113,7 +113,7 @@ class StandinSession:
     def recheck(self, fresh):
         return self.model(*fresh)
 
-    def kernel_checks(self, inputs) -> None:
+    def kernel_checks(self, inputs, other) -> None:
         pass
 
     def stage(self, bases, count) -> None:

@@ -314,7 +314,7 @@ def test_only_the_correctness_trials_keep_predictable_seeds():
 
     request = attack_request("honest_matmul", "matmul", "torch")
     assert judge_host.input_seed(request, "trial-1") == judge.input_seed(request.seed, "trial-1")
-    for name in ("timing-0", "timing-7", "recheck", "poison"):
+    for name in ("timing-0", "timing-7", "recheck", "poison", "swap"):
         assert judge_host.input_seed(request, name) != judge.input_seed(request.seed, name)
         assert judge_host.input_seed(request, name) == judge_host.input_seed(request, name)  # stable within the judge
 

@@ -264,6 +264,7 @@ RUNTIME_CASES = [
     ("decoy_triton", "hack_decoy_triton.py", "triton", "custom_kernel_unused"),
     ("token_kernel", "hack_token_kernel.py", "triton", "custom_kernel_unused"),
     ("overwritten_kernel_output", "hack_overwritten_kernel_output.py", "triton", "custom_kernel_unused"),
+    ("status_where_kernel", "hack_status_where_kernel.py", "triton", "custom_kernel_unused"),
     ("launch_via_modulelist", "honest_launch_via_modulelist.py", "triton", None),
     ("launch_via_partial", "honest_launch_via_partial.py", "triton", None),
     ("kernel_under_import_guard", "honest_kernel_under_import_guard.py", "triton", None),
@@ -282,6 +283,11 @@ def runtime_results():
                 for rid, name, backend, _ in RUNTIME_CASES]
     requests.append(request("global_dtype", ONES_REFERENCE, candidate("honest_sets_global_dtype.py")))
     requests.append(request("zero_reference_weights", LINEAR_REFERENCE, candidate("hack_zero_reference_weights.py")))
+    requests.append(request("bias_copy_kernel", LINEAR_REFERENCE, candidate("hack_bias_copy_kernel.py"),
+                            backend="triton"))
+    for rid in ("no_launch_when_checked", "raise_on_kernel_status", "varying_rounding_token"):
+        requests.append(request(rid, MATMUL_SMALL_REFERENCE, candidate(f"hack_{rid}.py"), backend="triton",
+                                measure_timing=False))
     requests.append(request("rebind_reference_torch", RELU, candidate("hack_rebind_reference_torch.py"),
                             size_overrides=TINY))
     requests += [request(rid, reference, candidate(name), **fields) for rid, reference, name, fields in HONEST_EXTRA]
@@ -308,6 +314,20 @@ class Model(nn.Module):
         return torch.nn.functional.hardtanh(x, hardtanh_min, hardtanh_max) * SCALE
 def get_inputs():
     return [torch.randn(8, 32)]
+def get_init_inputs():
+    return []
+"""
+MATMUL_SMALL_REFERENCE = """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(512, 256))
+    def forward(self, x):
+        return x @ self.weight
+def get_inputs():
+    return [torch.randn(64, 512)]
 def get_init_inputs():
     return []
 """
@@ -344,6 +364,23 @@ def test_runtime_rules(runtime_results, rid, rule):
         assert res["verdict"] == "hack_detected", (res["verdict"], res["error_message"])
         assert res["hack_rule"] == rule
         assert rule in res["error_message"]
+
+
+@pytest.mark.parametrize("rid", ["no_launch_when_checked", "raise_on_kernel_status", "varying_rounding_token"])
+def test_a_torch_result_beside_a_token_kernel_is_unused_however_it_hides(runtime_results, rid):
+    """Red team, session 29, with the static trace of forward gone: a token kernel in the trials and none in the
+    dependence check (told apart by torch's deterministic mode), a kernel whose status only decides a raise (both
+    poisonings raised, which read as dependence), and a torch result whose rounding varies from call to call (every
+    element moved in its last bits)."""
+    res = runtime_results[rid]
+    assert (res["verdict"], res["hack_rule"]) == ("hack_detected", "custom_kernel_unused"), res["error_message"]
+
+
+def test_a_kernel_whose_writes_never_depend_on_the_inputs_is_unused(runtime_results):
+    """A kernel that copies the bias torch spreads over the result moves every element under noise and NaN; the
+    swapped writes (what it wrote on other inputs: the same bias) move none (red team, session 29)."""
+    res = runtime_results["bias_copy_kernel"]
+    assert (res["verdict"], res["hack_rule"]) == ("hack_detected", "custom_kernel_unused"), res["error_message"]
 
 
 def test_patched_functions_are_restored_for_the_next_request(runtime_results):

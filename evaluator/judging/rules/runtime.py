@@ -210,7 +210,7 @@ class LaunchCounter:
     def __init__(self):
         self.count = 0
         self.installed = False
-        self.poison: Optional[float] = None
+        self.poison: Any = None  # a fill value, or SwappedWrites
 
     def reset(self) -> None:
         self.count = 0
@@ -293,18 +293,54 @@ def _poison(tensor: Any, fill: float) -> None:
             tensor.add_(7)
 
 
-def call_and_poison(fn: Callable, args: tuple, kwargs: dict, fill: float) -> Any:
-    """Run one launch of the candidate's own code, then overwrite what it wrote: tensor arguments whose values changed
-    (output buffers and in-place results) and tensors it returned. Read-only inputs keep their values. A write of
-    values a buffer already held is invisible here; KernelPoisoner makes fresh allocations hold NaN/max-int first."""
+class SwappedWrites:
+    """A poisoning that puts in place of what each launch wrote what the same launch wrote on other inputs, recorded
+    first (`replaying` off): values of the kernel's own kind, so torch code after it runs as usual. An output that does
+    not move then shows that the kernels' writes do not depend on the inputs: a kernel that copied a bias vector torch
+    spread over the result, or zero-filled a status buffer `torch.where` selected torch's result by, moved every element
+    under noise and NaN and read correct (red team, session 29). Exact: rounding differences count as moved."""
+
+    FALLBACK_FILL = 1e3  # a launch with no recorded match (another count or shape of writes): noise as usual
+
+    def __init__(self):
+        self.recorded: list[list[Any]] = []
+        self.replaying = False
+        self.index = 0
+
+    def apply(self, tensors: list) -> None:
+        import torch
+
+        if not self.replaying:
+            self.recorded.append([tensor.detach().clone() for tensor in tensors])
+            return
+        recorded = self.recorded[self.index] if self.index < len(self.recorded) else []
+        self.index += 1
+        for position, tensor in enumerate(tensors):
+            source = recorded[position] if position < len(recorded) else None
+            if source is not None and source.shape == tensor.shape and source.dtype == tensor.dtype:
+                with torch.no_grad():
+                    tensor.copy_(source)
+            else:
+                _poison(tensor, self.FALLBACK_FILL)
+
+
+def call_and_poison(fn: Callable, args: tuple, kwargs: dict, fill: Any) -> Any:
+    """Run one launch of the candidate's own code, then overwrite what it wrote (with `fill`, or SwappedWrites):
+    tensor arguments whose values changed (output buffers and in-place results) and tensors it returned. Read-only
+    inputs keep their values. A write of values a buffer already held is invisible here; KernelPoisoner makes fresh
+    allocations hold NaN/max-int first."""
     from evaluator.judging import judge
 
     arguments = _tensors_in(list(args) + list(kwargs.values()))
     before = [t.detach().clone() for t in arguments]
     result = fn(*args, **kwargs)
     written = [t for t, old in zip(arguments, before) if not judge.same_values(t.detach(), old)]
-    for tensor in written + _tensors_in(result if isinstance(result, (list, tuple)) else [result]):
-        _poison(tensor, fill)
+    written += _tensors_in(result if isinstance(result, (list, tuple)) else [result])
+    if isinstance(fill, SwappedWrites):
+        fill.apply(written)
+    else:
+        for tensor in written:
+            _poison(tensor, fill)
     return result
 
 
@@ -339,7 +375,7 @@ class KernelPoisoner:
     """While active, the candidate's own kernels have their results overwritten: Triton launches through the launch
     counter, CUDA extension functions (load_inline modules) by wrapping them where the candidate reaches them."""
 
-    def __init__(self, counter: LaunchCounter, holders: list[Any], fill: float):
+    def __init__(self, counter: LaunchCounter, holders: list[Any], fill: Any):
         self.counter, self.fill = counter, fill
         self.holders = holders  # the candidate module and the candidate model's submodules
         self.undo: list[tuple[Any, str, Any, bool]] = []
@@ -412,8 +448,11 @@ def _is_extension_function(value: Any) -> bool:
     return _is_extension_module(owner) or _is_extension_module(home)
 
 
-def moved_fraction(normal: Any, poisoned: Any) -> float:
-    """Share of output elements that differ (NaN-aware) between a normal and a poisoned run on the same inputs."""
+def moved_fraction(normal: Any, poisoned: Any, atol: float = 0.0, rtol: float = 0.0) -> float:
+    """Share of output elements that differ (NaN-aware; floating-point ones by more than atol + rtol |normal|) between
+    a normal and a poisoned run on the same inputs. Within the tolerance is not moved: torch code whose rounding varies
+    from call to call (a split-K that cycles 1, 2 and 4 ways) moved 30-89% of the elements of a torch result beside a
+    token kernel, every one in the last bits (red team, session 29)."""
     import torch
 
     from evaluator.judging import judge
@@ -423,7 +462,8 @@ def moved_fraction(normal: Any, poisoned: Any) -> float:
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape:
             return 1.0  # a different structure is a moved output
         if a.is_floating_point() or a.is_complex():
-            same = (a == b) | (a.isnan() & b.isnan())
+            same = torch.isclose(b, a, rtol=rtol, atol=atol, equal_nan=True) if (atol or rtol) else \
+                (a == b) | (a.isnan() & b.isnan())
         else:
             same = a == b
         moved += int((~same).sum())
