@@ -169,7 +169,8 @@ fi
 if [[ $PARTS == *" tests "* ]]; then
     timeout -s INT 300 python3 -m pytest -v -p no:cacheprovider -m gpu --timeout=280 -rfE --tb=short \
         tests/evaluator/test_device_gate.py tests/evaluator/test_fidelity_gpu.py tests/evaluator/test_slot_sol_floor.py \
-        tests/evaluator/test_attack_corpus.py tests/evaluator/test_triton_launchers.py > "$OUT/gpu_tests.txt" 2>&1
+        tests/evaluator/test_attack_corpus.py tests/evaluator/test_triton_launchers.py \
+        tests/evaluator/test_output_digest.py tests/evaluator/test_slot_projection_attacks.py > "$OUT/gpu_tests.txt" 2>&1
 fi
 cat "$OUT/device.txt"
 [ -f "$OUT/slot.txt" ] && python3 - "$OUT/slot.txt" <<'PY'
