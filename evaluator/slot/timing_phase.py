@@ -351,8 +351,8 @@ class TimingPhase(GatedRounds, WatchedReference):
         """The picked outputs the runner kept during the timing, handed over in one order and compared with the
         reference outputs the judge kept: after the rounds, in one order rather than one a round (the files and
         comparisons were most of the 0.21 s a task spent in hand-over orders at one slot on an H100). The same answer
-        handed for another call of its batch too is a replay (schedule.wrong). In CPU mode each must be the output
-        its batch's hand-over digested: else the runner computed it once named, not in the batch."""
+        handed for another call of its batch too is a replay (schedule.wrong). Each must be the output its batch's
+        hand-over digested (where digests bind outputs): else the runner computed it once named, not in the batch."""
         from evaluator.slot.output_digest import digests
 
         kept, self.kept, self.kept_bytes = self.kept, [], 0

@@ -298,7 +298,7 @@ class SwappedWrites:
     first (`replaying` off): values of the kernel's own kind, so torch code after it runs as usual. An output that does
     not move then shows that the kernels' writes do not depend on the inputs: a kernel that copied a bias vector torch
     spread over the result, or zero-filled a status buffer `torch.where` selected torch's result by, moved every element
-    under noise and NaN and read correct (red team, session 29). Exact: rounding differences count as moved."""
+    under noise and NaN and read correct (red team, session 29)."""
 
     FALLBACK_FILL = 1e3  # a launch with no recorded match (another count or shape of writes): noise as usual
 
