@@ -33,6 +33,10 @@ ARGMAX = reference("self.weight = nn.Parameter(torch.randn(512, 512))", "torch.a
 LOG = reference("pass", "torch.log(x)", "torch.randn(4096)")
 SOFTMAX = reference("pass", "torch.softmax(x, dim=1)", "torch.randn(16, 4096)")  # outputs ~2.4e-4 against atol 1e-4
 LINEAR_SOFTMAX = reference("self.fc = nn.Linear(256, 4096)", "torch.softmax(self.fc(x), dim=1)", "torch.randn(8, 256)")
+RESIDUAL_SOFTMAX = (LINEAR_SOFTMAX.replace("nn.Linear(256, 4096)", "nn.Linear(1024, 4096)")
+                    .replace("forward(self, x)", "forward(self, x, residual)")
+                    .replace("torch.softmax(self.fc(x), dim=1)", "torch.softmax(self.fc(x), dim=1) + residual")
+                    .replace("[torch.randn(8, 256)]", "[torch.randn(8, 1024), torch.randn(8, 4096)]"))
 SCALAR = reference("self.weight = nn.Parameter(torch.randn(256, 256))",
                    "torch.logsumexp(x @ self.weight, dim=1).mean().item()", "torch.randn(64, 256)")
 WRONG, UNBOUND = (Verdict.WRONG_OUTPUT,), (Verdict.WRONG_OUTPUT, Verdict.CRASHED)  # CRASHED: a picked output's digest
@@ -42,6 +46,7 @@ CASES = {  # attack -> (problem, whether it is timed, the verdicts that stop it)
     "zero_batch_small_outputs": (SOFTMAX, True, UNBOUND),
     "skip_unpicked_batches": (LINEAR_SOFTMAX, True, UNBOUND),
     "reroll_picked_round": (LINEAR_SOFTMAX, True, UNBOUND),
+    "skip_small_part_unpicked": (RESIDUAL_SOFTMAX, True, UNBOUND),
     "scalar_output_skip": (SCALAR, True, UNBOUND),
     "base_replay": (POSITIVE, True, UNBOUND),
     "lazy_index_output": (ARGMAX, True, UNBOUND),
