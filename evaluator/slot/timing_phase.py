@@ -343,8 +343,8 @@ class TimingPhase(GatedRounds, WatchedReference):
         # up to twice the trials' largest accepted difference are accepted on a few elements (second_look).
         near_miss_diff = ACCEPTED_ERROR_FACTOR * (self.task.accepted_max_abs_diff or 0.0)
         allowed = allowed_differences(self.outputs, self.hand_seed, atol, rtol, near_miss_diff, self.hand_scale)
-        if not self.pick_always and blind_to_constants(self.outputs, self.reference_sums, allowed, self.hand_seed,
-                                                        self.hand_scale):
+        if not self.pick_always and self.output_bytes > ALWAYS_PICKED_BYTES and \
+                blind_to_constants(self.outputs, self.reference_sums, allowed, self.hand_seed, self.hand_scale):
             self.pick_always = True  # from the next batch on (picks)
             self.schedule.phases["timing_picks_every_batch"] = 1
         for call, (got, want, bound) in enumerate(zip(self.candidate_projection, self.reference_sums, allowed)):
