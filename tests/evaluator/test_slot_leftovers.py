@@ -57,6 +57,13 @@ def test_the_hosts_counters_and_secret_memory_are_out_of_reach(evaluator):
     assert result.verdict == Verdict.CORRECT, result.error_message
 
 
+def test_a_candidate_that_kills_the_zygote_gets_its_own_verdict(evaluator):
+    """Killing the zygote (a pidfd of /proc/<pid>, or a pipe whose owner it is made) turned a wrong candidate's verdict
+    into an infrastructure failure (red team, session 29); both ways are refused now."""
+    result = evaluator.evaluate(request(source("zygote_killed_from_the_task"), run_timeout_s=60.0))
+    assert result.verdict == Verdict.WRONG_OUTPUT, (result.verdict, result.error_message)
+
+
 def test_an_honest_probe_passes_on_a_fresh_slot(evaluator):
     """The probe itself is honest: on a slot no attack touched it is correct (guards against a probe that always
     fails, which would make the test above meaningless in the other direction)."""

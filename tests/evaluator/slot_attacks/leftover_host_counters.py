@@ -6,6 +6,7 @@
 # exactly, with preadv2's RWF_NOWAIT (512 bytes a task). This candidate is the probe: it fails loudly where any of these
 # still works.
 import ctypes
+import errno
 import mmap
 import os
 import platform
@@ -56,6 +57,9 @@ if platform.machine() == "x86_64":
     context = ctypes.c_ulong(0)
     if libc.syscall(206, 1, ctypes.byref(context)) == 0:  # io_setup: Linux AIO carries RWF_NOWAIT in memory
         reached.append("io_setup")
+    own = libc.syscall(434, os.getpid(), 0)  # pidfd_open of itself, allowed
+    if own >= 0 and (libc.syscall(440, own, None, 0, 21, 0) != -1 or ctypes.get_errno() != errno.EPERM):
+        reached.append("process_madvise")  # madvise PAGEOUT on a pidfd, past madvise's own rule
 if reached:
     raise RuntimeError("the host's kernel state is within reach: " + ", ".join(reached))
 
