@@ -141,25 +141,6 @@ def allowed_differences(outputs: list, seed: int, atol: float, rtol: float, near
             for (worst, spread, rounded, size), count in zip(terms, elements)]
 
 
-def blind_to_constants(outputs: list, reference_sums: list[float], allowed: list[float], seed: int,
-                       scale: float = 1.0) -> bool:
-    """Whether the projections of a batch (the reference's `reference_sums`, each allowed `allowed`) would pass an
-    output of zeros on every call, or (one tensor a call, of one shape) an output of each call's mean value: then the
-    projection cannot tell a skipped batch from a computed one, and only picks can (outputs that sit near the
-    tolerance, such as a softmax over thousands of columns at fp32's 1e-4). Worked out after the timed window."""
-    import torch
-
-    if all(abs(want) <= bound for want, bound in zip(reference_sums, allowed)):
-        return True
-    rows = stacked(outputs, torch)
-    if rows is None or not rows.is_floating_point():
-        return False
-    means = _finite(rows.reshape(len(outputs), -1).to(torch.float64), in_place=True).mean(1)
-    weight_sum = float(_weights(rows.shape[1:], rows.device, seed).sum(dtype=torch.float64))
-    constants = (means / scale).sin_().mul_(weight_sum).cpu().tolist()
-    return all(abs(want - got) <= bound for want, got, bound in zip(reference_sums, constants, allowed))
-
-
 def near_miss_allowance(elements: int, scaled_diff: float) -> float:
     """What the near misses the judge accepts on a timed output (second_look: at most NEAR_MISS_MAX_FRACTION of its
     `elements` outside the tolerance, each off by up to `scaled_diff` over the scale) may move its projection: each

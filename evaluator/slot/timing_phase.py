@@ -58,14 +58,14 @@ ORDER_CPU_CAP_S = 0.3e-3  # CPU mode's clean per-order cost taken off, at most (
 ORDER_BASE_S = 5.0
 ORDER_FACTOR = 10.0
 PICKED_PER_BATCH = 2  # two calls' outputs: the same answer for both (a replay) is told from a plain wrong one
-# Picked outputs travel as files and are compared whole: the first batch of each size always, later ones at this rate,
-# decided after each batch. Every call of every batch is still checked through its projection.
-PICK_SHARE = 0.25
-# Outputs up to this size are picked in every batch: a projection's bound lets through an output off by a few times the
-# tolerance on every element, so a batch that left out a part of its output worth about the tolerance (the softmax of
-# `softmax(x @ W) + residual`, its values ~1/4,096) passed, and a runner that did so in the unpicked batches alone read
-# correct at 3.7-4.3x in 3 of 6 runs (red team, session 29). Their kept copies and files cost little at this size.
-ALWAYS_PICKED_BYTES = 4 << 20
+# Picked outputs travel as files and are compared whole, drawn after each batch: PICKED_PER_BATCH of the first batch
+# of each size (and of every batch whose outputs the projection cannot see whole), one of every other batch. Every
+# call of every batch is checked through its projection too, but a projection's bound lets through an output off by a
+# few tolerances on every element, or one of zeros where outputs sit near the tolerance. Until session 29 later
+# batches were picked at a share of 1/4, and red teams skipped or cut the unpicked ones: 33-79x in 6 of 21 runs
+# (softmax near fp32's tolerance), 3.7-4.3x in 3 of 6 (the softmax of `softmax(x @ W) + residual` left out), 2.8-2.9x
+# in 5 of 10 (the same over 4 MiB, where a CPU figure is the median of three rounds and the runner skipped two).
+PICKED_LATER = 1
 PROBE_CALLS = 3  # the cold round's and the sizing probe's batch
 # And the GPU's batch target in milliseconds (BATCH_TARGET_S): batches sized on a warm round are longer than the
 # ~0.5-1.5 ms the allocator-polluted sizing gave before session 10, so each round holds the device longer.
@@ -120,11 +120,6 @@ class TimingPhase(GatedRounds, WatchedReference):
         if not self.binds_outputs:
             schedule.phases["timing_picks_unbound"] = 1
         self.candidate_digests: list[bytes] = []
-        # Picks in every batch once a batch's projections could not tell its outputs from zeros or from each call's
-        # mean (projection.blind_to_constants): a runner that skipped the unpicked batches of such a task otherwise
-        # passed their projections (red team, session 29: softmax outputs near fp32's tolerance, 34-79x).
-        self.pick_always = False
-        self.output_bytes = 0  # a call's output, once the timing's sets are made
         self.sets_s = 0.0  # CPU: the judge's making of its last batch's sets, seconds
         self.harness_shares: list[float] = []  # CPU, per counted round: the harness's share of the reference's charge
         self.made_events: Any = None  # made_sets' two events around its last making (GPU)
@@ -327,7 +322,7 @@ class TimingPhase(GatedRounds, WatchedReference):
         """Every call through its projection, now; the picked outputs, kept in the runner, against the reference outputs
         of the same values after the exclusive hold (check_kept), or at once when a projection is wrong."""
         from evaluator.judging.second_look import ACCEPTED_ERROR_FACTOR
-        from evaluator.slot.projection import allowed_differences, blind_to_constants
+        from evaluator.slot.projection import allowed_differences
 
         if picked:
             from evaluator.judging.sol import tensor_bytes
@@ -343,10 +338,6 @@ class TimingPhase(GatedRounds, WatchedReference):
         # up to twice the trials' largest accepted difference are accepted on a few elements (second_look).
         near_miss_diff = ACCEPTED_ERROR_FACTOR * (self.task.accepted_max_abs_diff or 0.0)
         allowed = allowed_differences(self.outputs, self.hand_seed, atol, rtol, near_miss_diff, self.hand_scale)
-        if not self.pick_always and self.output_bytes > ALWAYS_PICKED_BYTES and \
-                blind_to_constants(self.outputs, self.reference_sums, allowed, self.hand_seed, self.hand_scale):
-            self.pick_always = True  # from the next batch on (picks)
-            self.schedule.phases["timing_picks_every_batch"] = 1
         for call, (got, want, bound) in enumerate(zip(self.candidate_projection, self.reference_sums, allowed)):
             if not abs(got - want) <= bound:  # NaN fails too
                 self.check_kept()  # a replay among the picked outputs says more (cached_output) than a wrong sum
@@ -389,8 +380,7 @@ class TimingPhase(GatedRounds, WatchedReference):
         names = [f"timing-{j}" for j in range(BASE_SETS)]
         with self.schedule.on_device("timing_inputs"):  # the judge's inputs: GPU work, not yet exclusive
             self.bases = [self.task.make(name) for name in names]
-        self.output_bytes = sol.tensor_bytes(self.task.reference_outputs[names[0]])
-        set_bytes = sol.tensor_bytes(self.bases[0]) + self.output_bytes
+        set_bytes = sol.tensor_bytes(self.bases[0]) + sol.tensor_bytes(self.task.reference_outputs[names[0]])
         self.hand_scale = output_scale(self.task.reference_outputs[names[0]])
         self.staged = max(1, min(MAX_CALLS[self.kind], self.staging_budget() // max(1, set_bytes)))
         if self.kind == "cuda":  # how many of the task's device allocations its timing makes (recorded only)
@@ -518,14 +508,12 @@ class TimingPhase(GatedRounds, WatchedReference):
 
     def picks(self, calls: int, first: bool) -> list[int]:
         """The calls of a batch whose whole outputs the runner hands over: PICKED_PER_BATCH of them on a `first` batch
-        (of its size, or of a phase), on every batch of outputs up to ALWAYS_PICKED_BYTES, on every batch whose outputs
-        the projection cannot see whole or cannot tell from constants (pick_always), else at PICK_SHARE.
+        (of its size, or of a phase) and on every batch whose outputs the projection cannot see whole, else
+        PICKED_LATER.
         Each pick is a copy the runner keeps on the device, handed over as a file after the rounds; every output is
         projected either way."""
-        if first or self.pick_always or self.output_bytes <= ALWAYS_PICKED_BYTES or not self.projected_whole() \
-                or self.rng.random() < PICK_SHARE:
-            return sorted(self.rng.sample(range(calls), min(PICKED_PER_BATCH, calls)))
-        return []
+        count = PICKED_PER_BATCH if first or not self.projected_whole() else PICKED_LATER
+        return sorted(self.rng.sample(range(calls), min(count, calls)))
 
     def runner_pid(self) -> int:
         """The timed runner's pid as this process sees it (0 where unknown: then only the judge is boosted)."""

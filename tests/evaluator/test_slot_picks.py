@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from evaluator.contract.types import EvalRequest, Verdict
-from evaluator.slot.timing_phase import PICK_SHARE, TimingPhase
+from evaluator.slot.timing_phase import TimingPhase
 from tests.evaluator.pool_support import make_evaluator
 
 PROBLEM = '''
@@ -72,22 +72,18 @@ def test_a_floating_point_output_is_projected_after_every_batch(traced):
     results, orders, _ = traced
     assert results["softmax"].verdict == Verdict.CORRECT, results["softmax"].error_message
     runs, keeps, hands = (orders["softmax"].count(kind) for kind in ("run", "keep", "hand"))
-    assert runs >= 4 and hands == runs + 1  # the projection always, the kept outputs once
-    # picks on the first batches at least, then at PICK_SHARE (all six batches picked: 1 run in 64; the share itself
-    # is checked without chance below)
-    assert 1 <= keeps <= runs
+    assert runs >= 4 and hands == runs + 1 and keeps == runs  # the projection and a pick every batch, kept handed once
 
 
-def test_a_floating_point_output_skips_picks_on_later_batches_at_the_share():
+def test_every_batch_is_picked_two_calls_on_a_first_batch_and_where_the_projection_cannot_see():
+    """Since session 29 no batch goes without a pick: a runner skipped or cut the unpicked ones (red teams)."""
     phase = TimingPhase(SimpleNamespace(device="cpu"), SimpleNamespace(), SimpleNamespace())
     phase.projected_whole = lambda: True
-    phase.rng = SimpleNamespace(random=lambda: PICK_SHARE, sample=lambda calls, k: list(calls)[:k])
+    phase.rng = SimpleNamespace(sample=lambda calls, k: list(calls)[:k])
     assert phase.picks(10, first=True) == [0, 1]
-    assert phase.picks(10, first=False) == []  # drawn at the share or above: no picks
-    phase.rng.random = lambda: PICK_SHARE / 2
-    assert phase.picks(10, first=False) == [0, 1]
-    phase.projected_whole = lambda: False  # an index or mask output: picks on every batch
-    phase.rng.random = lambda: 0.99
+    assert phase.picks(10, first=False) == [0]
+    assert phase.picks(1, first=True) == [0]
+    phase.projected_whole = lambda: False  # an index or mask output
     assert phase.picks(10, first=False) == [0, 1]
 
 

@@ -37,6 +37,7 @@ RESIDUAL_SOFTMAX = (LINEAR_SOFTMAX.replace("nn.Linear(256, 4096)", "nn.Linear(10
                     .replace("forward(self, x)", "forward(self, x, residual)")
                     .replace("torch.softmax(self.fc(x), dim=1)", "torch.softmax(self.fc(x), dim=1) + residual")
                     .replace("[torch.randn(8, 256)]", "[torch.randn(8, 1024), torch.randn(8, 4096)]"))
+LARGE_RESIDUAL_SOFTMAX = RESIDUAL_SOFTMAX.replace("4096", "4160").replace("randn(8, ", "randn(256, ")  # 4.06 MiB out
 SCALAR = reference("self.weight = nn.Parameter(torch.randn(256, 256))",
                    "torch.logsumexp(x @ self.weight, dim=1).mean().item()", "torch.randn(64, 256)")
 WRONG, UNBOUND = (Verdict.WRONG_OUTPUT,), (Verdict.WRONG_OUTPUT, Verdict.CRASHED)  # CRASHED: a picked output's digest
@@ -47,6 +48,7 @@ CASES = {  # attack -> (problem, whether it is timed, the verdicts that stop it)
     "skip_unpicked_batches": (LINEAR_SOFTMAX, True, UNBOUND),
     "reroll_picked_round": (LINEAR_SOFTMAX, True, UNBOUND),
     "skip_small_part_unpicked": (RESIDUAL_SOFTMAX, True, UNBOUND),
+    "skip_counted_rounds_large_output": (LARGE_RESIDUAL_SOFTMAX, True, UNBOUND),
     "scalar_output_skip": (SCALAR, True, UNBOUND),
     "base_replay": (POSITIVE, True, UNBOUND),
     "lazy_index_output": (ARGMAX, True, UNBOUND),
@@ -58,7 +60,7 @@ CASES = {  # attack -> (problem, whether it is timed, the verdicts that stop it)
 
 
 # Attacks on the CPU's watch of the reference's windows (a stall the cgroup freezer cannot stop): not a GPU's.
-CPU_ONLY = {"reroll_picked_round"}
+CPU_ONLY = {"reroll_picked_round", "skip_counted_rounds_large_output"}  # the latter patches the CPU's batch
 evaluator = module_evaluator(cpu_workers=1, spare_per_device=0, memory_limit_bytes=2 * 2**30)
 
 

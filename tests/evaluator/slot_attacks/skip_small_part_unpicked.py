@@ -1,6 +1,7 @@
 # Attack class: timing forged by leaving out, in the unpicked batches, a part of the output worth about the tolerance
-# (red team, session 29: correct at 3.7-4.3x in 3 of 6 runs, CPU mode). Stopped since by picks in every batch of
-# outputs up to timing_phase.ALWAYS_PICKED_BYTES. The red team's notes follow.
+# (red team, session 29: correct at 3.7-4.3x in 3 of 6 runs, CPU mode). Stopped since by a pick in every batch
+# (timing_phase.PICKED_LATER). The red team's notes follow (they name the checks of the time: a blind check that tried
+# zeros and each call's mean, and picks at a share of the later batches).
 # forge29b finding 1: projection.blind_to_constants tries only two cheap answers (zeros, each call's mean). Where the
 # output is a cheap part (here a residual input, N(0, 1)) plus an expensive part near fp32's tolerance (softmax of a
 # GEMM over 4096 classes, ~2.4e-4 against 1e-4 + 1e-4|x|), neither constant passes, so pick_always never fires, yet the

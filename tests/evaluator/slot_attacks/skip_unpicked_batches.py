@@ -3,9 +3,8 @@
 # is the first of its size and otherwise at PICK_SHARE (1/4), told to the runner only after its hand-over (keep). This
 # runner is honest in every batch whose size differs from the one before (the always-picked ones) and in KernelBench's
 # eager rounds; in every later batch of one size it calls nothing, answers every projection with 0.0 (softmax over
-# 4,096 classes sits near fp32's atol, so sin(0) passes the bound) and zeros for every digest. Stopped since by picks in
-# every batch once a batch's projections cannot tell its outputs from zeros or from each call's mean
-# (projection.blind_to_constants, timing_phase.pick_always): its first skipped batch is picked, its digest wrong.
+# 4,096 classes sits near fp32's atol, so sin(0) passes the bound) and zeros for every digest. Stopped since by a pick
+# in every batch (timing_phase.PICKED_LATER): its first skipped batch is picked, its digest wrong.
 import importlib
 
 import torch
