@@ -1,5 +1,5 @@
 # Attack class: timing forged in the batches that get no picks (red team, session 29: correct at 33-79x in 6 of 21
-# runs, CPU mode). The digests bind only the batches whose picked outputs are compared, and a batch is picked when it
+# runs, CPU mode). The digests bind only the batches whose picked outputs are compared, and a batch was picked when it
 # is the first of its size and otherwise at PICK_SHARE (1/4), told to the runner only after its hand-over (keep). This
 # runner is honest in every batch whose size differs from the one before (the always-picked ones) and in KernelBench's
 # eager rounds; in every later batch of one size it calls nothing, answers every projection with 0.0 (softmax over
