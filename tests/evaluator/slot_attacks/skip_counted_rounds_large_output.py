@@ -1,5 +1,6 @@
 # Attack class: timing forged in the rounds that set a CPU figure (red team, session 29: correct at 2.8-2.9x in 5 of 10
-# runs). Stopped since by a pick in every batch (timing_phase.PICKED_LATER). The red team's notes follow (the checks of the time).
+# runs). Stopped since by a pick in every batch (timing_phase.PICKED_LATER). The red team's notes follow (the checks
+# of the time).
 # forge29c finding 1: an output over ALWAYS_PICKED_BYTES (256 x 4160 float32, 4.06 MiB) behind a 2.2 GFLOP GEMM: the
 # harness share is ~0.33 (not capped), batches are 1 call, and a 1-call batch is still picked only at PICK_SHARE
 # (timing_phase.picks: `first` and `pick_always` aside, rng < 0.25). CPU mode counts 3 rounds and round_figures.spread()
