@@ -56,7 +56,8 @@ TIMING_SEED_STRIDE = 1000003
 def input_seed(seed: int, name: str) -> int:
     """The seed of a named input set of one request: "trial-<k>" (correctness trial k), "timing-<j>" (timing value
     set j; timing-0 is the request's seed), "recheck" (fresh inputs after timing), "poison" (the kernel-dependency
-    check), "swap" (the other inputs of its swapped writes). One pure function, so the judge and the runner agree without sending seeds around."""
+    check), "swap" (the other inputs of its swapped writes). One pure function, so the judge and the runner agree
+    without sending seeds around."""
     kind, _, index = name.partition("-")
     if kind == "trial":
         return trial_seeds(seed, int(index) + 1)[int(index)]

@@ -1,5 +1,5 @@
 """The Triton kernel of a GPU output's digest (slot/output_digest.py): one level of its tree, each lane absorbing up to
-`chunk` 64-bit words. Its own module, imported only where a digest is made on the device: Triton needs `tl` as a global."""
+`chunk` 64-bit words. Its own module, imported only where a digest is made on the device (`tl` must be a global)."""
 
 import triton
 import triton.language as tl

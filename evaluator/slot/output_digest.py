@@ -11,9 +11,9 @@
 # such structure. On a GPU its bytes would go to the host first, on both sides' charge; there the digest is a tree:
 # each level's lanes absorb up to CHUNK words in sequence, s' = P(s ^ w) ^ w with P a keyed 64-bit mixing bijection,
 # until one lane is left, whose 8 bytes (copied to the host) and 8 bytes of SHA-256 over the tensor's dtype and shape
-# are its digest. The key comes from the hand-over's seed, drawn after the batch. Not a standard cryptographic hash: meeting a
-# committed digest with another output asks for a preimage of a 64-bit value through P, ~2^64 evaluations of the top
-# lane where nothing in P's structure is known to help (docs/known-gaps.md).
+# are its digest. The key comes from the hand-over's seed, drawn after the batch. Not a standard cryptographic hash:
+# meeting a committed digest with another output asks for a preimage of a 64-bit value through P, ~2^64 evaluations of
+# the top lane where nothing in P's structure is known to help (docs/known-gaps.md).
 
 from __future__ import annotations
 

@@ -222,7 +222,7 @@ class TimingPhase(GatedRounds, WatchedReference):
             probe.start()
         start = time.perf_counter() if cuda else time.thread_time_ns() / 1e9
         self.reference_sums, self.hand_seed = projections(self.outputs, seed, self.hand_scale), seed
-        mirrored = pack_digests(digests(self.outputs, seed)) if self.binds_outputs else None  # as the runner's hand-over
+        mirrored = pack_digests(digests(self.outputs, seed)) if self.binds_outputs else None  # as the runner's
         probe_s = probe.end() if probe is not None else 0.0
         if cuda:
             torch.cuda.synchronize()
@@ -328,7 +328,8 @@ class TimingPhase(GatedRounds, WatchedReference):
             from evaluator.judging.sol import tensor_bytes
 
             batch = [(self.kept_name(call), self.outputs[call], self.judge_sets[call],
-                      (self.candidate_digests[call], self.hand_seed) if self.binds_outputs else None) for call in picked]
+                      (self.candidate_digests[call], self.hand_seed) if self.binds_outputs else None)
+                     for call in picked]
             self.kept.append(batch)
             self.kept_bytes += sum(tensor_bytes(output) + tensor_bytes(values) for _, output, values, _ in batch)
             if self.kept_bytes > KEPT_BYTES_MAX:
