@@ -32,6 +32,9 @@ DENIED = (
     # pid is passed by; the zygote killed that way made a wrong candidate's verdict an infrastructure failure (red
     # team, session 29). process_madvise: madvise on a pidfd, past the page-cache rules below.
     "pidfd_send_signal", "process_madvise",
+    # Inotify and fanotify instances are counted per uid (128 by default), and every runner on the host shares one:
+    # a task holding them all would fail another slot's task that needs one (red team, session 29, by reading).
+    "inotify_init", "inotify_init1", "fanotify_init",
 )
 # Calls refused for one argument's value: (system call, argument, value refused, None), or (system call, argument,
 # None, flag) where the argument is a set of flags.

@@ -60,6 +60,10 @@ if platform.machine() == "x86_64":
     own = libc.syscall(434, os.getpid(), 0)  # pidfd_open of itself, allowed
     if own >= 0 and (libc.syscall(440, own, None, 0, 21, 0) != -1 or ctypes.get_errno() != errno.EPERM):
         reached.append("process_madvise")  # madvise PAGEOUT on a pidfd, past madvise's own rule
+    watch = libc.syscall(294, 0)  # inotify_init1: instances are counted per uid, shared by every slot's runners
+    if watch >= 0:
+        os.close(watch)
+        reached.append("inotify_init1")
 if reached:
     raise RuntimeError("the host's kernel state is within reach: " + ", ".join(reached))
 
