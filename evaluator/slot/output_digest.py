@@ -115,11 +115,15 @@ def _finished(header: Any, contents: Any) -> bytes:
     return digest.digest()[:DIGEST_BYTES]
 
 
+def _resolved(tensor: Any) -> Any:
+    """`tensor`'s values, contiguous, a conjugate or negative view resolved first: its lazy bit is not in its bytes,
+    and a byte view of it is refused (an honest `x.conj()` output failed its hand-over)."""
+    return tensor.detach().resolve_conj().resolve_neg().contiguous()
+
+
 def _raw_bytes(tensor: Any, torch: Any) -> memoryview:
-    """`tensor`'s values as bytes, in order: a conjugate or negative view resolved first (its lazy bit is not in its
-    bytes, and a byte view of it is refused: an honest `x.conj()` output failed its hand-over), then made contiguous."""
-    flat = tensor.detach().resolve_conj().resolve_neg().contiguous().reshape(-1)
-    return memoryview(flat.view(torch.uint8).cpu().numpy())
+    """`tensor`'s values as bytes, in order (_resolved)."""
+    return memoryview(_resolved(tensor).reshape(-1).view(torch.uint8).cpu().numpy())
 
 
 def device_tops(rows: Any, seed: int) -> bytes:
@@ -153,7 +157,7 @@ def level_chunk(size: int) -> int:
 def row_words(rows: Any, torch: Any) -> Any:
     """`rows` (a row per output) as int64 words, each row's bytes zero-padded to a multiple of 8: [rows, words]. A
     view where the bytes already are (contiguous, 8-byte rows), else one copy."""
-    flat = rows.detach().resolve_conj().resolve_neg().contiguous().reshape(rows.shape[0], -1).view(torch.uint8)
+    flat = _resolved(rows).reshape(rows.shape[0], -1).view(torch.uint8)
     width = flat.shape[1]
     extra = (-width) % 8 if width else 8
     if extra:
